@@ -1,0 +1,26 @@
+# kpipe_add_test(NAME name SOURCES a.cpp ... [MPI_RANKS 1 2 4] [LABELS ...])
+# Builds one gtest executable; without MPI_RANKS it runs as a plain process, with it once per rank count
+# as `mpiexec -n N` (name suffixed _npN), like Cabana's MPI tests.
+set(KPIPE_MPIEXEC_FLAGS "" CACHE STRING "Extra mpiexec flags for tests (e.g. --oversubscribe)")
+function(kpipe_add_test)
+  cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;MPI_RANKS;LABELS;LIBRARIES" ${ARGN})
+  add_executable(${T_NAME} ${T_SOURCES})
+  target_link_libraries(${T_NAME} PRIVATE kpipe_test_main ${T_LIBRARIES})
+  target_compile_options(${T_NAME} PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra>)
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 300)
+  endif()
+  if(T_MPI_RANKS)
+    foreach(n IN LISTS T_MPI_RANKS)
+      add_test(NAME ${T_NAME}_np${n}
+        COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${KPIPE_MPIEXEC_FLAGS}
+                ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${T_NAME}> ${MPIEXEC_POSTFLAGS})
+      set_tests_properties(${T_NAME}_np${n} PROPERTIES PROCESSORS ${n} TIMEOUT ${T_TIMEOUT}
+        LABELS "mpi;${T_LABELS}" ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+    endforeach()
+  else()
+    add_test(NAME ${T_NAME} COMMAND ${T_NAME})
+    set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}"
+      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+  endif()
+endfunction()

@@ -1,0 +1,42 @@
+#include "kpipe/nn/linear.hpp"
+
+#include "kpipe/core/blas.hpp"
+
+namespace kpipe::nn {
+
+template <class T> void forward(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y) {
+  // Broadcast the bias into y, then let gemm add x W^T on top (beta = 1): one pass over y saved.
+  const auto bias = layer.bias;
+  Kokkos::parallel_for("kpipe::nn::Linear::forward::bias", range2(space, y.extent(0), y.extent(1)),
+                       KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { y(i, j) = bias(j); });
+  blas::gemm(space, "N", "T", T(1), x, layer.weight, T(1), y);
+}
+
+template <class T>
+void backward_input(const ExecSpace& space, const Linear<T>& layer, In2<T> dy, const View2<T>& dx,
+                    bool accumulate) {
+  blas::gemm(space, "N", "N", T(1), dy, layer.weight, accumulate ? T(1) : T(0), dx);
+}
+
+template <class T> void backward_weight(const ExecSpace& space, const Linear<T>& layer, In2<T> x, In2<T> dy) {
+  blas::gemm(space, "T", "N", T(1), dy, x, T(1), layer.dweight);
+  const auto dbias = layer.dbias;
+  const std::int64_t rows = dy.extent(0);
+  const View2<const T> g = dy;
+  // One thread per output column; the sum over rows runs in a fixed order, so it is reproducible.
+  Kokkos::parallel_for("kpipe::nn::Linear::backward_weight::bias", range(space, dbias.extent(0)),
+                       KOKKOS_LAMBDA(std::int64_t j) {
+                         T s = 0;
+                         for (std::int64_t i = 0; i < rows; ++i) s += g(i, j);
+                         dbias(j) += s;
+                       });
+}
+
+template void forward(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&);
+template void backward_input(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&, bool);
+template void backward_weight(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>);
+template void forward(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&);
+template void backward_input(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&, bool);
+template void backward_weight(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>);
+
+}  // namespace kpipe::nn

@@ -1,0 +1,24 @@
+#pragma once
+#include "kpipe/core/tensor.hpp"
+#include "kpipe/nn/views.hpp"
+
+namespace kpipe::nn {
+
+// Fully connected layer, y = x W^T + b (W stored [out, in] as in PyTorch, so a checkpoint reads the same).
+template <class T> struct Linear {
+  View2<T> weight;   // [out, in]
+  View1<T> bias;     // [out]
+  View2<T> dweight;  // [out, in], accumulated over micro-batches
+  View1<T> dbias;    // [out], accumulated over micro-batches
+};
+
+// x[N, in] -> y[N, out]
+template <class T> void forward(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y);
+// dy[N, out] -> dx[N, in] (overwritten, or added to when accumulate)
+template <class T>
+void backward_input(const ExecSpace& space, const Linear<T>& layer, In2<T> dy, const View2<T>& dx,
+                    bool accumulate = false);
+// (x[N, in], dy[N, out]) -> dweight += dy^T x, dbias += sum_rows dy
+template <class T> void backward_weight(const ExecSpace& space, const Linear<T>& layer, In2<T> x, In2<T> dy);
+
+}  // namespace kpipe::nn
