@@ -38,7 +38,9 @@ TEST(Linear, WeightGradientsAccumulate) {
   test::fill_uniform(x, 5);
   test::fill_uniform(dy, 6);
   backward_weight(space, layer, x, dy);
-  auto once = Kokkos::create_mirror_view_and_copy(HostSpace(), layer.dweight);
+  // A true copy: create_mirror_view would alias the view itself on a host backend.
+  auto once = Kokkos::create_mirror(HostSpace(), layer.dweight);
+  Kokkos::deep_copy(once, layer.dweight);
   backward_weight(space, layer, x, dy);
   auto twice = Kokkos::create_mirror_view_and_copy(HostSpace(), layer.dweight);
   for (int i = 0; i < out; ++i)
