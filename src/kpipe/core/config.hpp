@@ -1,0 +1,72 @@
+#pragma once
+// The run configuration: plain data, one struct per TOML table ([model], [train], [optim], [data],
+// [pipeline], [output]). Every field is a key, settable in the TOML file and on the command line as
+// --table.key (see core/config_io.hpp). Defaults here are the "tiny" preset's.
+#include <cstdint>
+#include <string>
+
+namespace kpipe {
+
+struct ModelConfig {
+  int vocab = 256;        // byte-level
+  int seq_len = 64;       // tokens per training window (and the size of the position table)
+  int d_model = 64;
+  int n_layers = 2;       // transformer blocks
+  int n_heads = 4;
+  int mlp_ratio = 4;      // hidden width of the MLP = mlp_ratio * d_model
+  double init_std = 0.02; // std of normal weight init; residual projections get init_std / sqrt(2 n_layers)
+  double ln_eps = 1e-5;
+};
+
+struct OptimizerConfig {
+  std::string kind = "adamw";  // "adamw" | "sgd"
+  double lr = 1e-3;            // peak learning rate
+  double min_lr = 1e-4;        // floor of the cosine decay
+  int warmup_steps = 10;       // linear warm-up to lr over this many steps
+  int decay_steps = 0;         // cosine from lr down to min_lr over this many steps after warm-up (0: to the end)
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;  // AdamW
+  double momentum = 0.9;                          // SGD
+  double weight_decay = 0.1;   // AdamW: decoupled; SGD: L2 added to the gradient; 2-D weights only
+  double grad_clip = 1.0;      // bound on the global gradient L2 norm; <= 0 disables clipping
+};
+
+struct TrainConfig {
+  int steps = 100;            // optimizer steps
+  int batch = 8;              // sequences per mini-batch (per optimizer step)
+  int microbatches = 1;       // the mini-batch is split into this many micro-batches
+  std::uint64_t seed = 1234;  // initialization and data sampling
+  int log_every = 10;         // progress line on stderr every this many steps
+  int eval_every = 0;         // validation loss every this many steps (0: only at the end)
+  int eval_batches = 8;       // mini-batches of validation windows per evaluation
+};
+
+struct DataConfig {
+  std::string path;             // HDF5 token file or text file; empty: the embedded synthetic corpus
+  double val_fraction = 0.1;    // share of a text file (or of the synthetic corpus) held out for validation
+  std::int64_t synthetic_tokens = 1 << 20;  // size of the synthetic corpus
+};
+
+struct PipelineConfig {
+  int pipeline_size = 1;        // stages (ranks per pipeline)
+  int data_parallel = 1;        // pipeline replicas
+  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved
+  int chunks = 1;               // model chunks per rank (interleaved)
+  std::string schedule_file;    // a hand-written schedule (text form) instead of a generated one
+  std::string partition = "uniform";  // uniform | balanced
+  double recv_timeout_s = 300;  // a receive waiting longer than this aborts the run with a message
+};
+
+struct OutputConfig {
+  std::string metrics;  // JSON Lines file; empty: none
+};
+
+struct Config {
+  ModelConfig model;
+  TrainConfig train;
+  OptimizerConfig optim;
+  DataConfig data;
+  PipelineConfig pipeline;
+  OutputConfig output;
+};
+
+}  // namespace kpipe

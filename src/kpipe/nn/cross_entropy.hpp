@@ -1,0 +1,18 @@
+#pragma once
+#include "kpipe/core/tensor.hpp"
+#include "kpipe/nn/views.hpp"
+
+namespace kpipe::nn {
+
+// Softmax cross-entropy over logits[N, V] with targets[N].
+// losses[i] = logsumexp(logits[i]) - logits[i, targets[i]]. One pass per row, max-subtracted.
+template <class T>
+void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets,
+                           const View1<T>& losses);
+// dlogits[i] = scale * (softmax(logits[i]) - onehot(targets[i])); scale is dL/dlosses[i], the same for all
+// rows (1 / tokens in the mini-batch for a mean loss). dlogits may alias logits (in place).
+template <class T>
+void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets, T scale,
+                                  const View2<T>& dlogits);
+
+}  // namespace kpipe::nn

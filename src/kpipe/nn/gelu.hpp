@@ -1,0 +1,13 @@
+#pragma once
+#include "kpipe/core/tensor.hpp"
+#include "kpipe/nn/views.hpp"
+
+namespace kpipe::nn {
+
+// GeLU, tanh approximation: y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). No parameters.
+// x[N, F] -> y[N, F]
+template <class T> void gelu_forward(const ExecSpace& space, In2<T> x, const View2<T>& y);
+// (x[N, F], dy[N, F]) -> dx[N, F]
+template <class T> void gelu_backward_input(const ExecSpace& space, In2<T> x, In2<T> dy, const View2<T>& dx);
+
+}  // namespace kpipe::nn

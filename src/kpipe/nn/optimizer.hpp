@@ -1,0 +1,39 @@
+#pragma once
+// Optimizers over a flat parameter buffer (a stage's parameters are one allocation, see ParameterStore).
+// One kernel per update; the gradient clipping factor is folded into it so that gradients are read once.
+#include <cstdint>
+#include <string>
+
+#include "kpipe/core/config.hpp"
+#include "kpipe/core/tensor.hpp"
+#include "kpipe/nn/views.hpp"
+
+namespace kpipe::nn {
+
+
+// Learning rate at optimizer step `step` (0-based): linear warm-up, then cosine to min_lr, then min_lr.
+double learning_rate(const OptimizerConfig& cfg, std::int64_t step, std::int64_t total_steps);
+
+// Multiplier applied to gradients so that their global norm is at most max_norm (1 when disabled).
+double clip_factor(double global_norm, double max_norm);
+
+// Sum of squares of x, accumulated in double (a stage sums these per layer, in global layer order, so that
+// the global norm does not depend on the partition).
+template <class T> double sum_squares(const ExecSpace& space, In1<T> x);
+
+// One AdamW step (decoupled weight decay, bias correction), step is 1-based:
+//   g = grad_scale * grads; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+//   params -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps) + lr * wd * decay_mask * params
+template <class T>
+void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step, double grad_scale,
+                  const View1<T>& params, In1<T> grads, const View1<T>& m, const View1<T>& v,
+                  const View1<const std::uint8_t>& decay_mask);
+
+// One SGD step with momentum: g = grad_scale * grads + wd * decay_mask * params; buf = momentum buf + g;
+// params -= lr * buf.
+template <class T>
+void sgd_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, double grad_scale,
+                const View1<T>& params, In1<T> grads, const View1<T>& momentum_buf,
+                const View1<const std::uint8_t>& decay_mask);
+
+}  // namespace kpipe::nn
