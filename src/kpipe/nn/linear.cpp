@@ -4,12 +4,29 @@
 
 namespace kpipe::nn {
 
-template <class T> void forward(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y) {
-  // Broadcast the bias into y, then let gemm add x W^T on top (beta = 1): one pass over y saved.
+// y = residual + x W^T + b: the bias (and residual) are written first, then gemm adds the product on
+// top with beta = 1, which saves a pass over y.
+template <class T>
+void linear_into(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<const T>& residual,
+                 const View2<T>& y) {
   const auto bias = layer.bias;
-  Kokkos::parallel_for("kpipe::nn::Linear::forward::bias", range2(space, y.extent(0), y.extent(1)),
-                       KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { y(i, j) = bias(j); });
-  blas::gemm(space, "N", "T", T(1), x, layer.weight, T(1), y);
+  const bool has_bias = bias.extent(0) > 0, has_residual = residual.extent(0) > 0;
+  if (has_bias || has_residual) {
+    Kokkos::parallel_for("kpipe::nn::Linear::forward::bias", range2(space, y.extent(0), y.extent(1)),
+                         KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) {
+                           y(i, j) = (has_bias ? bias(j) : T(0)) + (has_residual ? residual(i, j) : T(0));
+                         });
+  }
+  blas::gemm(space, "N", "T", T(1), x, layer.weight, (has_bias || has_residual) ? T(1) : T(0), y);
+}
+
+template <class T> void forward(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y) {
+  linear_into(space, layer, x, View2<const T>(), y);
+}
+
+template <class T>
+void forward_residual(const ExecSpace& space, const Linear<T>& layer, In2<T> x, In2<T> residual, const View2<T>& y) {
+  linear_into(space, layer, x, residual, y);
 }
 
 template <class T>
@@ -21,6 +38,7 @@ void backward_input(const ExecSpace& space, const Linear<T>& layer, In2<T> dy, c
 template <class T> void backward_weight(const ExecSpace& space, const Linear<T>& layer, In2<T> x, In2<T> dy) {
   blas::gemm(space, "T", "N", T(1), dy, x, T(1), layer.dweight);
   const auto dbias = layer.dbias;
+  if (dbias.extent(0) == 0) return;
   const std::int64_t rows = dy.extent(0);
   const View2<const T> g = dy;
   // One thread per output column; the sum over rows runs in a fixed order, so it is reproducible.
@@ -33,9 +51,11 @@ template <class T> void backward_weight(const ExecSpace& space, const Linear<T>&
 }
 
 template void forward(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&);
+template void forward_residual(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>, const View2<float>&);
 template void backward_input(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&, bool);
 template void backward_weight(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>);
 template void forward(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&);
+template void forward_residual(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>, const View2<double>&);
 template void backward_input(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&, bool);
 template void backward_weight(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>);
 

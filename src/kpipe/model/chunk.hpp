@@ -1,0 +1,75 @@
+#pragma once
+// A model chunk: the consecutive layers [first, last) of the GPT that one rank runs as one (virtual)
+// stage. It owns their parameters (one ParameterStore) and the stashes of the micro-batches in flight,
+// and runs them layer by layer: forward, backward_input, backward_weight. The whole model on one rank
+// is the chunk [0, n_layers + 2).
+#include <deque>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "kpipe/model/desc.hpp"
+#include "kpipe/model/parameters.hpp"
+#include "kpipe/nn/block.hpp"
+#include "kpipe/nn/embedding.hpp"
+#include "kpipe/nn/head.hpp"
+
+namespace kpipe::model {
+
+template <class T> class Chunk {
+ public:
+  // Layers [first, last) of desc for micro-batches of `sequences` sequences; desc must outlive the chunk.
+  Chunk(const ModelDesc& desc, int first, int last, int sequences);
+
+  ParameterStore<T>& params() { return params_; }
+  const ParameterStore<T>& params() const { return params_; }
+  bool first() const { return embedding_.has_value(); }  // takes tokens
+  bool last() const { return head_.has_value(); }        // computes the loss
+  std::int64_t rows() const { return rows_; }             // tokens per micro-batch
+  int channels() const { return desc_->config.d_model; }
+
+  // Slots hold the micro-batches in flight. A slot is taken for a forward and given back after its
+  // backward (after W when I and W are apart); buffers are allocated on first use and then reused.
+  int acquire();
+  void release(int slot);
+  int in_flight() const { return in_flight_; }
+  int peak_in_flight() const { return peak_in_flight_; }
+  void reset_peak() { peak_in_flight_ = in_flight_; }
+
+  // Where a slot's inputs go and outputs come from.
+  const View1<Token>& tokens(int slot) const;    // first chunk: [N] input tokens
+  const View1<Token>& targets(int slot) const;   // last chunk: [N] next tokens
+  const View2<T>& input(int slot) const;         // not first: [N, C] activation from the previous stage
+  const View2<T>& output(int slot) const;        // not last: [N, C] activation for the next stage
+  const View2<T>& output_grad(int slot) const;   // not last: [N, C] gradient from the next stage
+  const View2<T>& input_grad(int slot) const;    // not first: [N, C] gradient for the previous stage
+
+  void forward(const ExecSpace& space, int slot);
+  // loss_scale = dL/d(per-token loss), e.g. 1 / tokens per mini-batch; used by the last chunk only.
+  void backward_input(const ExecSpace& space, int slot, T loss_scale);
+  void backward_weight(const ExecSpace& space, int slot);
+  // Last chunk: the sum of the slot's per-token losses (after forward).
+  double loss_sum(const ExecSpace& space, int slot) const;
+
+ private:
+  struct Slot;
+  int layers() const { return last_ - first_; }
+  View2<T> act_in(const Slot& s, int i) const;
+  View2<T> grad_out(const Slot& s, int i) const;
+  View2<T> grad_in(const Slot& s, int i) const;
+  std::unique_ptr<Slot> make_slot() const;
+
+  const ModelDesc* desc_;
+  int first_, last_;
+  std::int64_t rows_;
+  ParameterStore<T> params_;
+  std::optional<nn::Embedding<T>> embedding_;
+  std::vector<nn::Block<T>> blocks_;
+  std::optional<nn::Head<T>> head_;
+  std::optional<nn::BlockWork<T>> work_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<bool> busy_;
+  int in_flight_ = 0, peak_in_flight_ = 0;
+};
+
+}  // namespace kpipe::model

@@ -1,0 +1,104 @@
+#include "kpipe/model/parameters.hpp"
+
+#include <fmt/format.h>
+
+#include <stdexcept>
+
+#include "kpipe/core/rng.hpp"
+
+namespace kpipe::model {
+
+std::string TensorSlot::path() const { return fmt::format("layers/{:02d}/{}", layer, spec->name); }
+
+template <class T>
+ParameterStore<T>::ParameterStore(const ModelDesc& desc, int first, int last) : desc_(&desc), first_(first), last_(last) {
+  std::int64_t total = 0;
+  for (int l = first; l < last; ++l)
+    for (const auto& spec : desc.layers.at(l).params) {
+      slots_.push_back({l, &spec, total});
+      total += spec.numel();
+    }
+  values_ = View1<T>(uninitialized("kpipe::model::ParameterStore::values"), total);
+  grads_ = View1<T>("kpipe::model::ParameterStore::grads", total);
+  moment1_ = View1<T>("kpipe::model::ParameterStore::moment1", total);
+  moment2_ = View1<T>("kpipe::model::ParameterStore::moment2", total);
+
+  View1<std::uint8_t> mask(uninitialized("kpipe::model::ParameterStore::decay_mask"), total);
+  for (const auto& s : slots_)
+    Kokkos::deep_copy(Kokkos::subview(mask, Kokkos::make_pair(s.offset, s.offset + s.spec->numel())),
+                      std::uint8_t(s.spec->decay ? 1 : 0));
+  decay_mask_ = mask;
+}
+
+template <class T> void ParameterStore<T>::initialize(const ExecSpace& space, std::uint64_t seed) {
+  for (const auto& s : slots_) {
+    const auto v = view1(values_, s);
+    const Init init = s.spec->init;
+    const double std = s.spec->std;
+    const rng::Key key = rng::make_key(seed, std::uint64_t(s.layer), 0, s.spec->name);
+    Kokkos::parallel_for("kpipe::model::ParameterStore::initialize", range(space, v.extent(0)),
+                         KOKKOS_LAMBDA(std::int64_t i) {
+                           if (init == Init::normal)
+                             v(i) = T(std * rng::normal(key, std::uint64_t(i)));
+                           else
+                             v(i) = init == Init::ones ? T(1) : T(0);
+                         });
+  }
+  Kokkos::deep_copy(space, moment1_, T(0));
+  Kokkos::deep_copy(space, moment2_, T(0));
+  zero_grads(space);
+}
+
+template <class T> void ParameterStore<T>::zero_grads(const ExecSpace& space) { Kokkos::deep_copy(space, grads_, T(0)); }
+
+template <class T>
+std::pair<std::int64_t, std::int64_t> ParameterStore<T>::layer_range(int layer) const {
+  std::int64_t begin = -1, end = -1;
+  for (const auto& s : slots_)
+    if (s.layer == layer) {
+      if (begin < 0) begin = s.offset;
+      end = s.offset + s.spec->numel();
+    }
+  if (begin < 0) throw std::out_of_range(fmt::format("layer {} is not in this parameter store", layer));
+  return {begin, end - begin};
+}
+
+template <class T> const TensorSlot& ParameterStore<T>::find(int layer, const std::string& name) const {
+  for (const auto& s : slots_)
+    if (s.layer == layer && s.spec->name == name) return s;
+  throw std::out_of_range(fmt::format("no parameter layers/{:02d}/{} in this store", layer, name));
+}
+
+template <class T> View1<T> ParameterStore<T>::view1(const View1<T>& flat, const TensorSlot& s) {
+  return View1<T>(flat.data() + s.offset, s.spec->numel());
+}
+
+template <class T> View2<T> ParameterStore<T>::view2(const View1<T>& flat, const TensorSlot& s) {
+  if (s.spec->shape.size() != 2) throw std::logic_error(s.path() + " is not a matrix");
+  return View2<T>(flat.data() + s.offset, s.spec->shape[0], s.spec->shape[1]);
+}
+
+std::uint64_t hash_bytes(const void* data, std::size_t bytes, std::uint64_t h) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+template <class T> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T>& store) {
+  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), store.values());
+  std::vector<std::uint64_t> hashes;
+  for (const auto& s : store.slots())
+    hashes.push_back(hash_bytes(host.data() + s.offset, sizeof(T) * std::size_t(s.spec->numel())));
+  return hashes;
+}
+
+std::uint64_t combine_hashes(const std::vector<std::uint64_t>& hashes) {
+  return hash_bytes(hashes.data(), hashes.size() * sizeof(std::uint64_t));
+}
+
+template class ParameterStore<float>;
+template class ParameterStore<double>;
+template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<float>&);
+template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<double>&);
+
+}  // namespace kpipe::model

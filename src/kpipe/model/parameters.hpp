@@ -1,0 +1,72 @@
+#pragma once
+// The parameters of a run of consecutive layers (a model chunk), their gradients and optimizer moments,
+// each carved out of one allocation so that the optimizer is one kernel and a checkpoint one copy.
+// Tensors are laid out in global layer order, then in the order of the layer's ParamSpec list.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kpipe/core/tensor.hpp"
+#include "kpipe/model/desc.hpp"
+
+namespace kpipe::model {
+
+struct TensorSlot {
+  int layer = 0;                     // global layer index
+  const ParamSpec* spec = nullptr;   // into the ModelDesc the store was built from
+  std::int64_t offset = 0;           // into the flat buffers
+  std::string path() const;          // "layers/03/attn/qkv/weight"
+};
+
+template <class T> class ParameterStore {
+ public:
+  // Layers [first, last) of desc; desc must outlive the store.
+  ParameterStore(const ModelDesc& desc, int first, int last);
+
+  // Fills every parameter from (seed, global layer index, parameter name): the same values on any layout.
+  void initialize(const ExecSpace& space, std::uint64_t seed);
+  void zero_grads(const ExecSpace& space);
+
+  const std::vector<TensorSlot>& slots() const { return slots_; }
+  int first_layer() const { return first_; }
+  int last_layer() const { return last_; }
+  std::int64_t size() const { return values_.extent(0); }
+
+  // Views of one tensor (unmanaged views into the flat buffers).
+  View1<T> vector(int layer, const std::string& name) const { return view1(values_, find(layer, name)); }
+  View2<T> matrix(int layer, const std::string& name) const { return view2(values_, find(layer, name)); }
+  View1<T> grad_vector(int layer, const std::string& name) const { return view1(grads_, find(layer, name)); }
+  View2<T> grad_matrix(int layer, const std::string& name) const { return view2(grads_, find(layer, name)); }
+
+  // The flat buffers: values, gradients, optimizer moments, and 1 where weight decay applies.
+  const View1<T>& values() const { return values_; }
+  const View1<T>& grads() const { return grads_; }
+  const View1<T>& moment1() const { return moment1_; }
+  const View1<T>& moment2() const { return moment2_; }
+  const View1<const std::uint8_t>& decay_mask() const { return decay_mask_; }
+
+  // Offset and length of one layer's parameters in the flat buffers (layers are contiguous).
+  std::pair<std::int64_t, std::int64_t> layer_range(int layer) const;
+
+ private:
+  const TensorSlot& find(int layer, const std::string& name) const;
+  static View1<T> view1(const View1<T>& flat, const TensorSlot& s);
+  static View2<T> view2(const View1<T>& flat, const TensorSlot& s);
+
+  const ModelDesc* desc_;
+  int first_, last_;
+  std::vector<TensorSlot> slots_;
+  View1<T> values_, grads_, moment1_, moment2_;
+  View1<const std::uint8_t> decay_mask_;
+};
+
+// FNV-1a of a tensor's bytes; combined in global order into a run's param_checksum.
+std::uint64_t hash_bytes(const void* data, std::size_t bytes, std::uint64_t h = 1469598103934665603ull);
+
+// Per-tensor hashes of the store's values (host copy), in slot order.
+template <class T> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T>& store);
+
+// The checksum of a whole model from its tensors' hashes in global layer order.
+std::uint64_t combine_hashes(const std::vector<std::uint64_t>& hashes);
+
+}  // namespace kpipe::model
