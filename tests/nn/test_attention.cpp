@@ -1,0 +1,205 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kpipe/core/error.hpp"
+#include "kpipe/nn/attention.hpp"
+#include "support/gradcheck.hpp"
+
+namespace kpipe::nn {
+namespace {
+
+// One attention layer's buffers for a shape, with random q|k|v input.
+template <class T> struct Attention {
+  AttentionShape shape;
+  View2<T> qkv, out;
+  AttentionStash<T> stash;
+  AttentionWork<T> work;
+
+  explicit Attention(const AttentionShape& s, std::uint64_t seed = 1)
+      : shape(s),
+        qkv("qkv", s.rows(), 3 * s.channels()),
+        out("out", s.rows(), s.channels()),
+        stash(allocate_stash<T>(s)),
+        work(allocate_work<T>(s)) {
+    // Wide enough that the softmax is far from uniform.
+    test::fill_uniform(qkv, seed, -2.0, 2.0);
+  }
+  void forward() { attention_forward(ExecSpace(), shape, qkv, stash, work, out); }
+  void backward(const View2<T>& dout, const View2<T>& dqkv) {
+    attention_backward_input(ExecSpace(), shape, stash, work, dout, dqkv);
+  }
+};
+
+// Naive host attention, straight from the definition: out[b*T+i, h*hd+d] and probs[((b*H+h)*T+i)*T+j].
+struct Reference {
+  std::vector<double> out, probs;
+};
+Reference reference_attention(const AttentionShape& s, const View2<double>& qkv) {
+  auto x = Kokkos::create_mirror_view_and_copy(HostSpace(), qkv);
+  const int B = s.batch, T = s.seq, H = s.heads, D = s.head_dim, C = s.channels();
+  Reference ref{std::vector<double>(std::size_t(B) * T * C), std::vector<double>(std::size_t(B) * H * T * T)};
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        std::vector<double> p(T, 0.0);
+        double norm = 0;
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += x(b * T + i, h * D + d) * x(b * T + j, C + h * D + d);
+          p[j] = std::exp(dot / std::sqrt(double(D)));
+          norm += p[j];
+        }
+        for (int j = 0; j < T; ++j) ref.probs[((std::size_t(b) * H + h) * T + i) * T + j] = p[j] / norm;
+        for (int d = 0; d < D; ++d) {
+          double o = 0;
+          for (int j = 0; j <= i; ++j) o += p[j] / norm * x(b * T + j, 2 * C + h * D + d);
+          ref.out[(std::size_t(b) * T + i) * C + h * D + d] = o;
+        }
+      }
+  return ref;
+}
+
+// Shapes under test: the brief's tiny one, and one longer than several causal blocks of the products
+// (the kernel splits T x T products into row blocks; 131 = 2 * 64 + 3 leaves a ragged last block).
+const AttentionShape tiny{2, 5, 2, 3};
+const AttentionShape long_seq{1, 131, 2, 4};
+
+void expect_forward_matches_reference(const AttentionShape& shape) {
+  Attention<double> a(shape);
+  a.forward();
+  const Reference ref = reference_attention(shape, a.qkv);
+  auto out = Kokkos::create_mirror_view_and_copy(HostSpace(), a.out);
+  auto probs = Kokkos::create_mirror_view_and_copy(HostSpace(), a.stash.probs);
+  ASSERT_EQ(out.span(), ref.out.size());
+  for (std::size_t i = 0; i < ref.out.size(); ++i) EXPECT_NEAR(out.data()[i], ref.out[i], 1e-12) << "out " << i;
+  for (std::size_t i = 0; i < ref.probs.size(); ++i) EXPECT_NEAR(probs.data()[i], ref.probs[i], 1e-12) << "probs " << i;
+}
+
+TEST(Attention, ForwardMatchesNaiveReference) { expect_forward_matches_reference(tiny); }
+TEST(Attention, ForwardMatchesNaiveReferenceOverSeveralBlocks) { expect_forward_matches_reference(long_seq); }
+
+TEST(Attention, ProbsAreCausalDistributions) {
+  for (const auto& shape : {tiny, long_seq}) {
+    Attention<double> a(shape);
+    a.forward();
+    auto p = Kokkos::create_mirror_view_and_copy(HostSpace(), a.stash.probs);
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h)
+        for (int i = 0; i < shape.seq; ++i) {
+          double sum = 0;
+          for (int j = 0; j <= i; ++j) {
+            EXPECT_GT(p(b, h, i, j), 0.0);
+            sum += p(b, h, i, j);
+          }
+          EXPECT_NEAR(sum, 1.0, 1e-12) << "row " << i;
+          for (int j = i + 1; j < shape.seq; ++j) EXPECT_EQ(p(b, h, i, j), 0.0) << "above the diagonal";
+        }
+  }
+}
+
+TEST(Attention, FutureTokensDoNotChangeEarlierOutputs) {
+  for (const auto& shape : {tiny, long_seq}) {
+    Attention<double> a(shape);
+    a.forward();
+    auto before = Kokkos::create_mirror(HostSpace(), a.out);
+    Kokkos::deep_copy(before, a.out);
+    // Change the q, k and v of the last token of sequence 0.
+    auto x = Kokkos::create_mirror_view_and_copy(HostSpace(), a.qkv);
+    const int last = shape.seq - 1;
+    for (std::size_t c = 0; c < x.extent(1); ++c) x(last, c) += 0.5 + 0.1 * double(c);
+    Kokkos::deep_copy(a.qkv, x);
+    a.forward();
+    auto after = Kokkos::create_mirror_view_and_copy(HostSpace(), a.out);
+    for (int row = 0; row < int(shape.rows()); ++row)
+      for (int c = 0; c < shape.channels(); ++c) {
+        if (row == last) continue;
+        EXPECT_EQ(after(row, c), before(row, c)) << "row " << row << " column " << c;
+      }
+    bool last_changed = false;
+    for (int c = 0; c < shape.channels(); ++c) last_changed |= after(last, c) != before(last, c);
+    EXPECT_TRUE(last_changed) << "the changed token's own output must change";
+  }
+}
+
+void expect_gradient_matches_finite_differences(const AttentionShape& shape) {
+  Attention<double> a(shape, 7);
+  View2<double> r("r", shape.rows(), shape.channels()), dqkv("dqkv", shape.rows(), 3 * shape.channels());
+  test::fill_uniform(r, 8);
+  // L = sum(out * r), so dL/dout = r.
+  auto loss = [&] {
+    a.forward();
+    return test::dot(a.out, r);
+  };
+  loss();
+  a.backward(r, dqkv);
+  test::expect_gradient("dqkv", a.qkv, dqkv, loss, 60);
+}
+
+TEST(Attention, GradientMatchesFiniteDifferences) { expect_gradient_matches_finite_differences(tiny); }
+TEST(Attention, GradientMatchesFiniteDifferencesOverSeveralBlocks) {
+  expect_gradient_matches_finite_differences({1, 70, 2, 2});
+}
+
+// Stash and work are allocated uninitialized and reused: no result may depend on what they held.
+TEST(Attention, ResultsDoNotDependOnScratchContents) {
+  for (const auto& shape : {tiny, long_seq}) {
+    Attention<double> clean(shape, 3), dirty(shape, 3);
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (const auto& v : {clean.stash.q, clean.stash.k, clean.stash.v, clean.stash.probs, clean.work.heads_out,
+                          clean.work.dprobs, clean.work.dq, clean.work.dk, clean.work.dv})
+      Kokkos::deep_copy(v, 0.0);
+    for (const auto& v : {dirty.stash.q, dirty.stash.k, dirty.stash.v, dirty.stash.probs, dirty.work.heads_out,
+                          dirty.work.dprobs, dirty.work.dq, dirty.work.dk, dirty.work.dv})
+      Kokkos::deep_copy(v, nan);
+    View2<double> dout("dout", shape.rows(), shape.channels());
+    View2<double> dqkv_clean("dqkv_clean", shape.rows(), 3 * shape.channels());
+    View2<double> dqkv_dirty("dqkv_dirty", shape.rows(), 3 * shape.channels());
+    test::fill_uniform(dout, 4);
+    clean.forward();
+    clean.backward(dout, dqkv_clean);
+    dirty.forward();
+    dirty.backward(dout, dqkv_dirty);
+    auto oc = Kokkos::create_mirror_view_and_copy(HostSpace(), clean.out);
+    auto od = Kokkos::create_mirror_view_and_copy(HostSpace(), dirty.out);
+    auto gc = Kokkos::create_mirror_view_and_copy(HostSpace(), dqkv_clean);
+    auto gd = Kokkos::create_mirror_view_and_copy(HostSpace(), dqkv_dirty);
+    for (std::size_t i = 0; i < oc.span(); ++i) ASSERT_EQ(oc.data()[i], od.data()[i]) << "out " << i;
+    for (std::size_t i = 0; i < gc.span(); ++i) ASSERT_EQ(gc.data()[i], gd.data()[i]) << "dqkv " << i;
+  }
+}
+
+TEST(Attention, FloatForwardIsCloseToDouble) {
+  const AttentionShape shape = long_seq;
+  Attention<double> d(shape);
+  Attention<float> f(shape);
+  auto xd = Kokkos::create_mirror_view_and_copy(HostSpace(), d.qkv);
+  auto xf = Kokkos::create_mirror_view(f.qkv);
+  for (std::size_t i = 0; i < xd.span(); ++i) xf.data()[i] = float(xd.data()[i]);
+  Kokkos::deep_copy(f.qkv, xf);
+  d.forward();
+  f.forward();
+  auto od = Kokkos::create_mirror_view_and_copy(HostSpace(), d.out);
+  auto of = Kokkos::create_mirror_view_and_copy(HostSpace(), f.out);
+  for (std::size_t i = 0; i < od.span(); ++i) EXPECT_NEAR(of.data()[i], od.data()[i], 1e-5) << i;
+}
+
+TEST(Attention, FlopsCountBothFullProducts) {
+  // Two T x T x hd products per head: scores and probs * v.
+  EXPECT_DOUBLE_EQ(attention_forward_flops({16, 128, 8, 32}), 2.0 * 2.0 * 16 * 8 * 128 * 128 * 32);
+}
+
+TEST(Attention, RejectsMismatchedShapes) {
+  Attention<double> a(tiny);
+  View2<double> wrong("wrong", tiny.rows(), tiny.channels());  // C columns where 3C are expected
+  EXPECT_THROW(attention_forward(ExecSpace(), tiny, wrong, a.stash, a.work, a.out), InputError);
+  AttentionShape other = tiny;
+  other.seq = 6;
+  EXPECT_THROW(attention_forward(ExecSpace(), other, a.qkv, a.stash, a.work, a.out), InputError);
+  EXPECT_THROW(allocate_stash<double>({1, 0, 2, 3}), InputError);
+}
+
+}  // namespace
+}  // namespace kpipe::nn
