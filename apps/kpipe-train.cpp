@@ -1,0 +1,85 @@
+// kpipe-train: trains a GPT on byte-level text. Configuration: --preset, --config FILE, --table.key VALUE
+// (see --help). Progress on stderr; --metrics FILE writes JSON Lines.
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "kpipe/core/config_io.hpp"
+#include "kpipe/core/error.hpp"
+#include "kpipe/data/corpus.hpp"
+#include "kpipe/runtime/metrics.hpp"
+#include "kpipe/runtime/trainer.hpp"
+
+namespace {
+
+std::string duration(double seconds) {
+  const auto s = static_cast<long>(seconds + 0.5);
+  return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
+}
+
+int train(const kpipe::Config& config, int rank) {
+  using namespace kpipe;
+  const auto corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
+  runtime::MetricsWriter metrics(rank == 0 ? config.output.metrics : std::string());
+  runtime::Trainer<float> trainer(config, corpus);
+  const auto& desc = trainer.desc();
+  if (rank == 0)
+    fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, batch {} x {} micro-batches, data: {}\n",
+               desc.num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len,
+               config.train.batch, config.train.microbatches, corpus.source);
+
+  const auto start = std::chrono::steady_clock::now();
+  std::int64_t tokens = 0;
+  for (int s = 0; s < config.train.steps; ++s) {
+    const auto stats = trainer.step();
+    tokens += stats.tokens;
+    metrics.write_step(stats);
+    const bool last = s + 1 == config.train.steps;
+    if (rank == 0 && (s % config.train.log_every == 0 || last)) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      fmt::print(stderr, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", s + 1,
+                 config.train.steps, stats.loss, stats.lr, stats.grad_norm, tokens / elapsed,
+                 duration(elapsed / (s + 1) * (config.train.steps - s - 1)));
+    }
+    if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last && rank == 0)
+      fmt::print(stderr, "step {:>5} | validation loss {:.4f}\n", s + 1, trainer.evaluate());
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  runtime::FinalMetrics final;
+  final.steps = trainer.next_step();
+  final.val_loss = trainer.evaluate();
+  final.param_checksum = trainer.param_checksum();
+  final.seconds = seconds;
+  final.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
+  final.num_params = desc.num_params();
+  metrics.write_final(final);
+  if (rank == 0)
+    fmt::print(stderr, "done: {} steps in {} | validation loss {:.4f} | {:.0f} tok/s | param_checksum {}\n", final.steps,
+               duration(seconds), final.val_loss, final.tokens_per_s, runtime::checksum_hex(final.param_checksum));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rc = 0;
+  {
+    Kokkos::ScopeGuard kokkos(argc, argv);
+    try {
+      const auto command_line = kpipe::parse_command_line("kpipe-train", argc, argv);
+      rc = command_line.exit_now ? command_line.exit_code : train(command_line.config, rank);
+    } catch (const kpipe::InputError& e) {
+      // Every rank reads the same input and fails the same way; one of them says so.
+      if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
+      rc = kpipe::exit_bad_input;
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}

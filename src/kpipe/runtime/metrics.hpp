@@ -1,0 +1,35 @@
+#pragma once
+// Metrics as JSON Lines: one object per optimizer step, then one with "final": true. Floats are written
+// with 17 significant digits, so a loss read back is the exact double that was computed.
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+#include "kpipe/runtime/trainer.hpp"
+
+namespace kpipe::runtime {
+
+struct FinalMetrics {
+  std::int64_t steps = 0;
+  double val_loss = 0;
+  std::uint64_t param_checksum = 0;
+  double seconds = 0;
+  double tokens_per_s = 0;
+  std::int64_t num_params = 0;
+};
+
+class MetricsWriter {
+ public:
+  // An empty path writes nothing. The file is truncated.
+  explicit MetricsWriter(const std::string& path);
+  void write_step(const StepStats& stats);
+  void write_final(const FinalMetrics& final);
+
+ private:
+  std::ofstream out_;
+};
+
+// "0123456789abcdef": how a checksum is printed everywhere.
+std::string checksum_hex(std::uint64_t checksum);
+
+}  // namespace kpipe::runtime
