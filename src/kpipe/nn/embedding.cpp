@@ -1,0 +1,60 @@
+#include "kpipe/nn/embedding.hpp"
+
+#include "kpipe/core/error.hpp"
+
+namespace kpipe::nn {
+
+// The rows must be whole sequences of `seq` tokens, each position having a row in the position table.
+static void check_sequences(std::int64_t rows, int seq, std::int64_t positions) {
+  require(seq > 0 && seq <= positions, "model.seq_len = {} must be in [1, {}] (rows of the position table)", seq,
+          positions);
+  require(rows % seq == 0, "model.seq_len = {} does not divide the {} tokens of the batch", seq, rows);
+}
+
+// tokens[B*T] -> out[B*T, C]
+template <class T>
+void forward(const ExecSpace& space, const Embedding<T>& emb, const View1<const Token>& tokens, int seq,
+             const View2<T>& out) {
+  check_sequences(tokens.extent(0), seq, emb.position.extent(0));
+  const auto token = emb.token;
+  const auto position = emb.position;
+  Kokkos::parallel_for("kpipe::nn::Embedding::forward", range2(space, out.extent(0), out.extent(1)),
+                       KOKKOS_LAMBDA(std::int64_t i, std::int64_t c) {
+                         out(i, c) = token(tokens(i), c) + position(i % seq, c);
+                       });
+}
+
+// dout[B*T, C] -> dtoken[V, C] +=, dposition[T_max, C] +=
+template <class T>
+void backward_weight(const ExecSpace& space, const Embedding<T>& emb, const View1<const Token>& tokens, int seq,
+                     In2<T> dout) {
+  check_sequences(tokens.extent(0), seq, emb.position.extent(0));
+  const auto dtoken = emb.dtoken;
+  const auto dposition = emb.dposition;
+  const std::int64_t rows = dout.extent(0);
+  const std::int64_t sequences = rows / seq;
+  // A token may occur on many rows: one thread per channel adds the rows in order, so no two threads touch
+  // the same element and the sum is the same on every backend (no atomics).
+  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token", range(space, dout.extent(1)),
+                       KOKKOS_LAMBDA(std::int64_t c) {
+                         for (std::int64_t i = 0; i < rows; ++i) dtoken(tokens(i), c) += dout(i, c);
+                       });
+  // Position t is on row b*T + t of every sequence b: one thread per (t, c) sums them in order.
+  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::position", range2(space, seq, dout.extent(1)),
+                       KOKKOS_LAMBDA(std::int64_t t, std::int64_t c) {
+                         T sum = 0;
+                         for (std::int64_t b = 0; b < sequences; ++b) sum += dout(b * seq + t, c);
+                         dposition(t, c) += sum;
+                       });
+}
+
+template void forward(const ExecSpace&, const Embedding<float>&, const View1<const Token>&, int,
+                      const View2<float>&);
+template void backward_weight(const ExecSpace&, const Embedding<float>&, const View1<const Token>&, int,
+                              In2<float>);
+template void forward(const ExecSpace&, const Embedding<double>&, const View1<const Token>&, int,
+                      const View2<double>&);
+template void backward_weight(const ExecSpace&, const Embedding<double>&, const View1<const Token>&, int,
+                              In2<double>);
+
+}  // namespace kpipe::nn

@@ -1,0 +1,104 @@
+#include "kpipe/nn/optimizer.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kpipe/core/error.hpp"
+#include "kpipe/core/math.hpp"
+
+namespace kpipe::nn {
+
+double learning_rate(const OptimizerConfig& cfg, std::int64_t step, std::int64_t total_steps) {
+  require(cfg.warmup_steps >= 0, "optim.warmup_steps = {} must be >= 0", cfg.warmup_steps);
+  require(cfg.decay_steps >= 0, "optim.decay_steps = {} must be >= 0", cfg.decay_steps);
+  if (step < cfg.warmup_steps) return cfg.lr * double(step + 1) / cfg.warmup_steps;
+  const std::int64_t decay = cfg.decay_steps > 0 ? cfg.decay_steps : total_steps - cfg.warmup_steps;
+  const std::int64_t since_warmup = step - cfg.warmup_steps;
+  if (since_warmup >= decay) return cfg.min_lr;
+  const double pi = 3.14159265358979323846;
+  const double progress = double(since_warmup) / double(decay);
+  return cfg.min_lr + 0.5 * (cfg.lr - cfg.min_lr) * (1.0 + std::cos(pi * progress));
+}
+
+double clip_factor(double global_norm, double max_norm) {
+  // The 1e-6 keeps the clipped norm just under max_norm (as torch.nn.utils.clip_grad_norm_ does).
+  return max_norm > 0 && global_norm > max_norm ? max_norm / (global_norm + 1e-6) : 1.0;
+}
+
+template <class T> double sum_squares(const ExecSpace& space, In1<T> x) {
+  double total = 0;
+  Kokkos::parallel_reduce(
+      "kpipe::nn::sum_squares", range(space, x.extent(0)),
+      KOKKOS_LAMBDA(std::int64_t i, double& s) {
+        const double v = x(i);
+        s += v * v;
+      },
+      total);
+  return total;
+}
+
+// The optimizer state and the mask must cover the parameter buffer exactly; anything else is a bug in the
+// caller, not bad input.
+static void check_lengths(const char* what, std::size_t params, std::size_t grads, std::size_t state_a,
+                          std::size_t state_b, std::size_t mask) {
+  if (grads != params || state_a != params || state_b != params || mask != params)
+    throw std::invalid_argument(fmt::format("{}: lengths differ: params {}, grads {}, state {} and {}, mask {}",
+                                            what, params, grads, state_a, state_b, mask));
+}
+
+template <class T>
+void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step, double grad_scale,
+                  const View1<T>& params, In1<T> grads, const View1<T>& m, const View1<T>& v,
+                  const View1<const std::uint8_t>& decay_mask) {
+  check_lengths("adamw_update", params.extent(0), grads.extent(0), m.extent(0), v.extent(0), decay_mask.extent(0));
+  if (step < 1) throw std::invalid_argument(fmt::format("adamw_update: step = {} (steps count from 1)", step));
+  require(cfg.beta1 >= 0 && cfg.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", cfg.beta1);
+  require(cfg.beta2 >= 0 && cfg.beta2 < 1, "optim.beta2 = {} must be in [0, 1)", cfg.beta2);
+  require(cfg.eps > 0, "optim.eps = {} must be > 0", cfg.eps);
+  // Step-dependent scalars once, in double, on the host.
+  const T b1 = cfg.beta1, b2 = cfg.beta2, eps = cfg.eps, scale = grad_scale, rate = lr;
+  const T inv_bias1 = 1.0 / (1.0 - std::pow(cfg.beta1, double(step)));
+  const T inv_bias2 = 1.0 / (1.0 - std::pow(cfg.beta2, double(step)));
+  const T decay = lr * cfg.weight_decay;
+  Kokkos::parallel_for("kpipe::nn::adamw_update", range(space, params.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+    const T g = scale * grads(i);
+    const T m_new = b1 * m(i) + (T(1) - b1) * g;
+    const T v_new = b2 * v(i) + (T(1) - b2) * g * g;
+    m(i) = m_new;
+    v(i) = v_new;
+    const T p = params(i);
+    const T adam_step = rate * (m_new * inv_bias1) / (math::sqrt(v_new * inv_bias2) + eps);
+    params(i) = p - (adam_step + decay * T(decay_mask(i)) * p);
+  });
+}
+
+template <class T>
+void sgd_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, double grad_scale,
+                const View1<T>& params, In1<T> grads, const View1<T>& momentum_buf,
+                const View1<const std::uint8_t>& decay_mask) {
+  check_lengths("sgd_update", params.extent(0), grads.extent(0), momentum_buf.extent(0), momentum_buf.extent(0),
+                decay_mask.extent(0));
+  const T momentum = cfg.momentum, wd = cfg.weight_decay, scale = grad_scale, rate = lr;
+  Kokkos::parallel_for("kpipe::nn::sgd_update", range(space, params.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+    const T p = params(i);
+    const T g = scale * grads(i) + wd * T(decay_mask(i)) * p;
+    const T buf = momentum * momentum_buf(i) + g;
+    momentum_buf(i) = buf;
+    params(i) = p - rate * buf;
+  });
+}
+
+template double sum_squares<float>(const ExecSpace&, In1<float>);
+template void adamw_update(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
+                           const View1<float>&, In1<float>, const View1<float>&, const View1<float>&,
+                           const View1<const std::uint8_t>&);
+template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<float>&, In1<float>,
+                         const View1<float>&, const View1<const std::uint8_t>&);
+template double sum_squares<double>(const ExecSpace&, In1<double>);
+template void adamw_update(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
+                           const View1<double>&, In1<double>, const View1<double>&, const View1<double>&,
+                           const View1<const std::uint8_t>&);
+template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<double>&,
+                         In1<double>, const View1<double>&, const View1<const std::uint8_t>&);
+
+}  // namespace kpipe::nn

@@ -1,0 +1,102 @@
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kpipe/core/error.hpp"
+#include "kpipe/nn/embedding.hpp"
+#include "support/gradcheck.hpp"
+
+namespace kpipe::nn {
+namespace {
+
+template <class T> Embedding<T> make_embedding(int vocab, int positions, int channels) {
+  return Embedding<T>{View2<T>("token", vocab, channels), View2<T>("position", positions, channels),
+                      View2<T>("dtoken", vocab, channels), View2<T>("dposition", positions, channels)};
+}
+
+View1<Token> make_tokens(const std::vector<Token>& values) {
+  View1<Token> tokens("tokens", values.size());
+  auto host = Kokkos::create_mirror_view(tokens);
+  for (std::size_t i = 0; i < values.size(); ++i) host(i) = values[i];
+  Kokkos::deep_copy(tokens, host);
+  return tokens;
+}
+
+// 3 sequences of 4; token 1 occurs six times, token 5 never; the position table has a spare row.
+const std::vector<Token> repeated = {1, 3, 1, 1, 4, 0, 3, 1, 1, 1, 2, 3};
+constexpr int vocab = 6, positions = 5, seq = 4, channels = 3;
+
+TEST(Embedding, ForwardAddsTokenAndPositionRows) {
+  ExecSpace space;
+  auto emb = make_embedding<double>(vocab, positions, channels);
+  test::fill_uniform(emb.token, 1);
+  test::fill_uniform(emb.position, 2);
+  const auto tokens = make_tokens(repeated);
+  View2<double> out("out", repeated.size(), channels);
+  forward(space, emb, tokens, seq, out);
+  auto hout = Kokkos::create_mirror_view_and_copy(HostSpace(), out);
+  auto htoken = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.token);
+  auto hposition = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.position);
+  for (std::size_t i = 0; i < repeated.size(); ++i)
+    for (int c = 0; c < channels; ++c)
+      EXPECT_DOUBLE_EQ(hout(i, c), htoken(repeated[i], c) + hposition(i % seq, c)) << i << "," << c;
+}
+
+TEST(Embedding, GradientsMatchFiniteDifferencesWithRepeatedTokens) {
+  ExecSpace space;
+  auto emb = make_embedding<double>(vocab, positions, channels);
+  test::fill_uniform(emb.token, 3);
+  test::fill_uniform(emb.position, 4);
+  const auto tokens = make_tokens(repeated);
+  View2<double> out("out", repeated.size(), channels), r("r", repeated.size(), channels);
+  test::fill_uniform(r, 5);
+  auto loss = [&] {
+    forward(space, emb, tokens, seq, out);
+    return test::dot(out, r);
+  };
+  backward_weight(space, emb, tokens, seq, r);
+  test::expect_gradient("dtoken", emb.token, emb.dtoken, loss, vocab * channels);
+  test::expect_gradient("dposition", emb.position, emb.dposition, loss, positions * channels);
+  // Unused rows get exactly nothing.
+  auto hdtoken = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
+  auto hdposition = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dposition);
+  for (int c = 0; c < channels; ++c) {
+    EXPECT_EQ(hdtoken(5, c), 0.0);
+    EXPECT_EQ(hdposition(4, c), 0.0);
+  }
+}
+
+TEST(Embedding, BackwardAccumulates) {
+  ExecSpace space;
+  auto emb = make_embedding<double>(vocab, positions, channels);
+  const auto tokens = make_tokens(repeated);
+  View2<double> dout("dout", repeated.size(), channels);
+  test::fill_uniform(dout, 6);
+  backward_weight(space, emb, tokens, seq, dout);
+  auto token_once = Kokkos::create_mirror(HostSpace(), emb.dtoken);
+  auto position_once = Kokkos::create_mirror(HostSpace(), emb.dposition);
+  Kokkos::deep_copy(token_once, emb.dtoken);
+  Kokkos::deep_copy(position_once, emb.dposition);
+  backward_weight(space, emb, tokens, seq, dout);
+  auto token_twice = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
+  auto position_twice = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dposition);
+  for (int c = 0; c < channels; ++c) {
+    for (int v = 0; v < vocab; ++v) EXPECT_DOUBLE_EQ(token_twice(v, c), 2 * token_once(v, c));
+    for (int t = 0; t < positions; ++t) EXPECT_DOUBLE_EQ(position_twice(t, c), 2 * position_once(t, c));
+  }
+}
+
+TEST(Embedding, RejectsSequenceLengthsThatDoNotFit) {
+  ExecSpace space;
+  auto emb = make_embedding<float>(vocab, positions, channels);
+  const auto tokens = make_tokens(repeated);
+  View2<float> out("out", repeated.size(), channels);
+  EXPECT_THROW(forward(space, emb, tokens, 0, out), InputError);
+  EXPECT_THROW(forward(space, emb, tokens, 6, out), InputError);  // longer than the position table
+  EXPECT_THROW(forward(space, emb, tokens, 5, out), InputError);  // 12 rows are not whole sequences of 5
+  EXPECT_THROW(backward_weight(space, emb, tokens, 5, out), InputError);
+  EXPECT_NO_THROW(forward(space, emb, tokens, 3, out));
+}
+
+}  // namespace
+}  // namespace kpipe::nn

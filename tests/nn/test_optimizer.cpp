@@ -1,0 +1,223 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "kpipe/core/error.hpp"
+#include "kpipe/nn/optimizer.hpp"
+#include "support/gradcheck.hpp"
+
+namespace kpipe::nn {
+namespace {
+
+OptimizerConfig schedule_config() {
+  OptimizerConfig cfg;
+  cfg.lr = 1e-3;
+  cfg.min_lr = 1e-4;
+  cfg.warmup_steps = 10;
+  cfg.decay_steps = 0;
+  return cfg;
+}
+
+TEST(Optimizer, LearningRateWarmsUpThenFollowsCosine) {
+  auto cfg = schedule_config();
+  const std::int64_t total = 110;  // 10 warm-up steps, then 100 of cosine decay
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 0, total), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 4, total), 5e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 9, total), 1e-3);
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 10, total), 1e-3);
+  EXPECT_NEAR(learning_rate(cfg, 60, total), 5.5e-4, 1e-15);  // halfway: (lr + min_lr) / 2
+  EXPECT_NEAR(learning_rate(cfg, 35, total), 1e-4 + 0.45e-3 * (1 + std::cos(M_PI / 4)), 1e-15);
+  EXPECT_GT(learning_rate(cfg, 109, total), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 110, total), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 500, total), 1e-4);
+  for (std::int64_t s = 10; s < 110; ++s) EXPECT_LT(learning_rate(cfg, s + 1, total), learning_rate(cfg, s, total));
+
+  cfg.decay_steps = 50;  // decay over 50 steps, then the floor, whatever total_steps says
+  EXPECT_NEAR(learning_rate(cfg, 35, total), 5.5e-4, 1e-15);
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 60, total), 1e-4);
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 100, total), 1e-4);
+
+  cfg.warmup_steps = 0;  // no warm-up: the peak at step 0
+  EXPECT_DOUBLE_EQ(learning_rate(cfg, 0, total), 1e-3);
+
+  cfg.warmup_steps = -1;
+  EXPECT_THROW(learning_rate(cfg, 0, total), InputError);
+}
+
+TEST(Optimizer, ClipFactor) {
+  EXPECT_EQ(clip_factor(0.5, 1.0), 1.0);   // under the bound
+  EXPECT_EQ(clip_factor(1.0, 1.0), 1.0);   // at the bound
+  EXPECT_DOUBLE_EQ(clip_factor(4.0, 1.0), 1.0 / (4.0 + 1e-6));
+  EXPECT_LT(4.0 * clip_factor(4.0, 1.0), 1.0);  // the clipped norm is just under the bound
+  EXPECT_EQ(clip_factor(4.0, 0.0), 1.0);   // disabled
+  EXPECT_EQ(clip_factor(4.0, -1.0), 1.0);  // disabled
+}
+
+TEST(Optimizer, SumSquaresMatchesHost) {
+  ExecSpace space;
+  View1<double> x("x", 1001);
+  View1<float> xf("xf", 777);
+  test::fill_uniform(x, 1, -3.0, 3.0);
+  test::fill_uniform(xf, 2, -3.0, 3.0);
+  const double expected = test::dot(x, x), expected_f = test::dot(xf, xf);
+  EXPECT_NEAR(sum_squares<double>(space, x), expected, 1e-12 * expected);
+  EXPECT_NEAR(sum_squares<float>(space, xf), expected_f, 1e-12 * expected_f);  // accumulated in double
+  EXPECT_EQ(sum_squares<double>(space, View1<double>("empty", 0)), 0.0);
+}
+
+struct FlatBuffers {
+  View1<double> params, grads, state_a, state_b;
+  View1<std::uint8_t> mask;
+};
+
+FlatBuffers make_buffers(int n) {
+  FlatBuffers b{View1<double>("params", n), View1<double>("grads", n), View1<double>("state_a", n),
+                View1<double>("state_b", n), View1<std::uint8_t>("mask", n)};
+  test::fill_uniform(b.params, 11);
+  auto mask = Kokkos::create_mirror_view(b.mask);
+  for (int i = 0; i < n; ++i) mask(i) = i % 3 == 0 ? 0 : 1;  // some elements exempt from decay
+  Kokkos::deep_copy(b.mask, mask);
+  return b;
+}
+
+std::vector<double> to_vector(const View1<double>& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), v);
+  return std::vector<double>(h.data(), h.data() + h.extent(0));
+}
+
+TEST(Optimizer, AdamWMatchesHostReference) {
+  const int n = 50;
+  ExecSpace space;
+  OptimizerConfig cfg;
+  cfg.beta1 = 0.8;
+  cfg.beta2 = 0.9;
+  cfg.eps = 1e-6;
+  cfg.weight_decay = 0.3;
+  auto b = make_buffers(n);
+  auto p = to_vector(b.params);
+  std::vector<double> m(n, 0.0), v(n, 0.0);
+  auto mask = Kokkos::create_mirror_view_and_copy(HostSpace(), b.mask);
+  const double grad_scale = 0.5;
+  for (int step = 1; step <= 4; ++step) {
+    const double lr = 0.01 * step;
+    test::fill_uniform(b.grads, 100 + step);
+    const auto g = to_vector(b.grads);
+    adamw_update(space, cfg, lr, step, grad_scale, b.params, b.grads, b.state_a, b.state_b, b.mask);
+    for (int i = 0; i < n; ++i) {
+      const double gi = grad_scale * g[i];
+      m[i] = cfg.beta1 * m[i] + (1 - cfg.beta1) * gi;
+      v[i] = cfg.beta2 * v[i] + (1 - cfg.beta2) * gi * gi;
+      const double mhat = m[i] / (1 - std::pow(cfg.beta1, step));
+      const double vhat = v[i] / (1 - std::pow(cfg.beta2, step));
+      p[i] -= lr * mhat / (std::sqrt(vhat) + cfg.eps) + lr * cfg.weight_decay * mask(i) * p[i];
+    }
+    const auto dp = to_vector(b.params), dm = to_vector(b.state_a), dv = to_vector(b.state_b);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_NEAR(dp[i], p[i], 1e-13) << "step " << step << " element " << i;
+      EXPECT_NEAR(dm[i], m[i], 1e-15) << "step " << step << " element " << i;
+      EXPECT_NEAR(dv[i], v[i], 1e-15) << "step " << step << " element " << i;
+    }
+  }
+}
+
+TEST(Optimizer, AdamWDecaysOnlyMaskedParameters) {
+  const int n = 9;
+  ExecSpace space;
+  OptimizerConfig cfg;
+  cfg.weight_decay = 0.5;
+  auto b = make_buffers(n);  // zero gradients: only the decay moves anything
+  const auto before = to_vector(b.params);
+  adamw_update(space, cfg, 0.1, 1, 1.0, b.params, b.grads, b.state_a, b.state_b, b.mask);
+  const auto after = to_vector(b.params);
+  for (int i = 0; i < n; ++i) {
+    if (i % 3 == 0)
+      EXPECT_EQ(after[i], before[i]) << i;
+    else
+      EXPECT_NEAR(after[i], before[i] * (1 - 0.1 * 0.5), 1e-15) << i;
+  }
+}
+
+TEST(Optimizer, SgdMomentumMatchesHostReference) {
+  const int n = 40;
+  ExecSpace space;
+  OptimizerConfig cfg;
+  cfg.momentum = 0.7;
+  cfg.weight_decay = 0.2;
+  auto b = make_buffers(n);
+  auto p = to_vector(b.params);
+  std::vector<double> buf(n, 0.0);
+  auto mask = Kokkos::create_mirror_view_and_copy(HostSpace(), b.mask);
+  const double grad_scale = 2.0;
+  for (int step = 1; step <= 4; ++step) {
+    const double lr = 0.05 / step;
+    test::fill_uniform(b.grads, 200 + step);
+    const auto g = to_vector(b.grads);
+    sgd_update(space, cfg, lr, grad_scale, b.params, b.grads, b.state_a, b.mask);
+    for (int i = 0; i < n; ++i) {
+      const double gi = grad_scale * g[i] + cfg.weight_decay * mask(i) * p[i];
+      buf[i] = cfg.momentum * buf[i] + gi;
+      p[i] -= lr * buf[i];
+    }
+    const auto dp = to_vector(b.params), dbuf = to_vector(b.state_a);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_NEAR(dp[i], p[i], 1e-14) << "step " << step << " element " << i;
+      EXPECT_NEAR(dbuf[i], buf[i], 1e-14) << "step " << step << " element " << i;
+    }
+  }
+}
+
+TEST(Optimizer, RejectsMisuse) {
+  ExecSpace space;
+  OptimizerConfig cfg;
+  auto b = make_buffers(4);
+  View1<double> short_state("short", 3);
+  EXPECT_THROW(adamw_update(space, cfg, 0.1, 0, 1.0, b.params, b.grads, b.state_a, b.state_b, b.mask),
+               std::invalid_argument);  // steps are 1-based
+  EXPECT_THROW(adamw_update(space, cfg, 0.1, 1, 1.0, b.params, b.grads, short_state, b.state_b, b.mask),
+               std::invalid_argument);
+  EXPECT_THROW(sgd_update(space, cfg, 0.1, 1.0, b.params, b.grads, short_state, b.mask), std::invalid_argument);
+  cfg.beta2 = 1.0;  // the bias correction would divide by zero
+  EXPECT_THROW(adamw_update(space, cfg, 0.1, 1, 1.0, b.params, b.grads, b.state_a, b.state_b, b.mask), InputError);
+}
+
+// f(p) = 1/2 sum a_i (p_i - c_i)^2: AdamW with the warm-up/cosine schedule reaches the minimum.
+TEST(Optimizer, AdamWMinimizesAQuadratic) {
+  const int n = 16, steps = 300;
+  ExecSpace space;
+  OptimizerConfig cfg;
+  cfg.lr = 0.1;
+  cfg.min_lr = 1e-4;
+  cfg.warmup_steps = 10;
+  cfg.weight_decay = 0;
+  View1<double> params("params", n), grads("grads", n), m("m", n), v("v", n), a("a", n), c("c", n);
+  View1<std::uint8_t> mask("mask", n);
+  test::fill_uniform(a, 31, 0.5, 2.0);
+  test::fill_uniform(c, 32, -1.0, 1.0);
+  auto ha = Kokkos::create_mirror_view_and_copy(HostSpace(), a);
+  auto hc = Kokkos::create_mirror_view_and_copy(HostSpace(), c);
+  auto hp = Kokkos::create_mirror_view(params);
+  auto hg = Kokkos::create_mirror_view(grads);
+  auto objective = [&] {
+    Kokkos::deep_copy(hp, params);
+    double f = 0;
+    for (int i = 0; i < n; ++i) {
+      f += 0.5 * ha(i) * (hp(i) - hc(i)) * (hp(i) - hc(i));
+      hg(i) = ha(i) * (hp(i) - hc(i));
+    }
+    Kokkos::deep_copy(grads, hg);
+    return f;
+  };
+  const double initial = objective();
+  for (int step = 0; step < steps; ++step) {
+    objective();
+    adamw_update(space, cfg, learning_rate(cfg, step, steps), step + 1, 1.0, params, grads, m, v, mask);
+  }
+  const double final_value = objective();
+  EXPECT_LT(final_value, 1e-6 * initial);
+  Kokkos::deep_copy(hp, params);
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(hp(i), hc(i), 1e-3) << i;
+}
+
+}  // namespace
+}  // namespace kpipe::nn
