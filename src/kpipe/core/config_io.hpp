@@ -1,0 +1,50 @@
+#pragma once
+// Reading and writing the run configuration (core/config.hpp). One table of keys ("model.d_model",
+// "train.batch", ...) drives everything: the TOML file, the --table.key command-line options, --help and
+// the TOML dump stored with metrics and checkpoints. Precedence, lowest first:
+//   struct defaults (the "tiny" preset) < --preset < --config FILE < explicit command-line options.
+// Every mistake is a kpipe::InputError whose message is one line naming the key and the value.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kpipe/core/config.hpp"
+
+namespace CLI {
+class App;
+}
+
+namespace kpipe {
+
+struct CommandLine {
+  Config config;
+  bool exit_now = false;  // --help was given (and printed): the program should return exit_code
+  int exit_code = 0;
+};
+
+// Lets a program add options of its own (bound to its own variables) before the command line is parsed.
+using ExtraOptions = std::function<void(CLI::App&)>;
+
+// Parses argv of `program`: --preset, --config, every --table.key and its short aliases (--steps, --lr,
+// ...), then validates. With --help it prints the help (on MPI rank 0 only) and sets exit_now.
+CommandLine parse_command_line(const std::string& program, int argc, const char* const* argv,
+                               const ExtraOptions& extra = {});
+
+// Applies the keys of a TOML file onto base. Unknown tables and keys, wrong types and unknown enum
+// values are errors; the file is not validated as a whole (validate() does that).
+Config load_config_file(const std::string& path, Config base);
+
+// Cross-field checks: positive sizes, known enum values, fractions in range, divisibility.
+void validate(const Config& config);
+
+// Every key, table by table, in a TOML document that load_config_file reads back to an equal Config.
+std::string to_toml(const Config& config);
+
+// "tiny" (the struct defaults), "small" or "bench".
+Config preset(const std::string& name);
+std::vector<std::string> preset_names();
+
+// The dotted names of every key, in table order ("model.vocab", ..., "output.metrics").
+std::vector<std::string> config_keys();
+
+}  // namespace kpipe
