@@ -1,0 +1,22 @@
+#pragma once
+// The token file (written by kpipe-prepare, read by load_corpus): HDF5, so that h5dump, h5py and HDFView
+// read it. Layout:
+//   /train, /validation   uint8, 1-D (chunked and deflate-compressed when the filter is available)
+//   attributes of /       format = "kpipe-tokens", version = 1, vocab = 256, source = where the text came from
+// The file appears under its name only when complete (written beside it, then renamed).
+#include <string>
+
+#include "kpipe/data/corpus.hpp"
+
+namespace kpipe::data {
+
+void write_token_file(const std::string& path, const Corpus& corpus);
+
+// Checks the format attribute, the version, the vocabulary and both datasets. Errors are InputErrors
+// "<label>: <what is wrong>", where label defaults to "token file '<path>'".
+Corpus read_token_file(const std::string& path, const std::string& label = {});
+
+// Whether path starts with the HDF5 signature (false for unreadable files).
+bool is_hdf5_file(const std::string& path);
+
+}  // namespace kpipe::data

@@ -1,0 +1,141 @@
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "data/temp_dir.hpp"
+#include "kpipe/core/error.hpp"
+#include "kpipe/data/synthetic.hpp"
+#include "kpipe/data/token_file.hpp"
+
+namespace kpipe::data {
+namespace {
+
+void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no InputError; expected one mentioning " << parts.front();
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message << " lacks " << part;
+  }
+}
+
+// An HDF5 file written by hand: attributes and datasets as given, to build wrong files.
+void write_raw(const std::string& path, const char* format, int version, bool with_validation) {
+  const hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  const hsize_t n = 100;
+  std::vector<unsigned char> bytes(n, 'a');
+  for (const char* name : {"train", "validation"}) {
+    if (std::string(name) == "validation" && !with_validation) continue;
+    const hid_t space = H5Screate_simple(1, &n, nullptr);
+    const hid_t dataset = H5Dcreate2(file, name, H5T_STD_U8LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(dataset, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data());
+    H5Dclose(dataset);
+    H5Sclose(space);
+  }
+  const hid_t scalar = H5Screate(H5S_SCALAR);
+  if (format) {
+    const hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, std::string(format).size());
+    const hid_t attribute = H5Acreate2(file, "format", type, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attribute, type, format);
+    H5Aclose(attribute);
+    H5Tclose(type);
+  }
+  for (const auto& [name, value] : {std::pair<const char*, int>{"version", version}, {"vocab", 256}}) {
+    const hid_t attribute = H5Acreate2(file, name, H5T_STD_I32LE, scalar, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attribute, H5T_NATIVE_INT, &value);
+    H5Aclose(attribute);
+  }
+  H5Sclose(scalar);
+  H5Fclose(file);
+}
+
+TEST(TokenFile, RoundTrip) {
+  test::TempDir dir;
+  const std::string path = dir.path("tokens.h5");
+  Corpus corpus = synthetic_corpus(4, 150000, 0.1);  // more than one chunk
+  corpus.train[7] = 0;
+  corpus.train[8] = 255;
+  write_token_file(path, corpus);
+  EXPECT_TRUE(is_hdf5_file(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+  const Corpus back = read_token_file(path);
+  EXPECT_EQ(back.train, corpus.train);
+  EXPECT_EQ(back.validation, corpus.validation);
+  EXPECT_EQ(back.source, corpus.source);
+  // Compressed: a 150 kB text file takes well under 150 kB.
+  EXPECT_LT(std::filesystem::file_size(path), 100000u);
+}
+
+TEST(TokenFile, EmptySplitAndEmptySource) {
+  test::TempDir dir;
+  const std::string path = dir.path("small.h5");
+  Corpus corpus;
+  corpus.train = {1, 2, 3};
+  write_token_file(path, corpus);
+  const Corpus back = read_token_file(path);
+  EXPECT_EQ(back.train, corpus.train);
+  EXPECT_TRUE(back.validation.empty());
+  EXPECT_EQ(back.source, "");
+}
+
+TEST(TokenFile, TokensMustBeBytes) {
+  test::TempDir dir;
+  Corpus corpus;
+  corpus.train = {1, 256};
+  expect_input_error([&] { write_token_file(dir.path("bad.h5"), corpus); }, {"bad.h5", "256"});
+}
+
+TEST(TokenFile, WrongFilesNameTheFile) {
+  test::TempDir dir;
+  const std::string missing = dir.path("missing.h5");
+  expect_input_error([&] { read_token_file(missing); }, {missing, "cannot open (No such file or directory)"});
+  const std::string text = dir.write("text.h5", "just some text, not HDF5\n");
+  expect_input_error([&] { read_token_file(text); }, {text, "not an HDF5 file"});
+  EXPECT_FALSE(is_hdf5_file(text));
+  EXPECT_FALSE(is_hdf5_file(missing));
+
+  const std::string no_format = dir.path("no_format.h5");
+  write_raw(no_format, nullptr, 1, true);
+  expect_input_error([&] { read_token_file(no_format); }, {no_format, "not a kpipe token file"});
+  const std::string other = dir.path("other.h5");
+  write_raw(other, "kpipe-checkpoint", 1, true);
+  expect_input_error([&] { read_token_file(other); }, {other, "'kpipe-checkpoint'"});
+  const std::string future = dir.path("future.h5");
+  write_raw(future, "kpipe-tokens", 2, true);
+  expect_input_error([&] { read_token_file(future); }, {future, "version 2"});
+  const std::string half = dir.path("half.h5");
+  write_raw(half, "kpipe-tokens", 1, false);
+  expect_input_error([&] { read_token_file(half); }, {half, "missing dataset /validation"});
+}
+
+TEST(TokenFile, TruncatedOrCorruptFilesNameTheFile) {
+  test::TempDir dir;
+  const Corpus corpus = synthetic_corpus(4, 200000, 0.1);
+  const std::string truncated = dir.path("truncated.h5");
+  write_token_file(truncated, corpus);
+  std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
+  expect_input_error([&] { read_token_file(truncated); }, {truncated});
+
+  // Garbage over the compressed data, the header intact: reading the dataset fails.
+  const std::string corrupt = dir.path("corrupt.h5");
+  write_token_file(corrupt, corpus);
+  const auto size = std::filesystem::file_size(corrupt);
+  {
+    std::fstream file(corrupt, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(static_cast<std::streamoff>(size / 4));
+    const std::string garbage(size / 2, '\x5a');
+    file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
+  }
+  expect_input_error([&] { read_token_file(corrupt); }, {corrupt});
+}
+
+}  // namespace
+}  // namespace kpipe::data
