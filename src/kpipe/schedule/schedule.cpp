@@ -1,0 +1,46 @@
+#include "kpipe/schedule/schedule.hpp"
+
+namespace kpipe::schedule {
+
+bool is_compute(Op op) {
+  return op == Op::forward || op == Op::backward || op == Op::backward_input || op == Op::backward_weight;
+}
+
+bool is_comm(Op op) { return is_send(op) || is_recv(op); }
+
+bool is_send(Op op) { return op == Op::send_activation || op == Op::send_gradient; }
+
+bool is_recv(Op op) { return op == Op::recv_activation || op == Op::recv_gradient; }
+
+bool is_backward(Op op) { return op == Op::backward || op == Op::backward_input; }
+
+bool is_lowered(const Schedule& s) {
+  for (const auto& list : s.actions)
+    for (const auto& a : list)
+      if (is_comm(a.op)) return true;
+  return false;
+}
+
+Message message_of(const Schedule& s, int rank, const Action& comm) {
+  Message m;
+  m.gradient = comm.op == Op::send_gradient || comm.op == Op::recv_gradient;
+  m.microbatch = comm.microbatch;
+  const int here = s.virtual_stage(rank, comm.chunk);
+  if (is_send(comm.op)) {
+    m.src_rank = rank;
+    m.dst_rank = comm.peer;
+    m.dst_vstage = m.gradient ? here - 1 : here + 1;
+  } else {
+    m.src_rank = comm.peer;
+    m.dst_rank = rank;
+    m.dst_vstage = here;
+  }
+  return m;
+}
+
+int message_tag(const Schedule& s, const Message& message) {
+  const int dst_chunk = s.chunk_of(message.dst_vstage);
+  return (message.microbatch * s.chunks + dst_chunk) * 2 + (message.gradient ? 1 : 0);
+}
+
+}  // namespace kpipe::schedule

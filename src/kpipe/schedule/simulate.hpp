@@ -1,0 +1,47 @@
+#pragma once
+// Event-driven simulation of one step of a schedule: predicts makespan, idle time per rank (the bubble) and
+// peak activation memory, the figures the runtime measures on a real run.
+//
+// Model: every rank runs its actions in order, one at a time. A compute action starts when its rank is
+// free and its input is there; it takes the cost of its kind (per chunk, i.e. per virtual stage). A message
+// leaves when the sender reaches its send (sends take no rank time: the network moves the data) and
+// arrives latency + activation_bytes * per_byte later; a receive blocks its rank until then. Between virtual
+// stages of one rank the handoff is immediate. Compute-only schedules are lowered first.
+#include <vector>
+
+#include "kpipe/schedule/schedule.hpp"
+
+namespace kpipe::schedule {
+
+// Time of each action for one micro-batch on one chunk (one virtual stage), in any unit.
+struct Costs {
+  double f = 1;        // forward
+  double b = 2;        // full backward
+  double i = 1;        // backward for the input
+  double w = 1;        // backward for the weights
+  double step = 0;     // optimizer step
+  double latency = 0;  // per message
+  double per_byte = 0; // per byte of a message
+  double activation_bytes = 0;  // size of an activation (and of its gradient)
+};
+
+struct Span {
+  Action action;
+  double start = 0, end = 0;
+};
+
+struct SimResult {
+  double makespan = 0;               // the last action's end
+  std::vector<double> busy;          // compute time per rank (F, B, I, W, S)
+  std::vector<double> idle_fraction; // 1 - busy / makespan, per rank
+  double bubble = 0;                 // mean idle fraction
+  std::vector<int> peak_stash;       // see validate.hpp's peak_stash
+  std::vector<std::vector<Span>> timeline;  // per rank: its compute actions and step, in order
+};
+
+// Validates the schedule first (InputError when invalid); costs must be non-negative.
+SimResult simulate(const Schedule& s, const Costs& costs = {});
+
+double duration(Op op, const Costs& costs);  // 0 for messages
+
+}  // namespace kpipe::schedule

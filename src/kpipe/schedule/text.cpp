@@ -1,0 +1,185 @@
+#include "kpipe/schedule/text.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <sstream>
+
+#include "kpipe/core/error.hpp"
+
+namespace kpipe::schedule {
+
+namespace {
+
+const char* compute_letter(Op op) {
+  switch (op) {
+    case Op::forward: return "F";
+    case Op::backward: return "B";
+    case Op::backward_input: return "I";
+    case Op::backward_weight: return "W";
+    case Op::step: return "S";
+    case Op::send_activation: return "sa";
+    case Op::recv_activation: return "ra";
+    case Op::send_gradient: return "sg";
+    case Op::recv_gradient: return "rg";
+  }
+  return "?";
+}
+
+// Reads a token of the text form; `fail` throws with the token's place.
+class TokenReader {
+ public:
+  TokenReader(const std::string& token, const std::string& where) : token_(token), where_(where) {}
+
+  [[noreturn]] void fail(const std::string& why) const {
+    throw InputError(fmt::format("{} '{}': {}", where_, token_, why));
+  }
+  bool done() const { return pos_ == token_.size(); }
+  char peek() const { return done() ? '\0' : token_[pos_]; }
+  bool accept(char c) {
+    if (peek() != c) return false;
+    ++pos_;
+    return true;
+  }
+  int number(const char* what) {
+    if (!std::isdigit(static_cast<unsigned char>(peek()))) fail(fmt::format("expected {}", what));
+    long value = 0;
+    while (std::isdigit(static_cast<unsigned char>(peek()))) {
+      value = value * 10 + (token_[pos_++] - '0');
+      if (value > 1000000) fail(fmt::format("{} too large", what));
+    }
+    return int(value);
+  }
+
+ private:
+  const std::string& token_;
+  std::string where_;
+  std::size_t pos_ = 0;
+};
+
+Action parse_token(const std::string& token, const std::string& where) {
+  TokenReader in(token, where);
+  Action a;
+  const char first = in.peek();
+  if (first == 'S' && token.size() == 1) return Action{Op::step, 0, 0, -1};
+  if (first == 's' || first == 'r') {
+    in.accept(first);
+    const bool send = first == 's';
+    if (in.accept('a')) a.op = send ? Op::send_activation : Op::recv_activation;
+    else if (in.accept('g')) a.op = send ? Op::send_gradient : Op::recv_gradient;
+    else in.fail("a message is sa, ra, sg or rg followed by the micro-batch");
+  } else if (in.accept('F')) {
+    a.op = Op::forward;
+  } else if (in.accept('B')) {
+    a.op = Op::backward;
+  } else if (in.accept('I')) {
+    a.op = Op::backward_input;
+  } else if (in.accept('W')) {
+    a.op = Op::backward_weight;
+  } else {
+    in.fail("unknown action (F, B, I, W, S, sa, ra, sg, rg)");
+  }
+  a.microbatch = in.number("a micro-batch number");
+  if (in.accept('.')) a.chunk = in.number("a chunk number after '.'");
+  if (is_comm(a.op)) {
+    const char arrow = is_send(a.op) ? '>' : '<';
+    if (!in.accept(arrow))
+      in.fail(fmt::format("expected '{}' and the {} rank", arrow, is_send(a.op) ? "receiving" : "sending"));
+    a.peer = in.number("a rank");
+  }
+  if (!in.done()) in.fail("unexpected characters at the end");
+  return a;
+}
+
+std::vector<std::string> split_blanks(const std::string& line) {
+  std::vector<std::string> tokens;
+  std::istringstream in(line);
+  for (std::string t; in >> t;) tokens.push_back(t);
+  return tokens;
+}
+
+struct Located {
+  int line = 0, token = 0;
+  std::string text;
+};
+
+Schedule parse_named(const std::string& text, int microbatches, int chunks, const std::string& source) {
+  require(microbatches >= 0, "train.microbatches = {}: must be positive", microbatches);
+  require(chunks >= 0, "pipeline.chunks = {}: must be positive", chunks);
+  Schedule s;
+  std::vector<std::vector<Located>> places;  // where each action came from, for range errors
+  std::istringstream lines(text);
+  int line_no = 0, max_mb = -1, max_chunk = -1;
+  for (std::string line; std::getline(lines, line);) {
+    ++line_no;
+    line = line.substr(0, line.find('#'));
+    const auto tokens = split_blanks(line);
+    if (tokens.empty()) continue;
+    s.actions.emplace_back();
+    places.emplace_back();
+    for (std::size_t t = 0; t < tokens.size(); ++t) {
+      const std::string where = fmt::format("{} line {} token {}", source, line_no, t + 1);
+      const Action a = parse_token(tokens[t], where);
+      s.actions.back().push_back(a);
+      places.back().push_back({line_no, int(t) + 1, tokens[t]});
+      if (a.op != Op::step) {
+        max_mb = std::max(max_mb, a.microbatch);
+        max_chunk = std::max(max_chunk, a.chunk);
+      }
+    }
+  }
+  require(!s.actions.empty(), "{}: no actions (one line of actions per rank)", source);
+  s.ranks = int(s.actions.size());
+  s.microbatches = microbatches > 0 ? microbatches : std::max(max_mb + 1, 1);
+  s.chunks = chunks > 0 ? chunks : std::max(max_chunk + 1, 1);
+  for (int r = 0; r < s.ranks; ++r) {
+    for (std::size_t i = 0; i < s.actions[r].size(); ++i) {
+      const Action& a = s.actions[r][i];
+      const Located& at = places[r][i];
+      const std::string where = fmt::format("{} line {} token {} '{}'", source, at.line, at.token, at.text);
+      require(a.microbatch < s.microbatches, "{}: micro-batch {} out of range (train.microbatches = {})", where,
+              a.microbatch, s.microbatches);
+      require(a.chunk < s.chunks, "{}: chunk {} out of range (pipeline.chunks = {})", where, a.chunk, s.chunks);
+      require(!is_comm(a.op) || a.peer < s.ranks, "{}: rank {} out of range ({} ranks, one per line)", where,
+              a.peer, s.ranks);
+    }
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string to_token(const Action& a, int chunks) {
+  if (a.op == Op::step) return "S";
+  std::string token = fmt::format("{}{}", compute_letter(a.op), a.microbatch);
+  if (chunks > 1) token += fmt::format(".{}", a.chunk);
+  if (is_send(a.op)) token += fmt::format(">{}", a.peer);
+  if (is_recv(a.op)) token += fmt::format("<{}", a.peer);
+  return token;
+}
+
+std::string to_text(const Schedule& s) {
+  std::string text;
+  for (const auto& list : s.actions) {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (i > 0) text += ' ';
+      text += to_token(list[i], s.chunks);
+    }
+    text += '\n';
+  }
+  return text;
+}
+
+Schedule parse(const std::string& text, int microbatches, int chunks) {
+  return parse_named(text, microbatches, chunks, "schedule");
+}
+
+Schedule read_schedule_file(const std::string& path, int microbatches, int chunks) {
+  std::ifstream file(path);
+  require(bool(file), "pipeline.schedule_file = '{}': cannot open", path);
+  std::ostringstream contents;
+  contents << file.rdbuf();
+  return parse_named(contents.str(), microbatches, chunks, fmt::format("pipeline.schedule_file = '{}'", path));
+}
+
+}  // namespace kpipe::schedule

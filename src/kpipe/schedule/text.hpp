@@ -1,0 +1,28 @@
+#pragma once
+// The text form of a schedule: one line per rank (line i is rank i), actions separated by blanks.
+//   F3  B3  I3  W3    forward / backward / input-gradient / weight-gradient of micro-batch 3 (chunk 0)
+//   F3.1              the same on chunk 1 (to_text writes the suffix only when chunks > 1)
+//   S                 optimizer step
+//   sa3>2  ra3<0      send the activation of micro-batch 3 to rank 2 / receive it from rank 0
+//   sg3>0  rg3<2      send / receive the gradient of micro-batch 3 (lowered form only)
+// '#' starts a comment that runs to the end of the line; blank and comment-only lines are skipped.
+// A message token names this rank's chunk, as Action does: on rank 1 with p = 2, "sa3.0>0" sends chunk 0's
+// output of micro-batch 3 to rank 0, where chunk 1 consumes it as "ra3.1<1".
+#include <string>
+
+#include "kpipe/schedule/schedule.hpp"
+
+namespace kpipe::schedule {
+
+std::string to_token(const Action& a, int chunks);  // "F3", "F3.1", "S", "sa3>2", ...
+std::string to_text(const Schedule& s);
+
+// The reverse of to_text. microbatches / chunks of 0 are taken from the largest index used; given ones
+// bound the indices. Errors throw InputError naming the line and token ("schedule line 2 token 5 'X1': ...").
+// The result is not validated: call validate().
+Schedule parse(const std::string& text, int microbatches = 0, int chunks = 0);
+
+// parse() of a file's contents; errors name pipeline.schedule_file and the path.
+Schedule read_schedule_file(const std::string& path, int microbatches = 0, int chunks = 0);
+
+}  // namespace kpipe::schedule
