@@ -154,10 +154,13 @@ TEST(Attention, ResultsDoNotDependOnScratchContents) {
     for (const auto& v : {dirty.stash.q, dirty.stash.k, dirty.stash.v, dirty.stash.probs, dirty.work.heads_out,
                           dirty.work.dprobs, dirty.work.dq, dirty.work.dk, dirty.work.dv})
       Kokkos::deep_copy(v, nan);
+    // out and dqkv are outputs: every element must be written, whatever they held.
+    Kokkos::deep_copy(dirty.out, nan);
     View2<double> dout("dout", shape.rows(), shape.channels());
     View2<double> dqkv_clean("dqkv_clean", shape.rows(), 3 * shape.channels());
     View2<double> dqkv_dirty("dqkv_dirty", shape.rows(), 3 * shape.channels());
     test::fill_uniform(dout, 4);
+    Kokkos::deep_copy(dqkv_dirty, nan);
     clean.forward();
     clean.backward(dout, dqkv_clean);
     dirty.forward();

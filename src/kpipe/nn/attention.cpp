@@ -7,6 +7,7 @@
 #include "kpipe/core/blas.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/nn/strided_max.hpp"
 
 namespace kpipe::nn {
 
@@ -35,9 +36,18 @@ template <class M> auto block(const M& m, std::int64_t r0, std::int64_t r1, std:
 }
 static_assert(std::is_same_v<typename decltype(head(View4<float>(), 0, 0))::array_layout, Kokkos::LayoutRight>,
               "a head of a LayoutRight [B, H, T, x] view must be LayoutRight for the BLAS path");
+// Sequence b's columns c0..c0+width-1 of a [B*T, x] activation, e.g. one head's slice of out or dqkv:
+// gemm reads and writes them in place (leading dimension x), with no copy into a per-head layout.
+template <class M> auto sequence_columns(const M& m, const AttentionShape& shape, int b, std::int64_t c0, int width) {
+  const std::int64_t r0 = std::int64_t(b) * shape.seq;
+  return block(m, r0, r0 + shape.seq, c0, c0 + width);
+}
 static_assert(std::is_same_v<typename decltype(block(head(View4<float>(), 0, 0), 0, 1, 0, 1))::array_layout,
                              Kokkos::LayoutRight>,
               "a block of a head must stay LayoutRight for the BLAS path");
+static_assert(std::is_same_v<typename decltype(block(View2<const float>(), 0, 1, 0, 1))::array_layout,
+                             Kokkos::LayoutRight>,
+              "a block of an activation must stay LayoutRight for the BLAS path");
 
 inline void require_positive(const AttentionShape& shape) {
   require(shape.batch > 0, "attention: batch must be positive, got {}", shape.batch);
@@ -66,101 +76,102 @@ void require_buffers(const AttentionShape& shape, const AttentionStash<T>& stash
   require_extents("stash.k", stash.k, shape, shape.head_dim);
   require_extents("stash.v", stash.v, shape, shape.head_dim);
   require_extents("stash.probs", stash.probs, shape, shape.seq);
-  require_extents("work.heads_out", work.heads_out, shape, shape.head_dim);
   require_extents("work.dprobs", work.dprobs, shape, shape.seq);
-  require_extents("work.dq", work.dq, shape, shape.head_dim);
-  require_extents("work.dk", work.dk, shape, shape.head_dim);
-  require_extents("work.dv", work.dv, shape, shape.head_dim);
 }
+
+// One team per token row (B*T of them) for the layout change: the team's threads take the heads, a
+// thread's vector lanes the hd contiguous elements of one head. Index arithmetic is per row and per head,
+// not per element (per-element divisions made this copy cost more than the products on a CPU).
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using Team = TeamPolicy::member_type;
 
 // qkv[B*T, 3C] -> q, k, v [B, H, T, hd]
 template <class T>
 void split_qkv(const ExecSpace& space, const AttentionShape& shape, In2<T> qkv, const View4<T>& q, const View4<T>& k,
                const View4<T>& v) {
-  const std::int64_t seq = shape.seq, channels = shape.channels(), head_dim = shape.head_dim;
+  const int seq = shape.seq, heads = shape.heads, head_dim = shape.head_dim;
   const View2<const T> x = qkv;
-  Kokkos::parallel_for("kpipe::nn::Attention::forward::split_qkv", range2(space, shape.rows(), 3 * channels),
-                       KOKKOS_LAMBDA(std::int64_t row, std::int64_t col) {
-                         const std::int64_t b = row / seq, t = row % seq;
-                         const std::int64_t part = col / channels, c = col % channels;
-                         const std::int64_t h = c / head_dim, d = c % head_dim;
-                         const T value = x(row, col);
-                         if (part == 0) q(b, h, t, d) = value;
-                         else if (part == 1) k(b, h, t, d) = value;
-                         else v(b, h, t, d) = value;
-                       });
+  Kokkos::parallel_for(
+      "kpipe::nn::Attention::forward::split_qkv", TeamPolicy(space, shape.rows(), Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int row = team.league_rank(), b = row / seq, t = row % seq;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, 3 * heads), [&](int part_head) {
+          const int part = part_head / heads, h = part_head % heads, col = part_head * head_dim;
+          const auto& dst = part == 0 ? q : part == 1 ? k : v;
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, head_dim),
+                               [&](int d) { dst(b, h, t, d) = x(row, col + d); });
+        });
+      });
 }
 
-// dq, dk, dv [B, H, T, hd] -> dqkv[B*T, 3C]
-template <class T>
-void merge_qkv(const ExecSpace& space, const AttentionShape& shape, const View4<T>& dq, const View4<T>& dk,
-               const View4<T>& dv, const View2<T>& dqkv) {
-  const std::int64_t seq = shape.seq, channels = shape.channels(), head_dim = shape.head_dim;
-  Kokkos::parallel_for("kpipe::nn::Attention::backward_input::merge_qkv", range2(space, shape.rows(), 3 * channels),
-                       KOKKOS_LAMBDA(std::int64_t row, std::int64_t col) {
-                         const std::int64_t b = row / seq, t = row % seq;
-                         const std::int64_t part = col / channels, c = col % channels;
-                         const std::int64_t h = c / head_dim, d = c % head_dim;
-                         dqkv(row, col) = part == 0 ? dq(b, h, t, d) : part == 1 ? dk(b, h, t, d) : dv(b, h, t, d);
-                       });
-}
-
-// heads[B, H, T, hd] -> x[B*T, C], head h in columns h*hd..h*hd+hd-1
-template <class T>
-void merge_heads(const ExecSpace& space, const AttentionShape& shape, const View4<T>& heads, const View2<T>& x) {
-  const std::int64_t seq = shape.seq, head_dim = shape.head_dim;
-  Kokkos::parallel_for("kpipe::nn::Attention::forward::merge_heads", range2(space, shape.rows(), shape.channels()),
-                       KOKKOS_LAMBDA(std::int64_t row, std::int64_t c) {
-                         x(row, c) = heads(row / seq, c / head_dim, row % seq, c % head_dim);
-                       });
-}
-
-// x[B*T, C] -> heads[B, H, T, hd]
-template <class T>
-void split_heads(const ExecSpace& space, const AttentionShape& shape, In2<T> x, const View4<T>& heads) {
-  const std::int64_t seq = shape.seq, head_dim = shape.head_dim;
-  const View2<const T> in = x;
-  Kokkos::parallel_for("kpipe::nn::Attention::backward_input::split_heads",
-                       range2(space, shape.rows(), shape.channels()), KOKKOS_LAMBDA(std::int64_t row, std::int64_t c) {
-                         heads(row / seq, c / head_dim, row % seq, c % head_dim) = in(row, c);
-                       });
-}
+// The two softmax kernels take one team per row of the [B, H, T, T] tensors, addressed through a pointer
+// (rows are contiguous: the view is LayoutRight). Each thread sweeps a strided share of the row, j = lane,
+// lane + lanes, ..., in a register of its own (coalesced on a GPU; on a CPU, one thread, a plain loop), and
+// the team then combines the shares: a fixed order, so the same inputs give the same bits on every run.
 
 // In place on probs[B, H, T, T]: raw scores q k^T on and below the diagonal in, causal softmax of
-// scale * scores out, with exact zeros above the diagonal (whatever was there before). One thread per row,
-// three sweeps in a fixed order: max, sum of exponentials, normalize.
+// scale * scores out, with exact zeros above the diagonal (whatever was there before). Three sweeps: max,
+// sum of exponentials, normalize.
 template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& probs, T scale) {
-  const std::int64_t heads = probs.extent(1), seq = probs.extent(2);
-  Kokkos::parallel_for("kpipe::nn::Attention::forward::causal_softmax",
-                       range(space, std::int64_t(probs.extent(0)) * heads * seq), KOKKOS_LAMBDA(std::int64_t r) {
-                         const std::int64_t b = r / (heads * seq), h = (r / seq) % heads, i = r % seq;
-                         T row_max = scale * probs(b, h, i, 0);
-                         for (std::int64_t j = 1; j <= i; ++j) row_max = math::max(row_max, scale * probs(b, h, i, j));
-                         T sum = 0;
-                         for (std::int64_t j = 0; j <= i; ++j) {
-                           const T e = math::exp(scale * probs(b, h, i, j) - row_max);
-                           probs(b, h, i, j) = e;
-                           sum += e;
-                         }
-                         const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
-                         for (std::int64_t j = 0; j <= i; ++j) probs(b, h, i, j) *= inv_sum;
-                         for (std::int64_t j = i + 1; j < seq; ++j) probs(b, h, i, j) = T(0);
-                       });
+  const int heads = probs.extent(1), seq = probs.extent(2);
+  Kokkos::parallel_for(
+      "kpipe::nn::Attention::forward::causal_softmax", TeamPolicy(space, probs.extent(0) * heads * seq, Kokkos::AUTO),
+      KOKKOS_LAMBDA(const Team& team) {
+        const int r = team.league_rank(), i = r % seq, lanes = team.team_size();
+        T* const p = &probs(r / (heads * seq), (r / seq) % heads, i, 0);
+        T row_max = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lanes),
+            [&](int lane, T& team_max) {
+              // max(scale * x) = scale * max(x) exactly, scale being positive.
+              if (lane <= i) team_max = math::max(team_max, strided_max(p, lane, i, lanes) * scale);
+            },
+            Kokkos::Max<T>(row_max));
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lanes),
+            [&](int lane, T& team_sum) {
+              T s = 0;
+              for (int j = lane; j <= i; j += lanes) {
+                const T e = math::exp(scale * p[j] - row_max);
+                p[j] = e;
+                s += e;
+              }
+              team_sum += s;
+            },
+            sum);
+        const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
+        team.team_barrier();           // the next sweep splits the row among the threads differently
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
+                             [&](int j) { p[j] = j <= i ? p[j] * inv_sum : T(0); });
+      });
 }
 
 // In place on grad[B, H, T, T]: dL/dprobs on and below the diagonal in, dL/d(q k^T) out,
 // grad_ij = scale * P_ij (grad_ij - sum_k grad_ik P_ik), with exact zeros above the diagonal.
-template <class T> void causal_softmax_backward(const ExecSpace& space, const View4<T>& probs, const View4<T>& grad, T scale) {
-  const std::int64_t heads = probs.extent(1), seq = probs.extent(2);
-  Kokkos::parallel_for("kpipe::nn::Attention::backward_input::causal_softmax",
-                       range(space, std::int64_t(probs.extent(0)) * heads * seq), KOKKOS_LAMBDA(std::int64_t r) {
-                         const std::int64_t b = r / (heads * seq), h = (r / seq) % heads, i = r % seq;
-                         T dot = 0;
-                         for (std::int64_t j = 0; j <= i; ++j) dot += grad(b, h, i, j) * probs(b, h, i, j);
-                         for (std::int64_t j = 0; j <= i; ++j)
-                           grad(b, h, i, j) = scale * probs(b, h, i, j) * (grad(b, h, i, j) - dot);
-                         for (std::int64_t j = i + 1; j < seq; ++j) grad(b, h, i, j) = T(0);
-                       });
+template <class T>
+void causal_softmax_backward(const ExecSpace& space, const View4<T>& probs, const View4<T>& grad, T scale) {
+  const int heads = probs.extent(1), seq = probs.extent(2);
+  Kokkos::parallel_for(
+      "kpipe::nn::Attention::backward_input::causal_softmax",
+      TeamPolicy(space, probs.extent(0) * heads * seq, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
+        const int r = team.league_rank(), b = r / (heads * seq), h = (r / seq) % heads, i = r % seq;
+        const int lanes = team.team_size();
+        const T* const p = &probs(b, h, i, 0);
+        T* const g = &grad(b, h, i, 0);
+        T dot = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lanes),
+            [&](int lane, T& team_dot) {
+              T s = 0;
+              for (int j = lane; j <= i; j += lanes) s += g[j] * p[j];
+              team_dot += s;
+            },
+            dot);
+        team.team_barrier();  // every read of g before the first write
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
+                             [&](int j) { g[j] = j <= i ? scale * p[j] * (g[j] - dot) : T(0); });
+      });
 }
 
 // The products below only ever read entries on or below the diagonal blocks of probs and dscores, and
@@ -168,7 +179,7 @@ template <class T> void causal_softmax_backward(const ExecSpace& space, const Vi
 // so skipping the blocks beyond leaves every result unchanged.
 
 // scores[r0:r1, 0:r1] = q[r0:r1] k[0:r1]^T for every row block.
-template <class M, class P> void causal_scores(const ExecSpace& space, const M& q, const M& k, const P& scores) {
+template <class Q, class K, class P> void causal_scores(const ExecSpace& space, const Q& q, const K& k, const P& scores) {
   using T = typename P::non_const_value_type;
   const std::int64_t seq = scores.extent(0);
   for (std::int64_t r0 = 0; r0 < seq; r0 += causal_block) {
@@ -178,7 +189,7 @@ template <class M, class P> void causal_scores(const ExecSpace& space, const M& 
 }
 
 // out[r0:r1] = probs[r0:r1, 0:r1] x[0:r1] for every row block (probs lower triangular).
-template <class P, class M> void lower_times(const ExecSpace& space, const P& probs, const M& x, const M& out) {
+template <class P, class X, class O> void lower_times(const ExecSpace& space, const P& probs, const X& x, const O& out) {
   using T = typename P::non_const_value_type;
   const std::int64_t seq = probs.extent(0);
   for (std::int64_t r0 = 0; r0 < seq; r0 += causal_block) {
@@ -188,7 +199,8 @@ template <class P, class M> void lower_times(const ExecSpace& space, const P& pr
 }
 
 // out[c0:c1] = probs[c0:T, c0:c1]^T x[c0:T] for every column block (probs lower triangular).
-template <class P, class M> void lower_transposed_times(const ExecSpace& space, const P& probs, const M& x, const M& out) {
+template <class P, class X, class O>
+void lower_transposed_times(const ExecSpace& space, const P& probs, const X& x, const O& out) {
   using T = typename P::non_const_value_type;
   const std::int64_t seq = probs.extent(0);
   for (std::int64_t c0 = 0; c0 < seq; c0 += causal_block) {
@@ -208,14 +220,13 @@ template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape)
           View4<T>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t)};
 }
 
+// Only dprobs is used: the products read dout and write out and dqkv in place, one head's columns at a
+// time, so heads_out, dq, dk and dv stay empty (no memory) and the copies into and out of them are gone.
 template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape) {
   attention_detail::require_positive(shape);
-  const int b = shape.batch, h = shape.heads, t = shape.seq, d = shape.head_dim;
-  return {View4<T>(uninitialized("kpipe::nn::Attention::heads_out"), b, h, t, d),
-          View4<T>(uninitialized("kpipe::nn::Attention::dprobs"), b, h, t, t),
-          View4<T>(uninitialized("kpipe::nn::Attention::dq"), b, h, t, d),
-          View4<T>(uninitialized("kpipe::nn::Attention::dk"), b, h, t, d),
-          View4<T>(uninitialized("kpipe::nn::Attention::dv"), b, h, t, d)};
+  AttentionWork<T> work;
+  work.dprobs = View4<T>(uninitialized("kpipe::nn::Attention::dprobs"), shape.batch, shape.heads, shape.seq, shape.seq);
+  return work;
 }
 
 template <class T>
@@ -226,15 +237,15 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<
   require_extents("qkv", qkv, shape.rows(), 3 * std::int64_t(shape.channels()));
   require_extents("out", out, shape.rows(), shape.channels());
 
+  const int hd = shape.head_dim;
   split_qkv(space, shape, qkv, stash.q, stash.k, stash.v);
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h)
       causal_scores(space, head(stash.q, b, h), head(stash.k, b, h), head(stash.probs, b, h));
-  causal_softmax(space, stash.probs, T(1) / math::sqrt(T(shape.head_dim)));
+  causal_softmax(space, stash.probs, T(1) / math::sqrt(T(hd)));
   for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h)
-      lower_times(space, head(stash.probs, b, h), head(stash.v, b, h), head(work.heads_out, b, h));
-  merge_heads(space, shape, work.heads_out, out);
+    for (int h = 0; h < shape.heads; ++h)  // head h's output straight into its columns of out
+      lower_times(space, head(stash.probs, b, h), head(stash.v, b, h), sequence_columns(out, shape, b, h * hd, hd));
 }
 
 template <class T>
@@ -245,22 +256,26 @@ void attention_backward_input(const ExecSpace& space, const AttentionShape& shap
   require_extents("dout", dout, shape.rows(), shape.channels());
   require_extents("dqkv", dqkv, shape.rows(), 3 * std::int64_t(shape.channels()));
 
-  const auto& dheads = work.heads_out;  // dL/d(heads_out), by head
-  split_heads(space, shape, dout, dheads);
+  const int hd = shape.head_dim;
+  const std::int64_t channels = shape.channels();
+  const View2<const T> dy = dout;
+  // dO of head h is its columns of dout; dq, dk, dv of head h go straight into their columns of dqkv.
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h) {
-      const auto dprobs = head(work.dprobs, b, h);
-      causal_scores(space, head(dheads, b, h), head(stash.v, b, h), dprobs);  // dP = dO v^T
-      lower_transposed_times(space, head(stash.probs, b, h), head(dheads, b, h), head(work.dv, b, h));  // dv = P^T dO
+      const auto dheads = sequence_columns(dy, shape, b, h * hd, hd);
+      causal_scores(space, dheads, head(stash.v, b, h), head(work.dprobs, b, h));  // dP = dO v^T
+      lower_transposed_times(space, head(stash.probs, b, h), dheads,
+                             sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd));  // dv = P^T dO
     }
   const auto& dscores = work.dprobs;  // overwritten in place: dL/d(q k^T) from here on
-  causal_softmax_backward(space, stash.probs, dscores, T(1) / math::sqrt(T(shape.head_dim)));
+  causal_softmax_backward(space, stash.probs, dscores, T(1) / math::sqrt(T(hd)));
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h) {
-      lower_times(space, head(dscores, b, h), head(stash.k, b, h), head(work.dq, b, h));                 // dq = dS k
-      lower_transposed_times(space, head(dscores, b, h), head(stash.q, b, h), head(work.dk, b, h));      // dk = dS^T q
+      lower_times(space, head(dscores, b, h), head(stash.k, b, h),
+                  sequence_columns(dqkv, shape, b, h * hd, hd));  // dq = dS k
+      lower_transposed_times(space, head(dscores, b, h), head(stash.q, b, h),
+                             sequence_columns(dqkv, shape, b, channels + h * hd, hd));  // dk = dS^T q
     }
-  merge_qkv(space, shape, work.dq, work.dk, work.dv, dqkv);
 }
 
 double attention_forward_flops(const AttentionShape& shape) {

@@ -2,47 +2,67 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/nn/strided_max.hpp"
 
 namespace kpipe::nn {
 
 namespace cross_entropy_detail {
 
-// One team per row: the vocabulary can be large (50k) while a micro-batch has few rows, so the sweeps over
-// a row are split among the team's threads. Team reductions combine in a fixed order, so the result is
-// the same on every run.
+// One team per row: the vocabulary can be large (50k) while a micro-batch has few rows. Each thread sweeps
+// a strided share of the row, j = lane, lane + lanes, ..., in registers of its own (coalesced on a GPU; on
+// a CPU, one thread and a plain loop), then the team combines the shares: a fixed order, so the same
+// inputs give the same bits on every run.
 using RowPolicy = Kokkos::TeamPolicy<ExecSpace>;
 using Row = RowPolicy::member_type;
 
-template <class T> void require_shapes(In2<T> logits, const View1<const Token>& targets, const char* out_name,
-                                       std::int64_t out_rows, std::int64_t out_cols) {
+template <class T>
+void require_shapes(In2<T> logits, const View1<const Token>& targets, const char* out_name, std::int64_t out_rows,
+                    std::int64_t out_cols) {
   require(logits.extent(1) > 0, "cross_entropy: logits must have at least one column, got {}", logits.extent(1));
-  require(targets.extent(0) == logits.extent(0), "cross_entropy: targets must have {} entries (rows of logits), got {}",
-          logits.extent(0), targets.extent(0));
+  require(targets.extent(0) == logits.extent(0),
+          "cross_entropy: targets must have {} entries (rows of logits), got {}", logits.extent(0),
+          targets.extent(0));
   require(out_rows == std::int64_t(logits.extent(0)) && out_cols == std::int64_t(logits.extent(1)),
           "cross_entropy: {} must be [{}, {}], got [{}, {}]", out_name, logits.extent(0), logits.extent(1), out_rows,
           out_cols);
 }
 
-// max_j logits(i, j) and sum_j exp(logits(i, j) - max), reduced over the team of row i.
-template <class T> struct RowStats {
-  T max, sum;
-};
-template <class T> KOKKOS_INLINE_FUNCTION RowStats<T> row_stats(const Row& team, const View2<const T>& logits, std::int64_t i) {
-  const std::int64_t cols = logits.extent(1);
-  T row_max = 0;
+// The max of a row, for subtracting before exp.
+template <class T> KOKKOS_INLINE_FUNCTION T row_max(const Row& team, const T* row, int cols) {
+  const int lanes = team.team_size();
+  T result = 0;
   Kokkos::parallel_reduce(
-      Kokkos::TeamThreadRange(team, cols),
-      [&](std::int64_t j, T& m) { m = math::max(m, logits(i, j)); }, Kokkos::Max<T>(row_max));
-  T sum = 0;
+      Kokkos::TeamThreadRange(team, lanes),
+      [&](int lane, T& team_max) {
+        if (lane < cols) team_max = math::max(team_max, strided_max(row, lane, cols - 1, lanes));
+      },
+      Kokkos::Max<T>(result));
+  return result;
+}
+
+// sum_j exp(row[j] - shift); given kept, the exponentials are also written to kept[j] (which may be row).
+template <class T>
+KOKKOS_INLINE_FUNCTION T sum_exp(const Row& team, const T* row, int cols, T shift, T* kept = nullptr) {
+  const int lanes = team.team_size();
+  T result = 0;
   Kokkos::parallel_reduce(
-      Kokkos::TeamThreadRange(team, cols), [&](std::int64_t j, T& s) { s += math::exp(logits(i, j) - row_max); },
-      sum);
-  return {row_max, sum};
+      Kokkos::TeamThreadRange(team, lanes),
+      [&](int lane, T& team_sum) {
+        T s = 0;
+        for (int j = lane; j < cols; j += lanes) {
+          const T e = math::exp(row[j] - shift);
+          if (kept) kept[j] = e;
+          s += e;
+        }
+        team_sum += s;
+      },
+      result);
+  return result;
 }
 
 // An out-of-range target gives a NaN loss (which the trainer's finite check reports) rather than an
 // out-of-bounds read.
-KOKKOS_INLINE_FUNCTION bool valid_target(Token target, std::int64_t cols) { return target >= 0 && target < cols; }
+KOKKOS_INLINE_FUNCTION bool valid_target(Token target, int cols) { return target >= 0 && target < cols; }
 
 }  // namespace cross_entropy_detail
 
@@ -53,15 +73,17 @@ void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<co
   require_shapes<T>(logits, targets, "losses", losses.extent(0), logits.extent(1));
   const View2<const T> x = logits;
   const View1<const Token> y = targets;
-  const std::int64_t cols = x.extent(1);
+  const int cols = x.extent(1);
   Kokkos::parallel_for("kpipe::nn::CrossEntropy::forward", RowPolicy(space, x.extent(0), Kokkos::AUTO),
                        KOKKOS_LAMBDA(const Row& team) {
-                         const std::int64_t i = team.league_rank();
-                         const RowStats<T> stats = row_stats(team, x, i);
+                         const int i = team.league_rank();
+                         const T* const row = &x(i, 0);
+                         const T max = row_max(team, row, cols);
+                         const T sum = sum_exp(team, row, cols, max);
                          Kokkos::single(Kokkos::PerTeam(team), [&] {
                            const Token target = y(i);
-                           const T lse = stats.max + math::log(stats.sum);
-                           losses(i) = valid_target(target, cols) ? lse - x(i, target) : math::log(T(-1));
+                           const T logsumexp = max + math::log(sum);
+                           losses(i) = valid_target(target, cols) ? logsumexp - x(i, target) : math::log(T(-1));
                          });
                        });
 }
@@ -73,18 +95,21 @@ void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const V
   require_shapes<T>(logits, targets, "dlogits", dlogits.extent(0), dlogits.extent(1));
   const View2<const T> x = logits;
   const View1<const Token> y = targets;
+  const int cols = x.extent(1);
   Kokkos::parallel_for("kpipe::nn::CrossEntropy::backward_input", RowPolicy(space, x.extent(0), Kokkos::AUTO),
                        KOKKOS_LAMBDA(const Row& team) {
-                         const std::int64_t i = team.league_rank();
-                         const RowStats<T> stats = row_stats(team, x, i);
-                         const T inv_sum = T(1) / stats.sum;
+                         const int i = team.league_rank();
+                         const T* const row = &x(i, 0);
+                         T* const grad = &dlogits(i, 0);  // may be row itself (in place)
+                         // The max sweep reads the whole row before the team has its result, so before any
+                         // write; the exponential sweep then reads and writes each element in one thread.
+                         const T max = row_max(team, row, cols);
+                         const T inv_sum = T(1) / sum_exp(team, row, cols, max, grad);
                          const Token target = y(i);
-                         // Each element is read before it is written, by the same thread: in place is safe.
-                         // The barrier keeps every thread's reads of row i (the reductions) before any write.
-                         team.team_barrier();
-                         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, x.extent(1)), [&](std::int64_t j) {
-                           const T p = math::exp(x(i, j) - stats.max) * inv_sum;
-                           dlogits(i, j) = scale * (j == target ? p - T(1) : p);
+                         team.team_barrier();  // the last sweep splits the row among the threads differently
+                         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
+                           const T p = grad[j] * inv_sum;
+                           grad[j] = scale * (j == target ? p - T(1) : p);
                          });
                        });
 }
