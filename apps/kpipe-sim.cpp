@@ -55,6 +55,33 @@ Schedule make_schedule(const Options& o, const CLI::App& app) {
   return o.split ? split_backward(s) : s;
 }
 
+// Option checks whose messages read as one line ("--stages: 0 is not a positive integer").
+const CLI::Validator at_least_one(
+    [](std::string& text) {
+      int value = 0;
+      return CLI::detail::lexical_cast(text, value) && value >= 1 ? "" : text + " is not a positive integer";
+    },
+    "");
+const CLI::Validator non_negative(
+    [](std::string& text) {
+      double value = 0;
+      return CLI::detail::lexical_cast(text, value) && value >= 0 ? "" : text + " is not a non-negative number";
+    },
+    "");
+
+// The library names configuration keys; here the user typed options.
+std::string in_option_terms(std::string message) {
+  const std::pair<const char*, const char*> names[] = {{"pipeline.schedule_file", "--schedule-file"},
+                                                       {"pipeline.schedule ", "--schedule "},
+                                                       {"pipeline.pipeline_size", "--stages"},
+                                                       {"train.microbatches", "--microbatches"},
+                                                       {"pipeline.chunks", "--chunks"}};
+  for (const auto& [key, option] : names)
+    for (auto at = message.find(key); at != std::string::npos; at = message.find(key, at))
+      message.replace(at, std::string(key).size(), option);
+  return message;
+}
+
 int run(const Options& o, const CLI::App& app) {
   const Schedule s = make_schedule(o, app);
   validate(s);
@@ -100,24 +127,25 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{"kpipe-sim: generate or read a pipeline schedule, validate it, simulate one step and show its timeline"};
   app.add_option("--schedule", o.schedule, "naive | gpipe | 1f1b | interleaved | zb-h1")->capture_default_str();
-  app.add_option("--stages", o.stages, "pipeline ranks p")->capture_default_str();
-  app.add_option("--microbatches", o.microbatches, "micro-batches m per step")->capture_default_str();
-  app.add_option("--chunks", o.chunks, "model chunks v per rank (interleaved)")->capture_default_str();
+  app.add_option("--stages", o.stages, "pipeline ranks p")->check(at_least_one)->capture_default_str();
+  app.add_option("--microbatches", o.microbatches, "micro-batches m per step")->check(at_least_one)->capture_default_str();
+  app.add_option("--chunks", o.chunks, "model chunks v per rank (interleaved)")->check(at_least_one)->capture_default_str();
   app.add_flag("--split-backward", o.split, "replace every B by I then W");
   app.add_option("--schedule-file", o.schedule_file, "a schedule in text form (docs/schedules.md) instead of --schedule");
-  app.add_option("--cost-f", o.costs.f, "time of a forward, per micro-batch and chunk")->capture_default_str();
-  app.add_option("--cost-b", o.costs.b, "time of a full backward")->capture_default_str();
-  app.add_option("--cost-i", o.costs.i, "time of an input-gradient backward (I)")->capture_default_str();
-  app.add_option("--cost-w", o.costs.w, "time of a weight-gradient backward (W)")->capture_default_str();
-  app.add_option("--cost-step", o.costs.step, "time of the optimizer step")->capture_default_str();
-  app.add_option("--latency", o.costs.latency, "time from a send to its arrival")->capture_default_str();
-  app.add_option("--per-byte", o.costs.per_byte, "transfer time per byte")->capture_default_str();
+  app.add_option("--cost-f", o.costs.f, "time of a forward, per micro-batch and chunk")->check(non_negative)->capture_default_str();
+  app.add_option("--cost-b", o.costs.b, "time of a full backward")->check(non_negative)->capture_default_str();
+  app.add_option("--cost-i", o.costs.i, "time of an input-gradient backward (I)")->check(non_negative)->capture_default_str();
+  app.add_option("--cost-w", o.costs.w, "time of a weight-gradient backward (W)")->check(non_negative)->capture_default_str();
+  app.add_option("--cost-step", o.costs.step, "time of the optimizer step")->check(non_negative)->capture_default_str();
+  app.add_option("--latency", o.costs.latency, "time from a send to its arrival")->check(non_negative)->capture_default_str();
+  app.add_option("--per-byte", o.costs.per_byte, "transfer time per byte")->check(non_negative)->capture_default_str();
   app.add_option("--activation-bytes", o.costs.activation_bytes, "bytes of one activation message")
-      ->capture_default_str();
+      ->check(non_negative)->capture_default_str();
   app.add_flag("--print-schedule", o.print_schedule, "print the schedule in text form");
   app.add_flag("--lowered", o.lowered, "with --print-schedule: include the sends and receives");
   app.add_flag("--no-gantt", o.no_gantt, "leave out the text Gantt chart");
-  app.add_option("--width", o.width, "most columns of the Gantt chart (0: no limit)")->capture_default_str();
+  app.add_option("--width", o.width, "most columns of the Gantt chart (0: no limit)")
+      ->check(non_negative)->capture_default_str();
   app.add_option("--svg", o.svg, "draw the timeline into this SVG file");
   try {
     app.parse(argc, argv);
@@ -128,7 +156,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kpipe-sim: error: %s\n", e.what());
     return kpipe::exit_bad_input;
   } catch (const kpipe::InputError& e) {
-    std::fprintf(stderr, "kpipe-sim: error: %s\n", e.what());
+    std::fprintf(stderr, "kpipe-sim: error: %s\n", in_option_terms(e.what()).c_str());
     return kpipe::exit_bad_input;
   }
 }

@@ -1,0 +1,85 @@
+// kpipe-sim end to end: the report it prints, the SVG it writes, and one error line with exit code 2.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+const std::string program = std::string(KPIPE_BINARY_DIR) + "/apps/kpipe-sim";
+
+struct Outcome {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+Outcome run(const std::string& arguments) {
+  Outcome result;
+  FILE* pipe = popen(("'" + program + "' " + arguments + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+class KpipeSim : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::ifstream(program)) GTEST_SKIP() << program << " is not built (KPIPE_ENABLE_APPS=OFF?)";
+  }
+};
+
+TEST_F(KpipeSim, PrintsGanttBubbleMakespanAndStash) {
+  const Outcome r = run("--schedule 1f1b --stages 4 --microbatches 8");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 3 |.........F0 B0    F1 B1    F2 B2"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("makespan 33, bubble 27.3%"), std::string::npos) << r.output;
+  // The table after the chart: rank, busy, idle, bubble, peak stash; 1F1B stashes min(p - s, m) on rank s.
+  std::istringstream table(r.output.substr(r.output.find("peak stash\n") + 11));
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string number, busy, idle, bubble;
+    int stash = 0;
+    table >> number >> busy >> idle >> bubble >> stash;
+    EXPECT_EQ(number, std::to_string(rank));
+    EXPECT_EQ(busy + " " + idle + " " + bubble, "24 9 27.3%");
+    EXPECT_EQ(stash, 4 - rank);
+  }
+}
+
+TEST_F(KpipeSim, ReadsPrintsAndDrawsAHandWrittenSchedule) {
+  const std::string dir = ::testing::TempDir();
+  {
+    std::ofstream out(dir + "kpipe_sim_test.sched");
+    out << "# 1F1B on two ranks\nF0 F1 B0 B1 S\nF0 B0 F1 B1 S\n";
+  }
+  const Outcome r = run("--schedule-file '" + dir + "kpipe_sim_test.sched' --print-schedule --lowered --svg '" + dir +
+                    "kpipe_sim_test.svg'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("ra0<0 F0 B0 sg0>0 ra1<0 F1 B1 sg1>0 S"), std::string::npos) << r.output;
+  std::ifstream svg(dir + "kpipe_sim_test.svg");
+  std::stringstream contents;
+  contents << svg.rdbuf();
+  EXPECT_EQ(contents.str().rfind("<svg", 0), 0u);
+  EXPECT_NE(contents.str().find("bubble 33.3%"), std::string::npos);
+  std::remove((dir + "kpipe_sim_test.sched").c_str());
+  std::remove((dir + "kpipe_sim_test.svg").c_str());
+}
+
+TEST_F(KpipeSim, BadInputIsOneLineAndExitCodeTwo) {
+  for (const char* arguments : {"--schedule zigzag", "--schedule interleaved --chunks 2 --microbatches 6",
+                                "--stages 0", "--cost-b -2", "--no-such-option", "--schedule-file /nonexistent/x"}) {
+    const Outcome r = run(arguments);
+    EXPECT_EQ(r.status, 2) << arguments;
+    EXPECT_EQ(r.output.rfind("kpipe-sim: error: ", 0), 0u) << r.output;
+    EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << r.output;
+  }
+  EXPECT_EQ(run("--schedule interleaved --chunks 2 --microbatches 6").output,
+            "kpipe-sim: error: --microbatches = 6: the interleaved schedule needs a multiple of --stages = 4\n");
+}
+
+}  // namespace
