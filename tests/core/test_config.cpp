@@ -209,14 +209,14 @@ TEST(Config, EveryKeyIsAnOptionAndALineOfTheDump) {
 
 TEST(Config, ShortAliases) {
   const Config c = parse({"--data", "corpus.txt", "--steps", "3", "--seed", "42", "--batch", "12", "--microbatches",
-                          "3", "--lr", "0.01", "--metrics", "out.jsonl", "--pipeline-size", "2", "--data-parallel",
+                          "4", "--lr", "0.01", "--metrics", "out.jsonl", "--pipeline-size", "2", "--data-parallel",
                           "2", "--schedule", "gpipe", "--schedule-file", "s.txt"})
                        .config;
   EXPECT_EQ(c.data.path, "corpus.txt");
   EXPECT_EQ(c.train.steps, 3);
   EXPECT_EQ(c.train.seed, 42u);
   EXPECT_EQ(c.train.batch, 12);
-  EXPECT_EQ(c.train.microbatches, 3);
+  EXPECT_EQ(c.train.microbatches, 4);
   EXPECT_EQ(c.optim.lr, 0.01);
   EXPECT_EQ(c.output.metrics, "out.jsonl");
   EXPECT_EQ(c.pipeline.pipeline_size, 2);
@@ -287,6 +287,10 @@ TEST(Config, FileErrorsNameFileKeyAndValue) {
   expect_input_error([&] { load_config_file(table, Config{}); }, {"unknown table 'modle'", "model"});
   const std::string top = dir.write("top.toml", "steps = 5\n");
   expect_input_error([&] { load_config_file(top, Config{}); }, {"unknown key 'steps'", "[train]"});
+  const std::string lr = dir.write("lr.toml", "lr = 0.1\n");
+  expect_input_error([&] { load_config_file(lr, Config{}); }, {"unknown key 'lr'", "[optim]"});
+  const std::string array = dir.write("array.toml", "[[model]]\nd_model = 64\n");
+  expect_input_error([&] { load_config_file(array, Config{}); }, {"'model' must be a table"});
   const std::string syntax = dir.write("syntax.toml", "[model]\nd_model = = 3\n");
   expect_input_error([&] { load_config_file(syntax, Config{}); }, {syntax + ":2:"});
   expect_input_error([&] { load_config_file(dir.path("absent.toml"), Config{}); },
@@ -320,8 +324,8 @@ TEST(Config, ValidationNamesKeysAndValues) {
        {"model.d_model = 250 is not divisible by model.n_heads = 8"}},
       {[](Config& c) { c.train.batch = 10, c.train.microbatches = 4; },
        {"train.batch = 10 is not divisible by train.microbatches = 4"}},
-      {[](Config& c) { c.train.batch = 8, c.train.microbatches = 2, c.pipeline.data_parallel = 3; },
-       {"train.batch = 8", "pipeline.data_parallel", "3"}},
+      {[](Config& c) { c.train.batch = 8, c.train.microbatches = 2, c.pipeline.data_parallel = 4; },
+       {"train.microbatches = 2 is not divisible by pipeline.data_parallel = 4"}},
       {[](Config& c) { c.model.seq_len = 1; }, {"model.seq_len = 1"}},
       {[](Config& c) { c.model.vocab = 100; }, {"model.vocab = 100"}},
       {[](Config& c) { c.model.n_layers = 0; }, {"model.n_layers = 0"}},

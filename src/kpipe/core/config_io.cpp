@@ -64,7 +64,7 @@ const std::vector<Key>& keys() {
       entry("train.steps", &C::train, &T::steps, "optimizer steps", "--steps"),
       entry("train.batch", &C::train, &T::batch, "sequences per mini-batch (per optimizer step, all replicas)",
            "--batch"),
-      entry("train.microbatches", &C::train, &T::microbatches, "micro-batches per mini-batch and pipeline replica",
+      entry("train.microbatches", &C::train, &T::microbatches, "micro-batches per mini-batch (shared out among the replicas)",
            "--microbatches"),
       entry("train.seed", &C::train, &T::seed, "seed of initialization and data sampling", "--seed"),
       entry("train.log_every", &C::train, &T::log_every, "progress line every this many steps"),
@@ -395,10 +395,15 @@ Config load_config_file(const std::string& path, Config base) {
     const std::string table_name(table_key.str());
     const auto line = table_key.source().begin.line;
     const toml::table* table = node.as_table();
-    if (!table && find_key("train." + table_name))
-      throw InputError(fmt::format("{}:{}: unknown key '{}' (keys belong in tables: did you mean [train] {}?)", path,
-                                   line, table_name, table_name));
-    if (!table || std::find(tables.begin(), tables.end(), table_name) == tables.end())
+    const bool known_table = std::find(tables.begin(), tables.end(), table_name) != tables.end();
+    if (!table && known_table)
+      throw InputError(fmt::format("{}:{}: '{}' must be a table: [{}]", path, line, table_name, table_name));
+    if (!table)
+      for (const Key& key : keys())
+        if (key.leaf() == table_name)
+          throw InputError(fmt::format("{}:{}: unknown key '{}' (keys belong in tables: did you mean [{}] {}?)", path,
+                                       line, table_name, key.table(), table_name));
+    if (!table || !known_table)
       throw InputError(fmt::format("{}:{}: unknown {} '{}'{} (tables: {})", path, line, table ? "table" : "key",
                                    table_name, suggestion(table_name, tables), join(tables, ", ")));
     for (const auto& [leaf, value] : *table) {
@@ -508,11 +513,10 @@ void validate(const Config& config) {
   require(pipeline.chunks == 1 || pipeline.schedule == "interleaved" || !pipeline.schedule_file.empty(),
           "pipeline.chunks = {} needs pipeline.schedule = \"interleaved\" (got \"{}\")", pipeline.chunks,
           pipeline.schedule);
-  // Each replica runs train.microbatches micro-batches of batch / (data_parallel * microbatches) sequences.
-  const std::int64_t per_step = static_cast<std::int64_t>(train.microbatches) * pipeline.data_parallel;
-  require(pipeline.data_parallel == 1 || train.batch % per_step == 0,
-          "train.batch = {} is not divisible by train.microbatches * pipeline.data_parallel = {} * {}", train.batch,
-          train.microbatches, pipeline.data_parallel);
+  // The mini-batch's micro-batches are shared out among the replicas, the same number to each.
+  require(train.microbatches % pipeline.data_parallel == 0,
+          "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", train.microbatches,
+          pipeline.data_parallel);
   // The model's layers are the embedding, the blocks and the head; every model chunk needs one at least.
   const std::int64_t model_chunks = static_cast<std::int64_t>(pipeline.pipeline_size) * pipeline.chunks;
   require(model_chunks <= model.n_layers + 2,
