@@ -6,7 +6,10 @@
 #include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <vector>
 
+#include "kpipe/comm/grid.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
@@ -22,9 +25,10 @@ std::string duration(double seconds) {
 
 int train(const kpipe::Config& config, int rank) {
   using namespace kpipe;
+  auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
   const auto corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
   runtime::MetricsWriter metrics(rank == 0 ? config.output.metrics : std::string());
-  runtime::Trainer<float> trainer(config, corpus);
+  runtime::Trainer<float> trainer(config, corpus, grid);
   const auto& desc = trainer.desc();
   if (rank == 0)
     fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, batch {} x {} micro-batches, data: {}\n",
@@ -44,8 +48,10 @@ int train(const kpipe::Config& config, int rank) {
                  config.train.steps, stats.loss, stats.lr, stats.grad_norm, tokens / elapsed,
                  duration(elapsed / (s + 1) * (config.train.steps - s - 1)));
     }
-    if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last && rank == 0)
-      fmt::print(stderr, "step {:>5} | validation loss {:.4f}\n", s + 1, trainer.evaluate());
+    if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last) {
+      const double val = trainer.evaluate();
+      if (rank == 0) fmt::print(stderr, "step {:>5} | validation loss {:.4f}\n", s + 1, val);
+    }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   runtime::FinalMetrics final;
@@ -59,6 +65,7 @@ int train(const kpipe::Config& config, int rank) {
   if (rank == 0)
     fmt::print(stderr, "done: {} steps in {} | validation loss {:.4f} | {:.0f} tok/s | param_checksum {}\n", final.steps,
                duration(seconds), final.val_loss, final.tokens_per_s, runtime::checksum_hex(final.param_checksum));
+  comm::free_grid(grid);
   return 0;
 }
 
@@ -70,9 +77,18 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int rc = 0;
   {
-    Kokkos::ScopeGuard kokkos(argc, argv);
+    // Kokkos takes its --kokkos-* options out of argv; it must not see --help, which is ours.
+    std::vector<char*> kokkos_args;
+    for (int i = 0; i < argc; ++i)
+      if (std::string(argv[i]) != "--help" && std::string(argv[i]) != "-h") kokkos_args.push_back(argv[i]);
+    int kokkos_argc = int(kokkos_args.size());
+    Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
+    // What Kokkos consumed is gone from kokkos_args; put --help back where the user had it.
+    std::vector<const char*> args(kokkos_args.begin(), kokkos_args.begin() + kokkos_argc);
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") args.push_back(argv[i]);
     try {
-      const auto command_line = kpipe::parse_command_line("kpipe-train", argc, argv);
+      const auto command_line = kpipe::parse_command_line("kpipe-train", int(args.size()), args.data());
       rc = command_line.exit_now ? command_line.exit_code : train(command_line.config, rank);
     } catch (const kpipe::InputError& e) {
       // Every rank reads the same input and fails the same way; one of them says so.

@@ -56,6 +56,8 @@ Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences)
   if (!blocks_.empty()) work_ = nn::allocate_work(blocks_.front());
 }
 
+template <class T> Chunk<T>::~Chunk() = default;
+
 template <class T> std::unique_ptr<typename Chunk<T>::Slot> Chunk<T>::make_slot() const {
   auto s = std::make_unique<Slot>();
   const int c = channels();

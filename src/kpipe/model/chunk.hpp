@@ -20,6 +20,7 @@ template <class T> class Chunk {
  public:
   // Layers [first, last) of desc for micro-batches of `sequences` sequences; desc must outlive the chunk.
   Chunk(const ModelDesc& desc, int first, int last, int sequences);
+  ~Chunk();
 
   ParameterStore<T>& params() { return params_; }
   const ParameterStore<T>& params() const { return params_; }

@@ -1,100 +1,366 @@
 #include "kpipe/runtime/trainer.hpp"
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
+#include "kpipe/core/error.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/nn/optimizer.hpp"
+#include "kpipe/partition/partition.hpp"
+#include "kpipe/schedule/generate.hpp"
+#include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/text.hpp"
+#include "kpipe/schedule/validate.hpp"
 
 namespace kpipe::runtime {
 
+using schedule::Action;
+using schedule::Op;
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+schedule::Schedule make_schedule(const Config& c, int local_microbatches) {
+  const auto& p = c.pipeline;
+  schedule::Schedule s = p.schedule_file.empty()
+                             ? schedule::generate(p.schedule, p.pipeline_size, local_microbatches, p.chunks)
+                             : schedule::read_schedule_file(p.schedule_file, local_microbatches, p.chunks);
+  require(s.ranks == p.pipeline_size && s.microbatches == local_microbatches && s.chunks == p.chunks,
+          "pipeline.schedule_file = '{}': written for {} ranks, {} micro-batches, {} chunks; the run has {}, {}, {}",
+          p.schedule_file, s.ranks, s.microbatches, s.chunks, p.pipeline_size, local_microbatches, p.chunks);
+  s = schedule::lower(s);
+  schedule::validate(s);
+  return s;
+}
+
+}  // namespace
+
+// Where one step stands on this rank.
+template <class T> struct Trainer<T>::StepState {
+  std::vector<std::vector<int>> slot;             // [chunk][micro-batch] -> slot, -1 when none
+  std::vector<comm::Request> recv;                // per action index
+  std::vector<bool> posted;                       // per action index
+  struct PendingSend { int chunk, slot; comm::Request request; };
+  std::vector<PendingSend> sends;
+  struct Retired { int chunk, slot; };
+  std::vector<Retired> retired;                   // backward done, slot freed once its sends complete
+  std::vector<bool> last_touch;                   // per action index: the last use of its (chunk, micro-batch)
+  std::vector<double> loss_sums;                  // per global micro-batch (last stage only)
+  double busy = 0;
+};
+
 template <class T>
-Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus)
-    : config_(config), corpus_(&corpus), desc_(model::describe(config.model)),
-      sequences_per_microbatch_(config.train.batch / config.train.microbatches) {
-  const int layers = int(desc_.layers.size());
-  chunk_ = std::make_unique<model::Chunk<T>>(desc_, 0, layers, sequences_per_microbatch_);
-  chunk_->params().initialize(space_, config.train.seed);
-  const auto rows = chunk_->rows();
+Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid)
+    : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)) {
+  const auto& tc = config.train;
+  const auto& pc = config.pipeline;
+  require(tc.microbatches % grid.data_parallel == 0,
+          "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", tc.microbatches,
+          grid.data_parallel);
+  local_microbatches_ = tc.microbatches / grid.data_parallel;
+  sequences_per_microbatch_ = tc.batch / tc.microbatches;
+  schedule_ = make_schedule(config, local_microbatches_);
+
+  const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition);
+  for (int c = 0; c < pc.chunks; ++c) {
+    const auto& r = ranges.at(schedule_.virtual_stage(grid.stage, c));
+    chunks_.push_back(std::make_unique<model::Chunk<T>>(desc_, r.first, r.last, sequences_per_microbatch_));
+    chunks_.back()->params().initialize(space_, tc.seed);
+  }
+  transport_ = std::make_unique<comm::MpiTransport>(grid.pipeline);
+  const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
   host_inputs_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_inputs"), rows);
   host_targets_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_targets"), rows);
 }
 
-template <class T> void Trainer<T>::load_microbatch(int slot, std::int64_t step, int microbatch) {
-  data::fill_train_windows(corpus_->train, config_.train.seed, step, microbatch * sequences_per_microbatch_,
-                           sequences_per_microbatch_, config_.model.seq_len, host_inputs_.data(),
-                           host_targets_.data());
-  Kokkos::deep_copy(space_, chunk_->tokens(slot), host_inputs_);
-  Kokkos::deep_copy(space_, chunk_->targets(slot), host_targets_);
+template <class T> Trainer<T>::~Trainer() = default;
+
+template <class T> void Trainer<T>::load_tokens(int c, int slot, std::int64_t step, int microbatch) {
+  auto& chunk = *chunks_[c];
+  const int global_mb = grid_.replica * local_microbatches_ + microbatch;
+  data::fill_train_windows(corpus_->train, config_.train.seed, step, global_mb * sequences_per_microbatch_,
+                           sequences_per_microbatch_, config_.model.seq_len, host_inputs_.data(), host_targets_.data());
+  if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
+  if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
   space_.fence();  // the host buffers are refilled for the next micro-batch
 }
 
-template <class T> StepStats Trainer<T>::step() {
-  const auto start = std::chrono::steady_clock::now();
-  auto& chunk = *chunk_;
-  const std::int64_t tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
-  const T loss_scale = T(1.0 / double(tokens));
-  double loss_sum = 0;
-  for (int j = 0; j < config_.train.microbatches; ++j) {
-    const int slot = chunk.acquire();
-    load_microbatch(slot, step_, j);
-    chunk.forward(space_, slot);
-    loss_sum += chunk.loss_sum(space_, slot);
-    chunk.backward_input(space_, slot, loss_scale);
-    chunk.backward_weight(space_, slot);
-    chunk.release(slot);
+template <class T> int Trainer<T>::slot_for(StepState& st, int c, int mb) {
+  int& s = st.slot[c][mb];
+  if (s < 0) {
+    reclaim(st, /*wait=*/false);
+    s = chunks_[c]->acquire();
   }
+  return s;
+}
+
+template <class T> void Trainer<T>::retire(StepState& st, int c, int mb) {
+  st.retired.push_back({c, st.slot[c][mb]});
+  st.slot[c][mb] = -1;
+}
+
+// Gives retired slots back once no send reads from them. Without `wait`, only sends already complete
+// count: blocking here on a send whose receiver is itself waiting for us could deadlock.
+template <class T> void Trainer<T>::reclaim(StepState& st, bool wait) {
+  auto busy = [&](const typename StepState::Retired& r) {
+    for (auto& s : st.sends) {
+      if (s.chunk != r.chunk || s.slot != r.slot || !s.request.active()) continue;
+      if (wait) {
+        if (!transport_->wait(s.request, config_.pipeline.recv_timeout_s)) timeout(Action{}, 0);
+      } else {
+        int done = 0;
+        MPI_Test(&s.request.mpi, &done, MPI_STATUS_IGNORE);
+        if (!done) return true;
+      }
+    }
+    return false;
+  };
+  std::vector<typename StepState::Retired> still;
+  for (const auto& r : st.retired) {
+    if (busy(r))
+      still.push_back(r);
+    else
+      chunks_[r.chunk]->release(r.slot);
+  }
+  st.retired = std::move(still);
+}
+
+template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
+  const Action& a = schedule_.actions[grid_.stage][i];
+  if (st.posted[i]) return;
+  auto& chunk = *chunks_[a.chunk];
+  const int slot = slot_for(st, a.chunk, a.microbatch);
+  const View2<T>& buffer = a.op == Op::recv_activation ? chunk.input(slot) : chunk.output_grad(slot);
+  const auto message = schedule::message_of(schedule_, grid_.stage, a);
+  transport_->recv(buffer.data(), buffer.span() * sizeof(T), a.peer, schedule::message_tag(schedule_, message),
+                   st.recv[i]);
+  st.posted[i] = true;
+}
+
+template <class T> void Trainer<T>::wait_receive(StepState& st, std::size_t i) {
+  post_receive(st, i);
+  if (!transport_->wait(st.recv[i], config_.pipeline.recv_timeout_s))
+    timeout(schedule_.actions[grid_.stage][i], i);
+}
+
+template <class T> void Trainer<T>::timeout(const Action& a, std::size_t index) const {
+  // A peer that never answers: say who waited for what, then take every rank down (no silent hang).
+  std::fprintf(stderr, "kpipe: rank %d (stage %d, replica %d) step %lld position %zu (%s): no message within "
+                       "pipeline.recv_timeout_s = %g s; aborting\n",
+               grid_.world_rank, grid_.stage, grid_.replica, static_cast<long long>(step_), index,
+               schedule::to_token(a, schedule_.chunks).c_str(), config_.pipeline.recv_timeout_s);
+  std::fflush(stderr);
+  MPI_Abort(grid_.world, 3);
+  std::abort();
+}
+
+template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
+  const auto& list = schedule_.actions[grid_.stage];
+  const Action& a = list[i];
+  const int c = a.chunk, mb = a.microbatch;
+  const int vstage = schedule_.virtual_stage(grid_.stage, c);
+  const bool local_next = vstage + 1 < schedule_.virtual_stages() && schedule_.rank_of(vstage + 1) == grid_.stage;
+  const bool local_prev = vstage > 0 && schedule_.rank_of(vstage - 1) == grid_.stage;
+  const T loss_scale = T(1.0 / (double(config_.train.batch) * config_.model.seq_len));
+
+  if (schedule::is_compute(a.op)) {
+    // Post the receives the next compute action will need, so that they arrive while this one runs.
+    std::size_t j = i + 1;
+    while (j < list.size() && !schedule::is_compute(list[j].op)) ++j;
+    for (std::size_t k = i + 1; k < list.size() && k <= j + 2; ++k)
+      if (schedule::is_recv(list[k].op)) post_receive(st, k);
+  }
+  const double start = now();
+  switch (a.op) {
+    case Op::recv_activation:
+    case Op::recv_gradient: wait_receive(st, i); break;
+    case Op::send_activation:
+    case Op::send_gradient: {
+      auto& chunk = *chunks_[c];
+      const int slot = st.slot[c][mb];
+      const View2<T>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
+      space_.fence();  // the buffer is complete before MPI reads it
+      st.sends.push_back({c, slot, {}});
+      transport_->send(buffer.data(), buffer.span() * sizeof(T), a.peer,
+                       schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a)),
+                       st.sends.back().request);
+      break;
+    }
+    case Op::forward: {
+      auto& chunk = *chunks_[c];
+      const int slot = slot_for(st, c, mb);
+      if (chunk.first() || chunk.last()) load_tokens(c, slot, step_, mb);
+      chunk.forward(space_, slot);
+      if (chunk.last()) st.loss_sums[grid_.replica * local_microbatches_ + mb] = chunk.loss_sum(space_, slot);
+      peak_stash_ = std::max(peak_stash_, ++stash_);
+      if (local_next) {  // the next virtual stage is ours too (one rank, several chunks): hand over in place
+        const int next = slot_for(st, c + 1, mb);
+        Kokkos::deep_copy(space_, chunks_[c + 1]->input(next), chunk.output(slot));
+      }
+      break;
+    }
+    case Op::backward:
+    case Op::backward_input: {
+      auto& chunk = *chunks_[c];
+      const int slot = st.slot[c][mb];
+      chunk.backward_input(space_, slot, loss_scale);
+      if (local_prev)
+        Kokkos::deep_copy(space_, chunks_[c - 1]->output_grad(st.slot[c - 1][mb]), chunk.input_grad(slot));
+      if (a.op == Op::backward) {
+        chunk.backward_weight(space_, slot);
+        --stash_;
+      }
+      break;
+    }
+    case Op::backward_weight: {
+      chunks_[c]->backward_weight(space_, st.slot[c][mb]);
+      --stash_;
+      break;
+    }
+    case Op::step: break;  // after the list: see step()
+  }
+  if (schedule::is_compute(a.op)) {
+    space_.fence();
+    st.busy += now() - start;
+  }
+  if (st.last_touch[i]) retire(st, c, mb);
+}
+
+template <class T> StepStats Trainer<T>::step() {
+  const double start = now();
+  const auto& list = schedule_.actions[grid_.stage];
+  StepState st;
+  st.slot.assign(chunks_.size(), std::vector<int>(local_microbatches_, -1));
+  st.recv.assign(list.size(), comm::Request{});
+  st.posted.assign(list.size(), false);
+  st.last_touch.assign(list.size(), false);
+  {
+    std::vector<std::vector<bool>> seen(chunks_.size(), std::vector<bool>(local_microbatches_, false));
+    for (std::size_t i = list.size(); i-- > 0;) {
+      const Action& a = list[i];
+      if (a.op == Op::step || seen[a.chunk][a.microbatch]) continue;
+      seen[a.chunk][a.microbatch] = st.last_touch[i] = true;
+    }
+  }
+  st.loss_sums.assign(config_.train.microbatches, 0.0);
+  for (std::size_t i = 0; i < list.size(); ++i) run_action(st, i);
+  for (auto& s : st.sends)
+    if (s.request.active() && !transport_->wait(s.request, config_.pipeline.recv_timeout_s)) timeout(Action{}, 0);
+  reclaim(st, /*wait=*/true);
+
   StepStats stats;
   stats.step = step_;
-  stats.loss = loss_sum / double(tokens);
-  stats.grad_norm = global_grad_norm();
-  stats.lr = nn::learning_rate(config_.optim, step_, config_.train.steps);
-  optimizer_step(stats.lr, nn::clip_factor(stats.grad_norm, config_.optim.grad_clip));
+  stats.tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
+  // Each micro-batch's loss lives on one rank, zeros elsewhere: the sum is exact, then added in order.
+  MPI_Allreduce(MPI_IN_PLACE, st.loss_sums.data(), int(st.loss_sums.size()), MPI_DOUBLE, MPI_SUM, grid_.world);
+  double loss = 0;
+  for (double l : st.loss_sums) loss += l;
+  stats.loss = loss / double(stats.tokens);
+  optimizer_step(stats);
   space_.fence();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  stats.tokens = tokens;
+  stats.busy_seconds = st.busy;
+  stats.seconds = now() - start;
   ++step_;
   return stats;
 }
 
-template <class T> double Trainer<T>::global_grad_norm() {
+template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
+  if (grid_.data_parallel > 1) {
+    // Replicas of a stage add their gradients (rank order fixed by the communicator).
+    for (auto& chunk : chunks_) {
+      const auto& g = chunk->params().grads();
+      space_.fence();
+      MPI_Allreduce(MPI_IN_PLACE, g.data(), int(g.extent(0)), std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE,
+                    MPI_SUM, grid_.replicas);
+    }
+  }
+  // Global norm from per-layer sums placed by global layer index, so it is the same on every layout.
+  std::vector<double> squares(desc_.layers.size(), 0.0);
+  for (auto& chunk : chunks_) {
+    const auto sums = layer_grad_squares(space_, chunk->params());
+    for (std::size_t k = 0; k < sums.size(); ++k) squares[chunk->params().first_layer() + k] = sums[k];
+  }
+  MPI_Allreduce(MPI_IN_PLACE, squares.data(), int(squares.size()), MPI_DOUBLE, MPI_SUM, grid_.pipeline);
   double total = 0;
-  for (double s : layer_grad_squares(space_, chunk_->params())) total += s;
-  return std::sqrt(total);
-}
-
-template <class T> void Trainer<T>::optimizer_step(double lr, double grad_scale) {
-  auto& p = chunk_->params();
-  if (config_.optim.kind == "sgd")
-    nn::sgd_update(space_, config_.optim, lr, grad_scale, p.values(), p.grads(), p.moment1(), p.decay_mask());
-  else
-    nn::adamw_update(space_, config_.optim, lr, step_ + 1, grad_scale, p.values(), p.grads(), p.moment1(),
-                     p.moment2(), p.decay_mask());
-  p.zero_grads(space_);
+  for (double s : squares) total += s;
+  stats.grad_norm = std::sqrt(total);
+  stats.lr = nn::learning_rate(config_.optim, step_, config_.train.steps);
+  const double scale = nn::clip_factor(stats.grad_norm, config_.optim.grad_clip);
+  for (auto& chunk : chunks_) {
+    auto& p = chunk->params();
+    if (config_.optim.kind == "sgd")
+      nn::sgd_update(space_, config_.optim, stats.lr, scale, p.values(), p.grads(), p.moment1(), p.decay_mask());
+    else
+      nn::adamw_update(space_, config_.optim, stats.lr, step_ + 1, scale, p.values(), p.grads(), p.moment1(),
+                       p.moment2(), p.decay_mask());
+    p.zero_grads(space_);
+  }
 }
 
 template <class T> double Trainer<T>::evaluate() {
-  auto& chunk = *chunk_;
+  // Forward only, one micro-batch at a time down the virtual stages: a chain, so blocking messages are safe.
   const int seq = config_.model.seq_len, mb = sequences_per_microbatch_;
   const std::int64_t available = data::validation_windows(std::int64_t(corpus_->validation.size()), seq);
-  std::int64_t windows = std::min<std::int64_t>(available, std::int64_t(config_.train.eval_batches) * config_.train.batch);
+  std::int64_t windows =
+      std::min<std::int64_t>(available, std::int64_t(config_.train.eval_batches) * config_.train.batch);
   windows -= windows % mb;
   if (windows == 0) return std::nan("");
+  std::vector<int> slots;
+  for (auto& chunk : chunks_) slots.push_back(chunk->acquire());
   double loss_sum = 0;
-  const int slot = chunk.acquire();
-  for (std::int64_t w = 0; w < windows; w += mb) {
+  const int vstages = schedule_.virtual_stages();
+  for (std::int64_t w = grid_.replica * mb; w < windows; w += std::int64_t(mb) * grid_.data_parallel) {
     data::fill_validation_windows(corpus_->validation, w, mb, seq, host_inputs_.data(), host_targets_.data());
-    Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
-    Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
-    chunk.forward(space_, slot);
-    loss_sum += chunk.loss_sum(space_, slot);
+    for (int v = 0; v < vstages; ++v) {
+      if (schedule_.rank_of(v) != grid_.stage) continue;
+      const int c = schedule_.chunk_of(v);
+      auto& chunk = *chunks_[c];
+      const int slot = slots[c];
+      if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
+      if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
+      if (v > 0) {
+        const int prev = schedule_.rank_of(v - 1);
+        if (prev == grid_.stage)
+          Kokkos::deep_copy(space_, chunk.input(slot), chunks_[c - 1]->output(slots[c - 1]));
+        else
+          MPI_Recv(chunk.input(slot).data(), int(chunk.input(slot).span() * sizeof(T)), MPI_BYTE, prev, v,
+                   grid_.pipeline, MPI_STATUS_IGNORE);
+      }
+      chunk.forward(space_, slot);
+      space_.fence();
+      if (chunk.last())
+        loss_sum += chunk.loss_sum(space_, slot);
+      else if (schedule_.rank_of(v + 1) != grid_.stage)
+        MPI_Send(chunk.output(slot).data(), int(chunk.output(slot).span() * sizeof(T)), MPI_BYTE,
+                 schedule_.rank_of(v + 1), v + 1, grid_.pipeline);
+    }
   }
-  chunk.release(slot);
+  for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->release(slots[c]);
+  MPI_Allreduce(MPI_IN_PLACE, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, grid_.world);
   return loss_sum / double(windows * seq);
 }
 
 template <class T> std::uint64_t Trainer<T>::param_checksum() const {
-  return model::combine_hashes(model::tensor_hashes(chunk_->params()));
+  // Each tensor's hash sits at its global position, zeros elsewhere; a sum over ranks assembles the list.
+  std::vector<std::int64_t> first_tensor(desc_.layers.size() + 1, 0);
+  for (std::size_t l = 0; l < desc_.layers.size(); ++l)
+    first_tensor[l + 1] = first_tensor[l] + std::int64_t(desc_.layers[l].params.size());
+  std::vector<std::uint64_t> hashes(first_tensor.back(), 0);
+  for (const auto& chunk : chunks_) {
+    const auto own = model::tensor_hashes(chunk->params());
+    const auto& slots = chunk->params().slots();
+    int index_in_layer = 0;
+    for (std::size_t k = 0; k < own.size(); ++k) {
+      index_in_layer = (k > 0 && slots[k].layer == slots[k - 1].layer) ? index_in_layer + 1 : 0;
+      hashes[first_tensor[slots[k].layer] + index_in_layer] = own[k];
+    }
+  }
+  MPI_Allreduce(MPI_IN_PLACE, hashes.data(), int(hashes.size()), MPI_UINT64_T, MPI_SUM, grid_.pipeline);
+  return model::combine_hashes(hashes);
 }
 
 template <class T>

@@ -1,51 +1,74 @@
 #pragma once
-// Training on one rank: a mini-batch of `batch` sequences split into micro-batches that run forward and
-// backward one after the other, gradients accumulated in micro-batch order, then one optimizer step.
-// This is also the reference every pipeline layout must match bit for bit (DESIGN.md invariant 1).
+// Training with pipeline parallelism. Each rank builds only its own model chunks (the virtual stages the
+// partition gives it) and walks its list of the lowered schedule every step: receives posted ahead,
+// forward, stash, send onward; receive the gradient, backward, send it back, free the stash; then the
+// optimizer step. With one rank the schedule is F0 B0 F1 B1 ...: the plain gradient-accumulation loop
+// that every layout must match bit for bit (DESIGN.md invariant 1).
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "kpipe/comm/grid.hpp"
+#include "kpipe/comm/transport.hpp"
 #include "kpipe/core/config.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/model/chunk.hpp"
 #include "kpipe/model/desc.hpp"
+#include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::runtime {
 
 struct StepStats {
-  std::int64_t step = 0;    // 0-based index of the optimizer step just taken
-  double loss = 0;          // mean per-token loss of the mini-batch
+  std::int64_t step = 0;     // 0-based index of the optimizer step just taken
+  double loss = 0;           // mean per-token loss of the mini-batch (all replicas)
   double lr = 0;
-  double grad_norm = 0;     // global L2 norm before clipping
-  double seconds = 0;       // wall time of the step
-  std::int64_t tokens = 0;  // tokens processed by the step
+  double grad_norm = 0;      // global L2 norm before clipping
+  double seconds = 0;        // wall time of the step on this rank
+  double busy_seconds = 0;   // time this rank spent in F, B, I, W
+  std::int64_t tokens = 0;   // tokens in the mini-batch (all replicas)
 };
 
 template <class T> class Trainer {
  public:
-  Trainer(const Config& config, const data::Corpus& corpus);
+  // The schedule is generated (or read from pipeline.schedule_file), lowered and validated here, before
+  // any work; bad input throws InputError identically on every rank.
+  Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid);
+  ~Trainer();
 
   StepStats step();            // one optimizer step on the next mini-batch
-  double evaluate();           // mean per-token loss over the validation windows
+  double evaluate();           // mean per-token loss over the validation windows (every rank gets it)
   std::int64_t next_step() const { return step_; }
-  std::uint64_t param_checksum() const;
+  std::uint64_t param_checksum() const;  // every rank gets the whole model's checksum
   const model::ModelDesc& desc() const { return desc_; }
-  model::Chunk<T>& chunk() { return *chunk_; }
+  const schedule::Schedule& schedule() const { return schedule_; }
+  int chunks() const { return int(chunks_.size()); }
+  model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
+  int peak_stash() const { return peak_stash_; }  // measured on this rank since construction
 
  private:
-  void load_microbatch(int slot, std::int64_t step, int microbatch);
-  double global_grad_norm();
-  void optimizer_step(double lr, double grad_scale);
+  struct StepState;
+  void run_action(StepState& st, std::size_t index);
+  void post_receive(StepState& st, std::size_t index);
+  void wait_receive(StepState& st, std::size_t index);
+  int slot_for(StepState& st, int chunk, int microbatch);
+  void retire(StepState& st, int chunk, int microbatch);
+  void reclaim(StepState& st, bool wait);
+  void load_tokens(int chunk, int slot, std::int64_t step, int microbatch);
+  void optimizer_step(StepStats& stats);
+  [[noreturn]] void timeout(const schedule::Action& a, std::size_t index) const;
 
   Config config_;
   const data::Corpus* corpus_;
+  comm::ProcessGrid grid_;
   model::ModelDesc desc_;
-  std::unique_ptr<model::Chunk<T>> chunk_;
+  schedule::Schedule schedule_;  // lowered; this rank runs schedule_.actions[grid_.stage]
+  std::vector<std::unique_ptr<model::Chunk<T>>> chunks_;
+  std::unique_ptr<comm::Transport> transport_;
   ExecSpace space_;
   std::int64_t step_ = 0;
+  int local_microbatches_;       // per replica
   int sequences_per_microbatch_;
-  // Host staging for one micro-batch of tokens, reused every time.
+  int stash_ = 0, peak_stash_ = 0;
   Kokkos::View<Token*, HostSpace> host_inputs_, host_targets_;
 };
 

@@ -1,0 +1,24 @@
+#pragma once
+// The process grid: world = pipeline_size x data_parallel ranks. World rank w is pipeline stage
+// w % pipeline_size of replica w / pipeline_size, so the stages of one pipeline are neighbours (on one node
+// where possible) and replicas of a stage are pipeline_size apart.
+#include <mpi.h>
+
+namespace kpipe::comm {
+
+struct ProcessGrid {
+  int world_rank = 0, world_size = 1;
+  int pipeline_size = 1, data_parallel = 1;
+  int stage = 0;    // rank within the pipeline
+  int replica = 0;  // which pipeline
+  MPI_Comm world = MPI_COMM_NULL;     // all ranks of the run
+  MPI_Comm pipeline = MPI_COMM_NULL;  // the ranks of this replica's pipeline, ordered by stage
+  MPI_Comm replicas = MPI_COMM_NULL;  // the ranks holding this stage in every replica, ordered by replica
+};
+
+// Checks world size = pipeline_size x data_parallel (InputError naming both keys and the world size,
+// raised identically on every rank) and splits the communicators.
+ProcessGrid make_grid(MPI_Comm world, int pipeline_size, int data_parallel);
+void free_grid(ProcessGrid& grid);
+
+}  // namespace kpipe::comm

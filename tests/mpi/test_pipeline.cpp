@@ -1,0 +1,180 @@
+// Schedule-independence (DESIGN.md invariant 1): every pipeline layout of the world reproduces, bit for
+// bit, the losses and weights of one rank running the same micro-batches. The reference runs on
+// MPI_COMM_SELF inside the same process, so every rank checks itself.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kpipe/comm/grid.hpp"
+#include "kpipe/core/error.hpp"
+#include "kpipe/data/synthetic.hpp"
+#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/schedule/validate.hpp"
+
+namespace kpipe {
+namespace {
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+Config small_config(int n_layers, int microbatches) {
+  Config c;
+  c.model.seq_len = 16;
+  c.model.d_model = 32;
+  c.model.n_heads = 2;
+  c.model.n_layers = n_layers;
+  c.train.batch = 8;
+  c.train.microbatches = microbatches;
+  c.train.steps = 3;
+  c.train.eval_batches = 2;
+  c.optim.warmup_steps = 1;
+  return c;
+}
+
+const data::Corpus& corpus() {
+  static const data::Corpus c = data::synthetic_corpus(5, 40000, 0.1);
+  return c;
+}
+
+struct RunResult {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  std::uint64_t checksum = 0;
+  double val_loss = 0;
+  int peak_stash = 0;
+  std::vector<int> predicted_stash;
+};
+
+RunResult train(const Config& c, MPI_Comm comm) {
+  auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
+  RunResult run;
+  {
+    runtime::Trainer<float> trainer(c, corpus(), grid);
+    for (int s = 0; s < c.train.steps; ++s) {
+      const auto stats = trainer.step();
+      run.losses.push_back(stats.loss);
+      run.grad_norms.push_back(stats.grad_norm);
+    }
+    run.checksum = trainer.param_checksum();
+    run.val_loss = trainer.evaluate();
+    run.peak_stash = trainer.peak_stash();
+    run.predicted_stash = schedule::peak_stash(trainer.schedule());
+  }
+  comm::free_grid(grid);
+  return run;
+}
+
+void expect_identical(const RunResult& got, const RunResult& want, const std::string& what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (std::size_t s = 0; s < want.losses.size(); ++s) {
+    EXPECT_EQ(got.losses[s], want.losses[s]) << what << " step " << s;  // bit for bit
+    EXPECT_EQ(got.grad_norms[s], want.grad_norms[s]) << what << " step " << s;
+  }
+  EXPECT_EQ(got.checksum, want.checksum) << what;
+  EXPECT_EQ(got.val_loss, want.val_loss) << what;
+}
+
+TEST(Pipeline, EveryScheduleMatchesOneRankBitForBit) {
+  const int p = world_size();
+  for (const std::string schedule : {"naive", "gpipe", "1f1b", "zb-h1"})
+    for (int m : {1, 4, 8}) {
+      Config c = small_config(2, m);
+      c.pipeline.schedule = schedule;
+      const RunResult reference = train(c, MPI_COMM_SELF);
+      c.pipeline.pipeline_size = p;
+      expect_identical(train(c, MPI_COMM_WORLD), reference, schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m));
+    }
+}
+
+TEST(Pipeline, InterleavedMatchesOneRankBitForBit) {
+  const int p = world_size();
+  for (int m : {4, 8}) {
+    Config c = small_config(6, m);
+    const RunResult reference = train(c, MPI_COMM_SELF);
+    c.pipeline.pipeline_size = p;
+    c.pipeline.schedule = "interleaved";
+    c.pipeline.chunks = 2;
+    expect_identical(train(c, MPI_COMM_WORLD), reference, "interleaved v=2 p=" + std::to_string(p) + " m=" + std::to_string(m));
+  }
+}
+
+TEST(Pipeline, BalancedPartitionMatchesOneRankBitForBit) {
+  const int p = world_size();
+  Config c = small_config(4, 4);
+  const RunResult reference = train(c, MPI_COMM_SELF);
+  c.pipeline.pipeline_size = p;
+  c.pipeline.partition = "balanced";
+  expect_identical(train(c, MPI_COMM_WORLD), reference, "balanced p=" + std::to_string(p));
+}
+
+TEST(Pipeline, MeasuredPeakStashEqualsTheValidatorsCount) {
+  const int p = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"}) {
+    Config c = small_config(2, 8);
+    c.pipeline.schedule = schedule;
+    c.pipeline.pipeline_size = p;
+    const RunResult run = train(c, MPI_COMM_WORLD);
+    EXPECT_EQ(run.peak_stash, run.predicted_stash.at(rank)) << schedule << " rank " << rank;
+    if (schedule == "gpipe") EXPECT_EQ(run.peak_stash, 8);
+    if (schedule == "1f1b") EXPECT_EQ(run.peak_stash, std::min(p - rank, 8));
+  }
+}
+
+TEST(Pipeline, DataParallelReplicasAgreeAndTrackOneRank) {
+  const int n = world_size();
+  if (n == 1) {
+    // One rank cannot hold two replicas: the grid refuses, with the sizes named.
+    EXPECT_THROW(comm::make_grid(MPI_COMM_WORLD, 1, 2), InputError);
+    return;
+  }
+  Config c = small_config(2, 4);
+  const RunResult reference = train(c, MPI_COMM_SELF);
+  c.pipeline.pipeline_size = n / 2;
+  c.pipeline.data_parallel = 2;
+  const RunResult run = train(c, MPI_COMM_WORLD);
+  // Replicas add their gradients in another order than one rank does, so equal up to rounding only.
+  for (std::size_t s = 0; s < reference.losses.size(); ++s)
+    EXPECT_NEAR(run.losses[s], reference.losses[s], 1e-5 * std::abs(reference.losses[s])) << "step " << s;
+  std::uint64_t checksum = run.checksum, other = 0;
+  MPI_Allreduce(&checksum, &other, 1, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD);
+  // The XOR of an even number of equal checksums is zero (every rank reports the whole model's).
+  EXPECT_EQ(other, n % 2 == 0 ? 0u : checksum);
+}
+
+TEST(Pipeline, BadLayoutsAreRejectedOnEveryRankBeforeWork) {
+  const int n = world_size();
+  // World size not a multiple of the pipeline size.
+  EXPECT_THROW(comm::make_grid(MPI_COMM_WORLD, n + 1, 1), InputError);
+  // More stages than layers: 2 blocks + embedding + head = 4 layers, 5 virtual stages.
+  {
+    Config c = small_config(2, 4);
+    c.pipeline.pipeline_size = n;
+    c.pipeline.schedule = "interleaved";
+    c.pipeline.chunks = 5;
+    auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
+    EXPECT_THROW(runtime::Trainer<float>(c, corpus(), grid), InputError);
+    comm::free_grid(grid);
+  }
+  // A micro-batch count the interleaved schedule cannot take (not a multiple of the pipeline size).
+  if (n > 1) {
+    Config c = small_config(6, 2 * n - 1);
+    c.train.batch = 2 * n - 1;
+    c.pipeline.pipeline_size = n;
+    c.pipeline.schedule = "interleaved";
+    c.pipeline.chunks = 2;
+    auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
+    EXPECT_THROW(runtime::Trainer<float>(c, corpus(), grid), InputError);
+    comm::free_grid(grid);
+  }
+}
+
+}  // namespace
+}  // namespace kpipe
