@@ -89,7 +89,7 @@ const std::vector<Key>& keys() {
            "--pipeline-size"),
       entry("pipeline.data_parallel", &C::pipeline, &P::data_parallel, "pipeline replicas", "--data-parallel"),
       entry("pipeline.schedule", &C::pipeline, &P::schedule, "pipeline schedule", "--schedule",
-           {"naive", "gpipe", "1f1b", "interleaved"}),
+           {"naive", "gpipe", "1f1b", "interleaved", "zb-h1"}),
       entry("pipeline.chunks", &C::pipeline, &P::chunks, "model chunks per rank (interleaved)", "--chunks"),
       entry("pipeline.schedule_file", &C::pipeline, &P::schedule_file,
            "a hand-written schedule (text form) instead of a generated one", "--schedule-file"),
