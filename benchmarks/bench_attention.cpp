@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <string>
 
 #include "kpipe/core/blas.hpp"
 #include "kpipe/nn/attention.hpp"
@@ -37,14 +38,25 @@ using namespace kpipe;
 using namespace kpipe::nn;
 
 const AttentionShape bench_shape{16, 128, 8, 32};  // B, T, H, hd: C = 256, 2048 tokens
+const AttentionShape long_shape{2, 1024, 8, 32};    // the same 2048 tokens in long sequences
+
+// Argument 0: the "bench" shape, 1: long sequences.
+const AttentionShape& shape_arg(const benchmark::State& state) {
+  return state.range(0) == 0 ? bench_shape : long_shape;
+}
 
 void set_flops(benchmark::State& state, double flops_per_iteration) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops_per_iteration * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+void label_shape(benchmark::State& state, const AttentionShape& s) {
+  state.SetLabel("B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) + " H=" + std::to_string(s.heads) +
+                 " hd=" + std::to_string(s.head_dim));
+}
+
 void BM_AttentionForward(benchmark::State& state) {
-  const auto& s = bench_shape;
+  const auto& s = shape_arg(state);
   ExecSpace space;
   View2<float> qkv("qkv", s.rows(), 3 * s.channels()), out("out", s.rows(), s.channels());
   const auto stash = allocate_stash<float>(s);
@@ -55,11 +67,12 @@ void BM_AttentionForward(benchmark::State& state) {
     space.fence();
   }
   set_flops(state, attention_forward_flops(s));
+  label_shape(state, s);
 }
-BENCHMARK(BM_AttentionForward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionForward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 void BM_AttentionBackward(benchmark::State& state) {
-  const auto& s = bench_shape;
+  const auto& s = shape_arg(state);
   ExecSpace space;
   View2<float> qkv("qkv", s.rows(), 3 * s.channels()), out("out", s.rows(), s.channels());
   View2<float> dout("dout", s.rows(), s.channels()), dqkv("dqkv", s.rows(), 3 * s.channels());
@@ -73,8 +86,9 @@ void BM_AttentionBackward(benchmark::State& state) {
     space.fence();
   }
   set_flops(state, 2 * attention_forward_flops(s));
+  label_shape(state, s);
 }
-BENCHMARK(BM_AttentionBackward)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AttentionBackward)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 constexpr int ce_rows = 2048, ce_vocab = 256;
 

@@ -2,8 +2,10 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "kpipe/core/blas.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/nn/attention.hpp"
 #include "support/gradcheck.hpp"
@@ -187,6 +189,32 @@ TEST(Attention, FloatForwardIsCloseToDouble) {
   auto od = Kokkos::create_mirror_view_and_copy(HostSpace(), d.out);
   auto of = Kokkos::create_mirror_view_and_copy(HostSpace(), f.out);
   for (std::size_t i = 0; i < od.span(); ++i) EXPECT_NEAR(of.data()[i], od.data()[i], 1e-5) << i;
+}
+
+// Kokkos Kernels names the region of every gemm it runs: "KokkosBlas::gemm[TPL_...]" when the vendor BLAS
+// does the work, "KokkosBlas::gemm[ETI]" or "[noETI]" for its own generic kernel, which is ten times
+// slower (bench_attention's BM_GemmHeadSubview). A subview of the wrong layout falls back silently.
+std::vector<std::string> gemm_regions;
+void record_gemm_region(const char* name) {
+  const std::string region = name;
+  if (region.rfind("KokkosBlas::gemm", 0) == 0) gemm_regions.push_back(region);
+}
+
+TEST(Attention, ProductsRunOnTheVendorBlas) {
+#if !defined(KOKKOSKERNELS_ENABLE_TPL_BLAS) && !defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
+  GTEST_SKIP() << "Kokkos Kernels was built without a vendor BLAS";
+#endif
+  Attention<double> a(long_seq);
+  View2<double> dout("dout", long_seq.rows(), long_seq.channels());
+  View2<double> dqkv("dqkv", long_seq.rows(), 3 * long_seq.channels());
+  gemm_regions.clear();
+  Kokkos::Tools::Experimental::set_push_region_callback(record_gemm_region);
+  a.forward();
+  a.backward(dout, dqkv);
+  Kokkos::Tools::Experimental::set_push_region_callback(nullptr);
+  // 3 row blocks of T = 131, two products per head forward and four backward.
+  EXPECT_EQ(gemm_regions.size(), std::size_t(long_seq.batch * long_seq.heads * 3 * (2 + 4)));
+  for (const auto& region : gemm_regions) EXPECT_NE(region.find("TPL"), std::string::npos) << region;
 }
 
 TEST(Attention, FlopsCountBothFullProducts) {

@@ -34,14 +34,14 @@ template <class M> auto rows(const M& m, std::int64_t r0, std::int64_t r1) {
 template <class M> auto block(const M& m, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
   return Kokkos::subview(m, Range(r0, r1), Range(c0, c1));
 }
-static_assert(std::is_same_v<typename decltype(head(View4<float>(), 0, 0))::array_layout, Kokkos::LayoutRight>,
-              "a head of a LayoutRight [B, H, T, x] view must be LayoutRight for the BLAS path");
 // Sequence b's columns c0..c0+width-1 of a [B*T, x] activation, e.g. one head's slice of out or dqkv:
 // gemm reads and writes them in place (leading dimension x), with no copy into a per-head layout.
 template <class M> auto sequence_columns(const M& m, const AttentionShape& shape, int b, std::int64_t c0, int width) {
   const std::int64_t r0 = std::int64_t(b) * shape.seq;
   return block(m, r0, r0 + shape.seq, c0, c0 + width);
 }
+static_assert(std::is_same_v<typename decltype(head(View4<float>(), 0, 0))::array_layout, Kokkos::LayoutRight>,
+              "a head of a LayoutRight [B, H, T, x] view must be LayoutRight for the BLAS path");
 static_assert(std::is_same_v<typename decltype(block(head(View4<float>(), 0, 0), 0, 1, 0, 1))::array_layout,
                              Kokkos::LayoutRight>,
               "a block of a head must stay LayoutRight for the BLAS path");
@@ -97,9 +97,9 @@ void split_qkv(const ExecSpace& space, const AttentionShape& shape, In2<T> qkv, 
         const int row = team.league_rank(), b = row / seq, t = row % seq;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, 3 * heads), [&](int part_head) {
           const int part = part_head / heads, h = part_head % heads, col = part_head * head_dim;
-          const auto& dst = part == 0 ? q : part == 1 ? k : v;
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, head_dim),
-                               [&](int d) { dst(b, h, t, d) = x(row, col + d); });
+          const T* const from = &x(row, col);
+          T* const to = &(part == 0 ? q : part == 1 ? k : v)(b, h, t, 0);
+          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, head_dim), [&](int d) { to[d] = from[d]; });
         });
       });
 }
