@@ -128,25 +128,43 @@ TEST(Pipeline, MeasuredPeakStashEqualsTheValidatorsCount) {
   }
 }
 
-TEST(Pipeline, DataParallelReplicasAgreeAndTrackOneRank) {
+TEST(Pipeline, DataParallelOrderedReductionMatchesOneRankBitForBit) {
   const int n = world_size();
   if (n == 1) {
     // One rank cannot hold two replicas: the grid refuses, with the sizes named.
     EXPECT_THROW(comm::make_grid(MPI_COMM_WORLD, 1, 2), InputError);
     return;
   }
+  for (const std::string schedule : {"1f1b", "zb-h1", "gpipe"}) {
+    Config c = small_config(2, 8);
+    c.pipeline.schedule = schedule;
+    const RunResult reference = train(c, MPI_COMM_SELF);
+    c.pipeline.pipeline_size = n / 2;
+    c.pipeline.data_parallel = 2;
+    expect_identical(train(c, MPI_COMM_WORLD), reference,
+                     schedule + " " + std::to_string(n / 2) + " pipeline x 2 data-parallel");
+  }
+}
+
+TEST(Pipeline, DataParallelAllreduceTracksOneRankUpToRounding) {
+  const int n = world_size();
+  if (n == 1) {
+    EXPECT_THROW(comm::make_grid(MPI_COMM_WORLD, 2, 1), InputError);
+    return;
+  }
   Config c = small_config(2, 4);
   const RunResult reference = train(c, MPI_COMM_SELF);
   c.pipeline.pipeline_size = n / 2;
   c.pipeline.data_parallel = 2;
+  c.pipeline.dp_reduction = "allreduce";
   const RunResult run = train(c, MPI_COMM_WORLD);
-  // Replicas add their gradients in another order than one rank does, so equal up to rounding only.
+  // Replicas' sums are added in another association than one rank's running sum: equal up to rounding.
   for (std::size_t s = 0; s < reference.losses.size(); ++s)
     EXPECT_NEAR(run.losses[s], reference.losses[s], 1e-5 * std::abs(reference.losses[s])) << "step " << s;
-  std::uint64_t checksum = run.checksum, other = 0;
-  MPI_Allreduce(&checksum, &other, 1, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD);
-  // The XOR of an even number of equal checksums is zero (every rank reports the whole model's).
-  EXPECT_EQ(other, n % 2 == 0 ? 0u : checksum);
+  // Every replica holds the same weights: the XOR of an even number of equal checksums is zero.
+  std::uint64_t checksum = run.checksum, combined = 0;
+  MPI_Allreduce(&checksum, &combined, 1, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD);
+  EXPECT_EQ(combined, 0u);
 }
 
 TEST(Pipeline, BadLayoutsAreRejectedOnEveryRankBeforeWork) {

@@ -94,6 +94,9 @@ const std::vector<Key>& keys() {
       entry("pipeline.schedule_file", &C::pipeline, &P::schedule_file,
            "a hand-written schedule (text form) instead of a generated one", "--schedule-file"),
       entry("pipeline.partition", &C::pipeline, &P::partition, "layers to stages", "", {"uniform", "balanced"}),
+      entry("pipeline.dp_reduction", &C::pipeline, &P::dp_reduction,
+            "replicas' gradients: ordered (bit-identical to one rank) or allreduce (faster)", "",
+            {"ordered", "allreduce"}),
       entry("pipeline.recv_timeout_s", &C::pipeline, &P::recv_timeout_s,
            "a receive waiting longer than this many seconds aborts the run"),
       entry("output.metrics", &C::output, &OutputConfig::metrics, "JSON Lines metrics file (empty: none)",
@@ -509,6 +512,7 @@ void validate(const Config& config) {
   at_least("pipeline.chunks", pipeline.chunks, 1);
   one_of("pipeline.schedule", pipeline.schedule);
   one_of("pipeline.partition", pipeline.partition);
+  one_of("pipeline.dp_reduction", pipeline.dp_reduction);
   positive("pipeline.recv_timeout_s", pipeline.recv_timeout_s);
   require(pipeline.chunks == 1 || pipeline.schedule == "interleaved" || !pipeline.schedule_file.empty(),
           "pipeline.chunks = {} needs pipeline.schedule = \"interleaved\" (got \"{}\")", pipeline.chunks,

@@ -37,6 +37,31 @@ schedule::Schedule make_schedule(const Config& c, int local_microbatches) {
   return s;
 }
 
+// Replicas after the first, under the ordered reduction: B becomes I, and the weight gradients (W, and the
+// W half of each B) move to the end, in the order the schedule had them (increasing micro-batch per
+// chunk), so that they add onto the previous replica's sum exactly as one rank would have added them.
+std::vector<Action> defer_weight_gradients(const std::vector<Action>& list, std::size_t& deferred_from) {
+  std::vector<Action> main, deferred;
+  for (const Action& a : list) {
+    if (a.op == Op::step) continue;
+    if (a.op == Op::backward || a.op == Op::backward_weight) {
+      Action w = a;
+      w.op = Op::backward_weight;
+      deferred.push_back(w);
+      if (a.op == Op::backward_weight) continue;
+      Action i = a;
+      i.op = Op::backward_input;
+      main.push_back(i);
+      continue;
+    }
+    main.push_back(a);
+  }
+  deferred_from = main.size();
+  main.insert(main.end(), deferred.begin(), deferred.end());
+  main.push_back(Action{Op::step, 0, 0, -1});
+  return main;
+}
+
 }  // namespace
 
 // Where one step stands on this rank.
@@ -64,6 +89,10 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   local_microbatches_ = tc.microbatches / grid.data_parallel;
   sequences_per_microbatch_ = tc.batch / tc.microbatches;
   schedule_ = make_schedule(config, local_microbatches_);
+  actions_ = schedule_.actions[grid.stage];
+  deferred_from_ = actions_.size();
+  if (grid.data_parallel > 1 && pc.dp_reduction == "ordered" && grid.replica > 0)
+    actions_ = defer_weight_gradients(actions_, deferred_from_);
 
   const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition);
   for (int c = 0; c < pc.chunks; ++c) {
@@ -72,6 +101,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     chunks_.back()->params().initialize(space_, tc.seed);
   }
   transport_ = std::make_unique<comm::MpiTransport>(grid.pipeline);
+  replica_transport_ = std::make_unique<comm::MpiTransport>(grid.replicas);
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
   host_inputs_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_inputs"), rows);
   host_targets_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_targets"), rows);
@@ -130,7 +160,7 @@ template <class T> void Trainer<T>::reclaim(StepState& st, bool wait) {
 }
 
 template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
-  const Action& a = schedule_.actions[grid_.stage][i];
+  const Action& a = actions_[i];
   if (st.posted[i]) return;
   auto& chunk = *chunks_[a.chunk];
   const int slot = slot_for(st, a.chunk, a.microbatch);
@@ -144,7 +174,7 @@ template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
 template <class T> void Trainer<T>::wait_receive(StepState& st, std::size_t i) {
   post_receive(st, i);
   if (!transport_->wait(st.recv[i], config_.pipeline.recv_timeout_s))
-    timeout(schedule_.actions[grid_.stage][i], i);
+    timeout(actions_[i], i);
 }
 
 template <class T> void Trainer<T>::timeout(const Action& a, std::size_t index) const {
@@ -159,7 +189,7 @@ template <class T> void Trainer<T>::timeout(const Action& a, std::size_t index) 
 }
 
 template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
-  const auto& list = schedule_.actions[grid_.stage];
+  const auto& list = actions_;
   const Action& a = list[i];
   const int c = a.chunk, mb = a.microbatch;
   const int vstage = schedule_.virtual_stage(grid_.stage, c);
@@ -232,7 +262,7 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
 
 template <class T> StepStats Trainer<T>::step() {
   const double start = now();
-  const auto& list = schedule_.actions[grid_.stage];
+  const auto& list = actions_;
   StepState st;
   st.slot.assign(chunks_.size(), std::vector<int>(local_microbatches_, -1));
   st.recv.assign(list.size(), comm::Request{});
@@ -247,10 +277,21 @@ template <class T> StepStats Trainer<T>::step() {
     }
   }
   st.loss_sums.assign(config_.train.microbatches, 0.0);
-  for (std::size_t i = 0; i < list.size(); ++i) run_action(st, i);
+  for (std::size_t i = 0; i < deferred_from_; ++i) run_action(st, i);
+  if (grid_.data_parallel > 1 && config_.pipeline.dp_reduction == "ordered" && grid_.replica > 0) {
+    // The previous replica's gradient sum arrives, then this replica's weight gradients add onto it.
+    for (auto& chunk : chunks_) {
+      const auto& g = chunk->params().grads();
+      comm::Request r;
+      replica_transport_->recv(g.data(), g.span() * sizeof(T), grid_.replica - 1, 0, r);
+      if (!replica_transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{}, deferred_from_);
+    }
+  }
+  for (std::size_t i = deferred_from_; i < list.size(); ++i) run_action(st, i);
   for (auto& s : st.sends)
     if (s.request.active() && !transport_->wait(s.request, config_.pipeline.recv_timeout_s)) timeout(Action{}, 0);
   reclaim(st, /*wait=*/true);
+  if (grid_.data_parallel > 1) reduce_across_replicas();
 
   StepStats stats;
   stats.step = step_;
@@ -268,16 +309,27 @@ template <class T> StepStats Trainer<T>::step() {
   return stats;
 }
 
-template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
-  if (grid_.data_parallel > 1) {
-    // Replicas of a stage add their gradients (rank order fixed by the communicator).
-    for (auto& chunk : chunks_) {
-      const auto& g = chunk->params().grads();
-      space_.fence();
-      MPI_Allreduce(MPI_IN_PLACE, g.data(), int(g.extent(0)), std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE,
-                    MPI_SUM, grid_.replicas);
+template <class T> void Trainer<T>::reduce_across_replicas() {
+  const auto type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+  space_.fence();
+  for (auto& chunk : chunks_) {
+    const auto& g = chunk->params().grads();
+    const int count = int(g.span());
+    if (config_.pipeline.dp_reduction == "ordered") {
+      // The running sum goes on to the next replica; the last one's is everyone's.
+      if (grid_.replica + 1 < grid_.data_parallel) {
+        comm::Request r;
+        replica_transport_->send(g.data(), g.span() * sizeof(T), grid_.replica + 1, 0, r);
+        if (!replica_transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{}, actions_.size());
+      }
+      MPI_Bcast(g.data(), count, type, grid_.data_parallel - 1, grid_.replicas);
+    } else {
+      MPI_Allreduce(MPI_IN_PLACE, g.data(), count, type, MPI_SUM, grid_.replicas);
     }
   }
+}
+
+template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
   // Global norm from per-layer sums placed by global layer index, so it is the same on every layout.
   std::vector<double> squares(desc_.layers.size(), 0.0);
   for (auto& chunk : chunks_) {

@@ -54,6 +54,7 @@ template <class T> class Trainer {
   void retire(StepState& st, int chunk, int microbatch);
   void reclaim(StepState& st, bool wait);
   void load_tokens(int chunk, int slot, std::int64_t step, int microbatch);
+  void reduce_across_replicas();
   void optimizer_step(StepStats& stats);
   [[noreturn]] void timeout(const schedule::Action& a, std::size_t index) const;
 
@@ -61,9 +62,14 @@ template <class T> class Trainer {
   const data::Corpus* corpus_;
   comm::ProcessGrid grid_;
   model::ModelDesc desc_;
-  schedule::Schedule schedule_;  // lowered; this rank runs schedule_.actions[grid_.stage]
+  schedule::Schedule schedule_;  // lowered, validated
+  // What this rank runs: its list of the schedule, except on replicas after the first under the ordered
+  // reduction, where every weight gradient moves behind the point where the previous replica's sum arrives.
+  std::vector<schedule::Action> actions_;
+  std::size_t deferred_from_;  // actions_[deferred_from_..] run after that point (size() when none)
   std::vector<std::unique_ptr<model::Chunk<T>>> chunks_;
-  std::unique_ptr<comm::Transport> transport_;
+  std::unique_ptr<comm::Transport> transport_;          // along the pipeline
+  std::unique_ptr<comm::Transport> replica_transport_;  // between replicas of this stage
   ExecSpace space_;
   std::int64_t step_ = 0;
   int local_microbatches_;       // per replica
