@@ -14,6 +14,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/runtime/metrics.hpp"
+#include "kpipe/runtime/pipeline_report.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace {
@@ -37,9 +38,14 @@ int train(const kpipe::Config& config, int rank) {
 
   const auto start = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
+  double busy = 0, pipeline_seconds = 0;  // over the steps after the first (which allocates)
   for (int s = 0; s < config.train.steps; ++s) {
     const auto stats = trainer.step();
     tokens += stats.tokens;
+    if (s > 0 || config.train.steps == 1) {
+      busy += stats.busy_seconds;
+      pipeline_seconds += stats.pipeline_seconds;
+    }
     metrics.write_step(stats);
     const bool last = s + 1 == config.train.steps;
     if (rank == 0 && (s % config.train.log_every == 0 || last)) {
@@ -54,7 +60,21 @@ int train(const kpipe::Config& config, int rank) {
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const auto report = runtime::pipeline_report(trainer, grid, busy, pipeline_seconds);
+  if (rank == 0 && config.pipeline.pipeline_size > 1) {
+    std::string ranks;
+    for (int k = 0; k < grid.pipeline_size; ++k)
+      ranks += fmt::format(" {}:{:.3f}/{:.3f}/{}/{}", k, report.measured_bubble[k], report.simulated_bubble[k],
+                           report.peak_stash[k], report.predicted_stash[k]);
+    fmt::print(stderr,
+               "pipeline: bubble measured {:.3f}, simulated {:.3f} (measured F {:.2f} ms, B {:.2f} ms, I {:.2f} ms, "
+               "W {:.2f} ms per chunk)\n  per rank (bubble measured/simulated, peak stash measured/predicted):{}\n",
+               report.measured_mean, report.simulated_mean, 1e3 * report.cost_f, 1e3 * report.cost_b,
+               1e3 * report.cost_i, 1e3 * report.cost_w, ranks);
+  }
   runtime::FinalMetrics final;
+  final.measured_bubble = report.measured_mean;
+  final.simulated_bubble = report.simulated_mean;
   final.steps = trainer.next_step();
   final.val_loss = trainer.evaluate();
   final.param_checksum = trainer.param_checksum();

@@ -42,7 +42,9 @@ void MetricsWriter::write_final(const FinalMetrics& f) {
                       {"param_checksum", checksum_hex(f.param_checksum)},
                       {"seconds", number(f.seconds)},
                       {"tokens_per_s", number(f.tokens_per_s)},
-                      {"num_params", f.num_params}};
+                      {"num_params", f.num_params},
+                      {"measured_bubble", number(f.measured_bubble)},
+                      {"simulated_bubble", number(f.simulated_bubble)}};
   out_ << j.dump() << '\n';
   out_.flush();
 }

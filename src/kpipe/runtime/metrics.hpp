@@ -16,6 +16,8 @@ struct FinalMetrics {
   double seconds = 0;
   double tokens_per_s = 0;
   std::int64_t num_params = 0;
+  double measured_bubble = 0;   // mean over pipeline ranks, steps after the first
+  double simulated_bubble = 0;  // the simulator's, with this run's measured action costs
 };
 
 class MetricsWriter {

@@ -255,7 +255,12 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
   }
   if (schedule::is_compute(a.op)) {
     space_.fence();
-    st.busy += now() - start;
+    const double seconds = now() - start;
+    st.busy += seconds;
+    if (step_ > 0) {  // the first step allocates the stash: not representative
+      action_seconds_[int(a.op)] += seconds;
+      ++action_count_[int(a.op)];
+    }
   }
   if (st.last_touch[i]) retire(st, c, mb);
 }
@@ -291,9 +296,11 @@ template <class T> StepStats Trainer<T>::step() {
   for (auto& s : st.sends)
     if (s.request.active() && !transport_->wait(s.request, config_.pipeline.recv_timeout_s)) timeout(Action{}, 0);
   reclaim(st, /*wait=*/true);
+  const double pipeline_end = now();
   if (grid_.data_parallel > 1) reduce_across_replicas();
 
   StepStats stats;
+  stats.pipeline_seconds = pipeline_end - start;
   stats.step = step_;
   stats.tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
   // Each micro-batch's loss lives on one rank, zeros elsewhere: the sum is exact, then added in order.
@@ -351,6 +358,12 @@ template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
                        p.moment2(), p.decay_mask());
     p.zero_grads(space_);
   }
+}
+
+template <class T> std::array<double, 4> Trainer<T>::mean_action_seconds() const {
+  std::array<double, 4> mean{};
+  for (int k = 0; k < 4; ++k) mean[k] = action_count_[k] > 0 ? action_seconds_[k] / double(action_count_[k]) : 0.0;
+  return mean;
 }
 
 template <class T> double Trainer<T>::evaluate() {

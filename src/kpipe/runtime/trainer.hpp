@@ -4,6 +4,7 @@
 // forward, stash, send onward; receive the gradient, backward, send it back, free the stash; then the
 // optimizer step. With one rank the schedule is F0 B0 F1 B1 ...: the plain gradient-accumulation loop
 // that every layout must match bit for bit (DESIGN.md invariant 1).
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -25,6 +26,7 @@ struct StepStats {
   double grad_norm = 0;      // global L2 norm before clipping
   double seconds = 0;        // wall time of the step on this rank
   double busy_seconds = 0;   // time this rank spent in F, B, I, W
+  double pipeline_seconds = 0;  // time from the step's start to the end of its schedule (before the optimizer)
   std::int64_t tokens = 0;   // tokens in the mini-batch (all replicas)
 };
 
@@ -44,6 +46,9 @@ template <class T> class Trainer {
   int chunks() const { return int(chunks_.size()); }
   model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
   int peak_stash() const { return peak_stash_; }  // measured on this rank since construction
+  // Mean seconds of one F, B, I, W on one chunk of this rank (index by Op), over the steps after the first;
+  // 0 for kinds that did not run.
+  std::array<double, 4> mean_action_seconds() const;
 
  private:
   struct StepState;
@@ -75,6 +80,8 @@ template <class T> class Trainer {
   int local_microbatches_;       // per replica
   int sequences_per_microbatch_;
   int stash_ = 0, peak_stash_ = 0;
+  std::array<double, 4> action_seconds_{};  // F, B, I, W, summed over the steps after the first
+  std::array<long, 4> action_count_{};
   Kokkos::View<Token*, HostSpace> host_inputs_, host_targets_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/lower.hpp"
@@ -36,7 +37,14 @@ double duration(Op op, const Costs& costs) {
 }
 
 SimResult simulate(const Schedule& schedule, const Costs& costs) {
-  check_costs(costs);
+  return simulate(schedule, std::vector<Costs>(std::size_t(std::max(schedule.ranks, 1)), costs));
+}
+
+SimResult simulate(const Schedule& schedule, const std::vector<Costs>& rank_costs) {
+  if (rank_costs.size() != std::size_t(schedule.ranks))
+    throw std::invalid_argument("simulate: one Costs per rank expected");
+  for (const auto& c : rank_costs) check_costs(c);
+  const Costs& costs = rank_costs.front();
   validate(schedule);
   const Schedule s = lower(schedule);
   const int stages = s.virtual_stages(), last = stages - 1;
@@ -79,7 +87,7 @@ SimResult simulate(const Schedule& schedule, const Costs& costs) {
         const Action& a = list[pc[r]];
         const double ready = input_time(r, a);
         if (ready == not_yet) break;
-        const double start = std::max(rank_free[r], ready), end = start + duration(a.op, costs);
+        const double start = std::max(rank_free[r], ready), end = start + duration(a.op, rank_costs[r]);
         rank_free[r] = end;
         const int k = s.virtual_stage(r, a.chunk);
         if (a.op == Op::forward) forward_end[at(a.microbatch, k)] = end;

@@ -41,6 +41,9 @@ struct SimResult {
 
 // Validates the schedule first (InputError when invalid); costs must be non-negative.
 SimResult simulate(const Schedule& s, const Costs& costs = {});
+// The same with compute costs per rank (stages are rarely equal: the first holds the embedding, the last
+// the head); messages cost what rank_costs[0] says. rank_costs.size() must be s.ranks.
+SimResult simulate(const Schedule& s, const std::vector<Costs>& rank_costs);
 
 double duration(Op op, const Costs& costs);  // 0 for messages
 

@@ -1,0 +1,56 @@
+#include "kpipe/runtime/pipeline_report.hpp"
+
+#include "kpipe/schedule/simulate.hpp"
+#include "kpipe/schedule/validate.hpp"
+
+namespace kpipe::runtime {
+
+template <class T>
+PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGrid& grid, double busy,
+                               double pipeline_seconds) {
+  PipelineReport r;
+  const int p = grid.pipeline_size;
+  const double mine = pipeline_seconds > 0 ? 1.0 - busy / pipeline_seconds : 0.0;
+  r.measured_bubble.assign(p, 0.0);
+  MPI_Allgather(&mine, 1, MPI_DOUBLE, r.measured_bubble.data(), 1, MPI_DOUBLE, grid.pipeline);
+  const int stash = trainer.peak_stash();
+  r.peak_stash.assign(p, 0);
+  MPI_Allgather(&stash, 1, MPI_INT, r.peak_stash.data(), 1, MPI_INT, grid.pipeline);
+
+  // Per-action costs as each rank measured them (stages differ: the first has the embedding, the last
+  // the head); the report's single figures are their means over the ranks that ran each kind.
+  const auto own = trainer.mean_action_seconds();
+  std::vector<double> all(4 * std::size_t(p));
+  MPI_Allgather(own.data(), 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, grid.pipeline);
+  std::vector<schedule::Costs> costs(p);
+  std::array<double, 4> sum{}, ran{};
+  for (int k = 0; k < p; ++k) {
+    const double* c = &all[4 * std::size_t(k)];
+    costs[k].f = c[0];
+    costs[k].b = c[1];
+    costs[k].i = c[2];
+    costs[k].w = c[3];
+    for (int op = 0; op < 4; ++op)
+      if (c[op] > 0) {
+        sum[op] += c[op];
+        ran[op] += 1;
+      }
+  }
+  r.cost_f = ran[0] > 0 ? sum[0] / ran[0] : 0;
+  r.cost_b = ran[1] > 0 ? sum[1] / ran[1] : 0;
+  r.cost_i = ran[2] > 0 ? sum[2] / ran[2] : 0;
+  r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
+  const auto sim = schedule::simulate(trainer.schedule(), costs);
+  r.simulated_bubble = sim.idle_fraction;
+  r.predicted_stash = schedule::peak_stash(trainer.schedule());
+  for (int k = 0; k < p; ++k) {
+    r.measured_mean += r.measured_bubble[k] / p;
+    r.simulated_mean += r.simulated_bubble[k] / p;
+  }
+  return r;
+}
+
+template PipelineReport pipeline_report(const Trainer<float>&, const comm::ProcessGrid&, double, double);
+template PipelineReport pipeline_report(const Trainer<double>&, const comm::ProcessGrid&, double, double);
+
+}  // namespace kpipe::runtime

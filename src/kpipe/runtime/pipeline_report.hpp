@@ -1,0 +1,26 @@
+#pragma once
+// What the pipeline did, measured, beside what the simulator predicts for the same schedule with the
+// per-action costs this run measured (DESIGN.md invariant 2: the runtime measures what the simulator
+// predicts).
+#include <vector>
+
+#include "kpipe/runtime/trainer.hpp"
+
+namespace kpipe::runtime {
+
+struct PipelineReport {
+  std::vector<double> measured_bubble;   // per pipeline rank: 1 - compute time / schedule time
+  std::vector<double> simulated_bubble;  // per pipeline rank, from schedule::simulate
+  double measured_mean = 0, simulated_mean = 0;
+  double cost_f = 0, cost_b = 0, cost_i = 0, cost_w = 0;  // mean seconds per action on one chunk
+  std::vector<int> peak_stash;           // measured, per pipeline rank
+  std::vector<int> predicted_stash;      // schedule::peak_stash
+};
+
+// Collective over the trainer's pipeline (every rank of it calls it). `busy` and `pipeline_seconds` are
+// this rank's sums over the steps to count (e.g. all but the first).
+template <class T>
+PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGrid& grid, double busy,
+                               double pipeline_seconds);
+
+}  // namespace kpipe::runtime
