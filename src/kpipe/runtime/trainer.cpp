@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <thread>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/sampler.hpp"
@@ -99,6 +101,11 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     const auto& r = ranges.at(schedule_.virtual_stage(grid.stage, c));
     chunks_.push_back(std::make_unique<model::Chunk<T>>(desc_, r.first, r.last, sequences_per_microbatch_));
     chunks_.back()->params().initialize(space_, tc.seed);
+  }
+  if (const char* stall = std::getenv("KPIPE_TEST_STALL")) {
+    int rank = -1;
+    double seconds = 0;
+    if (std::sscanf(stall, "%d:%lf", &rank, &seconds) == 2 && rank == grid.world_rank) test_stall_seconds_ = seconds;
   }
   transport_ = std::make_unique<comm::MpiTransport>(grid.pipeline);
   replica_transport_ = std::make_unique<comm::MpiTransport>(grid.replicas);
@@ -266,6 +273,8 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
 }
 
 template <class T> StepStats Trainer<T>::step() {
+  if (step_ == 0 && test_stall_seconds_ > 0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(test_stall_seconds_));
   const double start = now();
   const auto& list = actions_;
   StepState st;

@@ -82,6 +82,7 @@ template <class T> class Trainer {
   int stash_ = 0, peak_stash_ = 0;
   std::array<double, 4> action_seconds_{};  // F, B, I, W, summed over the steps after the first
   std::array<long, 4> action_count_{};
+  double test_stall_seconds_ = 0;  // test hook KPIPE_TEST_STALL="rank:seconds": that rank sleeps before step 0
   Kokkos::View<Token*, HostSpace> host_inputs_, host_targets_;
 };
 
