@@ -175,6 +175,22 @@ template <class T> double Chunk<T>::loss_sum(const ExecSpace& space, int slot) c
   return nn::loss_sum(space, *slots_.at(slot)->head_stash);
 }
 
+template <class T> View2<const T> Chunk<T>::layer_output(int slot, int layer) const {
+  const Slot& s = *slots_.at(slot);
+  const int i = layer - first_;
+  if (i < 0 || i >= layers()) throw std::out_of_range(fmt::format("layer {} is not in this chunk", layer));
+  if (last() && i == layers() - 1) return s.head_stash->logits;
+  return i == 0 && first() ? s.embed_out : s.block_stash[i - (first() ? 1 : 0)].out;
+}
+
+template <class T> View2<const T> Chunk<T>::layer_output_grad(int slot, int layer) const {
+  const Slot& s = *slots_.at(slot);
+  const int i = layer - first_;
+  if (i < 0 || i >= layers()) throw std::out_of_range(fmt::format("layer {} is not in this chunk", layer));
+  if (last() && i == layers() - 1) return s.head_stash->logits;
+  return grad_out(s, i);
+}
+
 template class Chunk<float>;
 template class Chunk<double>;
 

@@ -52,6 +52,13 @@ template <class T> class Chunk {
   // Last chunk: the sum of the slot's per-token losses (after forward).
   double loss_sum(const ExecSpace& space, int slot) const;
 
+  // For observers (activation traces), global layer index `layer` of this chunk: its output [N, C] (the
+  // head's: the logits [N, V], valid after forward until backward_input), and the gradient w.r.t. that
+  // output (valid after backward_input; for the head, dL/dlogits in the same buffer).
+  View2<const T> layer_output(int slot, int layer) const;
+  View2<const T> layer_output_grad(int slot, int layer) const;
+  bool has_layer(int layer) const { return layer >= first_ && layer < last_; }
+
  private:
   struct Slot;
   int layers() const { return last_ - first_; }

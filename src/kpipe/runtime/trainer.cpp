@@ -78,6 +78,7 @@ template <class T> struct Trainer<T>::StepState {
   std::vector<bool> last_touch;                   // per action index: the last use of its (chunk, micro-batch)
   std::vector<double> loss_sums;                  // per global micro-batch (last stage only)
   double busy = 0;
+  double start = 0;  // when the step began
 };
 
 template <class T>
@@ -260,15 +261,21 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     }
     case Op::step: break;  // after the list: see step()
   }
+  if (schedule::is_comm(a.op)) {
+    const auto& chunk = *chunks_[c];
+    timeline_.push_back({a, start - st.start, now() - st.start, chunk.rows() * chunk.channels() * std::int64_t(sizeof(T))});
+  }
   if (schedule::is_compute(a.op)) {
     space_.fence();
     const double seconds = now() - start;
+    timeline_.push_back({a, start - st.start, start - st.start + seconds, 0});
     st.busy += seconds;
     if (step_ > 0) {  // the first step allocates the stash: not representative
       action_seconds_[int(a.op)] += seconds;
       ++action_count_[int(a.op)];
     }
   }
+  if (observer_ && schedule::is_compute(a.op)) observer_(a, st.slot[c][mb]);
   if (st.last_touch[i]) retire(st, c, mb);
 }
 
@@ -278,6 +285,8 @@ template <class T> StepStats Trainer<T>::step() {
   const double start = now();
   const auto& list = actions_;
   StepState st;
+  st.start = start;
+  timeline_.clear();
   st.slot.assign(chunks_.size(), std::vector<int>(local_microbatches_, -1));
   st.recv.assign(list.size(), comm::Request{});
   st.posted.assign(list.size(), false);
@@ -317,7 +326,7 @@ template <class T> StepStats Trainer<T>::step() {
   double loss = 0;
   for (double l : st.loss_sums) loss += l;
   stats.loss = loss / double(stats.tokens);
-  optimizer_step(stats);
+  optimizer_step(stats);  // skips the update when the loss or the gradient is not finite
   space_.fence();
   stats.busy_seconds = st.busy;
   stats.seconds = now() - start;
@@ -357,6 +366,12 @@ template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
   for (double s : squares) total += s;
   stats.grad_norm = std::sqrt(total);
   stats.lr = nn::learning_rate(config_.optim, step_, config_.train.steps);
+  // Every rank sees the same loss and norm, so every rank skips alike.
+  if (!std::isfinite(stats.loss) || !std::isfinite(stats.grad_norm)) {
+    stats.skipped = true;
+    for (auto& chunk : chunks_) chunk->params().zero_grads(space_);
+    return;
+  }
   const double scale = nn::clip_factor(stats.grad_norm, config_.optim.grad_clip);
   for (auto& chunk : chunks_) {
     auto& p = chunk->params();

@@ -6,6 +6,7 @@
 // that every layout must match bit for bit (DESIGN.md invariant 1).
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -28,7 +29,19 @@ struct StepStats {
   double busy_seconds = 0;   // time this rank spent in F, B, I, W
   double pipeline_seconds = 0;  // time from the step's start to the end of its schedule (before the optimizer)
   std::int64_t tokens = 0;   // tokens in the mini-batch (all replicas)
+  bool skipped = false;      // loss or gradient not finite: no update, on every rank alike
 };
+
+// One action this rank ran in a step, with its wall-clock span (seconds since the step began).
+struct TimedAction {
+  schedule::Action action;
+  double start = 0, end = 0;
+  std::int64_t bytes = 0;  // moved by a send or receive
+};
+
+// Called after each compute action (F, B, I, W) with the chunk, its slot and the micro-batch, so that an
+// observer (activation traces) can read the chunk's layer outputs and gradients while they exist.
+using ActionObserver = std::function<void(const schedule::Action& action, int slot)>;
 
 template <class T> class Trainer {
  public:
@@ -40,6 +53,7 @@ template <class T> class Trainer {
   StepStats step();            // one optimizer step on the next mini-batch
   double evaluate();           // mean per-token loss over the validation windows (every rank gets it)
   std::int64_t next_step() const { return step_; }
+  void set_next_step(std::int64_t step) { step_ = step; }  // resuming: the sampler and lr follow the step
   std::uint64_t param_checksum() const;  // every rank gets the whole model's checksum
   const model::ModelDesc& desc() const { return desc_; }
   const schedule::Schedule& schedule() const { return schedule_; }
@@ -49,6 +63,9 @@ template <class T> class Trainer {
   // Mean seconds of one F, B, I, W on one chunk of this rank (index by Op), over the steps after the first;
   // 0 for kinds that did not run.
   std::array<double, 4> mean_action_seconds() const;
+  // Every action of the last step on this rank, in the order run.
+  const std::vector<TimedAction>& last_timeline() const { return timeline_; }
+  void set_observer(ActionObserver observer) { observer_ = std::move(observer); }
 
  private:
   struct StepState;
@@ -82,6 +99,8 @@ template <class T> class Trainer {
   int stash_ = 0, peak_stash_ = 0;
   std::array<double, 4> action_seconds_{};  // F, B, I, W, summed over the steps after the first
   std::array<long, 4> action_count_{};
+  std::vector<TimedAction> timeline_;
+  ActionObserver observer_;
   double test_stall_seconds_ = 0;  // test hook KPIPE_TEST_STALL="rank:seconds": that rank sleeps before step 0
   Kokkos::View<Token*, HostSpace> host_inputs_, host_targets_;
 };
