@@ -1,7 +1,18 @@
 # kpipe_add_test(NAME name SOURCES a.cpp ... [MPI_RANKS 1 2 4] [LABELS ...])
 # Builds one gtest executable; without MPI_RANKS it runs as a plain process, with it once per rank count
 # as `mpiexec -n N` (name suffixed _npN), like Cabana's MPI tests.
-set(KPIPE_MPIEXEC_FLAGS "" CACHE STRING "Extra mpiexec flags for tests (e.g. --oversubscribe)")
+# Open MPI refuses to start more ranks than cores (the MPI tests use 4 on 2-core machines) and to run as
+# root (containers, CI) unless told; other MPIs need neither flag.
+set(kpipe_default_mpiexec_flags "")
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE kpipe_mpiexec_version ERROR_QUIET)
+if(kpipe_mpiexec_version MATCHES "Open MPI|OpenRTE|open-mpi")
+  set(kpipe_default_mpiexec_flags "--oversubscribe")
+  execute_process(COMMAND id -u OUTPUT_VARIABLE kpipe_uid OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(kpipe_uid STREQUAL "0")
+    list(APPEND kpipe_default_mpiexec_flags "--allow-run-as-root")
+  endif()
+endif()
+set(KPIPE_MPIEXEC_FLAGS "${kpipe_default_mpiexec_flags}" CACHE STRING "Extra mpiexec flags for the MPI tests")
 function(kpipe_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;MPI_RANKS;LABELS;LIBRARIES" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
