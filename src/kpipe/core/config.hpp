@@ -38,6 +38,7 @@ struct TrainConfig {
   int log_every = 10;         // progress line on stderr every this many steps
   int eval_every = 0;         // validation loss every this many steps (0: only at the end)
   int eval_batches = 8;       // mini-batches of validation windows per evaluation
+  int max_skipped_steps = 3;  // stop (exit code 4) after this many non-finite steps in a row; 0: never
 };
 
 struct DataConfig {
@@ -63,6 +64,21 @@ struct PipelineConfig {
 
 struct OutputConfig {
   std::string metrics;  // JSON Lines file; empty: none
+  // Activation trace and timeline (io/trace.hpp, io/timeline.hpp, docs/traces.md).
+  std::string trace;                // activation trace HDF5 file; empty: none
+  int trace_every = 1;              // trace the steps that are multiples of this
+  std::string trace_layers = "all"; // indices, ranges, or globs on layer paths ("1,3-4,layers/0*")
+  int trace_full = 0;               // 1: also the full tensors of micro-batch 0
+  std::string timeline;             // HDF5 file of every action each rank ran, every step; empty: none
+};
+
+// Checkpoints (io/checkpoint.hpp, docs/checkpoint-format.md).
+struct CheckpointConfig {
+  std::string dir;                // where step-<N>/ directories and `latest` live; empty: no checkpoints
+  int every = 0;                  // write one every this many steps (0: only at a stop signal)
+  int keep = 3;                   // newest complete checkpoints kept (at least 2)
+  std::string resume;             // "" (start fresh), "latest" (in dir), or a checkpoint directory
+  std::string fallback = "error"; // a corrupt checkpoint: "error" (exit 2) or "previous" (load the one before)
 };
 
 struct Config {
@@ -72,6 +88,7 @@ struct Config {
   DataConfig data;
   PipelineConfig pipeline;
   OutputConfig output;
+  CheckpointConfig checkpoint;
 };
 
 }  // namespace kpipe

@@ -70,6 +70,8 @@ const std::vector<Key>& keys() {
       entry("train.log_every", &C::train, &T::log_every, "progress line every this many steps"),
       entry("train.eval_every", &C::train, &T::eval_every, "validation loss every this many steps (0: at the end)"),
       entry("train.eval_batches", &C::train, &T::eval_batches, "mini-batches of validation windows per evaluation"),
+      entry("train.max_skipped_steps", &C::train, &T::max_skipped_steps,
+            "stop with exit code 4 after this many non-finite steps in a row (0: never)"),
       entry("optim.kind", &C::optim, &O::kind, "optimizer", "", {"adamw", "sgd"}),
       entry("optim.lr", &C::optim, &O::lr, "peak learning rate", "--lr"),
       entry("optim.min_lr", &C::optim, &O::min_lr, "floor of the cosine decay"),
@@ -101,6 +103,26 @@ const std::vector<Key>& keys() {
            "a receive waiting longer than this many seconds aborts the run"),
       entry("output.metrics", &C::output, &OutputConfig::metrics, "JSON Lines metrics file (empty: none)",
            "--metrics"),
+      entry("output.trace", &C::output, &OutputConfig::trace, "activation trace HDF5 file (empty: none)", "--trace"),
+      entry("output.trace_every", &C::output, &OutputConfig::trace_every, "trace every this many steps",
+            "--trace-every"),
+      entry("output.trace_layers", &C::output, &OutputConfig::trace_layers,
+            "layers traced: all, indices, ranges, globs on paths (\"1,3-4,layers/0*\")", "--trace-layers"),
+      entry("output.trace_full", &C::output, &OutputConfig::trace_full,
+            "1: also trace the full tensors of micro-batch 0 (see --trace-full)"),
+      entry("output.timeline", &C::output, &OutputConfig::timeline,
+            "HDF5 file of every action each rank ran, every step (empty: none)", "--timeline"),
+      entry("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir,
+            "directory of step-<N>/ checkpoints and `latest` (empty: none)", "--checkpoint-dir"),
+      entry("checkpoint.every", &C::checkpoint, &CheckpointConfig::every,
+            "checkpoint every this many steps (0: only on SIGUSR1/SIGTERM)", "--checkpoint-every"),
+      entry("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, "newest complete checkpoints kept (>= 2)",
+            "--keep"),
+      entry("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume,
+            "resume from: latest (in checkpoint.dir) or a checkpoint directory (empty: start fresh)"),
+      entry("checkpoint.fallback", &C::checkpoint, &CheckpointConfig::fallback,
+            "a corrupt checkpoint: error (exit 2) or load the previous complete one", "--fallback",
+            {"error", "previous"}),
   };
   return table;
 }
@@ -486,6 +508,7 @@ void validate(const Config& config) {
   at_least("train.log_every", train.log_every, 1);
   at_least("train.eval_every", train.eval_every, 0);
   at_least("train.eval_batches", train.eval_batches, 1);
+  at_least("train.max_skipped_steps", train.max_skipped_steps, 0);
   require(train.batch % train.microbatches == 0, "train.batch = {} is not divisible by train.microbatches = {}",
           train.batch, train.microbatches);
 
@@ -505,6 +528,10 @@ void validate(const Config& config) {
   const DataConfig& data = config.data;
   in_range("data.val_fraction", data.val_fraction, 0, true, 1, false);
   at_least("data.synthetic_tokens", data.synthetic_tokens, 1);
+
+  at_least("output.trace_every", config.output.trace_every, 1);
+  require(config.output.trace_full == 0 || config.output.trace_full == 1, "output.trace_full = {}: expected 0 or 1",
+          config.output.trace_full);
 
   const PipelineConfig& pipeline = config.pipeline;
   at_least("pipeline.pipeline_size", pipeline.pipeline_size, 1);

@@ -56,6 +56,8 @@ template <class T> class Trainer {
   void set_next_step(std::int64_t step) { step_ = step; }  // resuming: the sampler and lr follow the step
   std::uint64_t param_checksum() const;  // every rank gets the whole model's checksum
   const model::ModelDesc& desc() const { return desc_; }
+  const Config& config() const { return config_; }
+  const comm::ProcessGrid& grid() const { return grid_; }
   const schedule::Schedule& schedule() const { return schedule_; }
   int chunks() const { return int(chunks_.size()); }
   model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
