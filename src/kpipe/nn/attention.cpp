@@ -220,8 +220,6 @@ template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape)
           View4<T>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t)};
 }
 
-// Only dprobs is used: the products read dout and write out and dqkv in place, one head's columns at a
-// time, so heads_out, dq, dk and dv stay empty (no memory) and the copies into and out of them are gone.
 template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape) {
   attention_detail::require_positive(shape);
   AttentionWork<T> work;

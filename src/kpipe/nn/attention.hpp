@@ -18,11 +18,10 @@ template <class T> struct AttentionStash {
   View4<T> probs;    // [B, H, T, T], causal softmax of q k^T / sqrt(hd); zero above the diagonal
 };
 
-// Scratch that every call overwrites; one per stage is enough.
+// Scratch that every call overwrites; one per stage is enough. (Per-head products read and write the
+// [B*T, C] activations in place through LayoutRight column slices, so no per-head copies are needed.)
 template <class T> struct AttentionWork {
-  View4<T> heads_out;  // [B, H, T, hd]: forward's per-head output; backward's incoming gradient by head
-  View4<T> dprobs;     // [B, H, T, T]
-  View4<T> dq, dk, dv; // [B, H, T, hd]
+  View4<T> dprobs;  // [B, H, T, T]
 };
 
 template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape);
