@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
+
 #include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cstdio>
@@ -13,8 +15,10 @@
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
+#include "kpipe/io/checkpoint.hpp"
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
+#include "kpipe/runtime/signals.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace {
@@ -30,6 +34,14 @@ int train(const kpipe::Config& config, int rank) {
   const auto corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
   runtime::MetricsWriter metrics(rank == 0 ? config.output.metrics : std::string());
   runtime::Trainer<float> trainer(config, corpus, grid);
+  // Checkpoints: resume (checkpoint.resume), write every checkpoint.every steps, and on SIGUSR1/SIGTERM.
+  io::validate_checkpoint_config(config.checkpoint);
+  runtime::install_stop_handlers();
+  io::resume_training(trainer, config.checkpoint);
+  auto save = [&] {
+    const std::string path = io::save_checkpoint(trainer, config.checkpoint.dir, config.checkpoint.keep);
+    if (rank == 0) fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {})\n", path, trainer.next_step());
+  };
   const auto& desc = trainer.desc();
   if (rank == 0)
     fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, batch {} x {} micro-batches, data: {}\n",
@@ -39,10 +51,11 @@ int train(const kpipe::Config& config, int rank) {
   const auto start = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
   double busy = 0, pipeline_seconds = 0;  // over the steps after the first (which allocates)
-  for (int s = 0; s < config.train.steps; ++s) {
+  const int first_step = int(trainer.next_step());  // > 0 when resumed
+  for (int s = first_step; s < config.train.steps; ++s) {
     const auto stats = trainer.step();
     tokens += stats.tokens;
-    if (s > 0 || config.train.steps == 1) {
+    if (s > first_step || config.train.steps == first_step + 1) {
       busy += stats.busy_seconds;
       pipeline_seconds += stats.pipeline_seconds;
     }
@@ -52,7 +65,22 @@ int train(const kpipe::Config& config, int rank) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print(stderr, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", s + 1,
                  config.train.steps, stats.loss, stats.lr, stats.grad_norm, tokens / elapsed,
-                 duration(elapsed / (s + 1) * (config.train.steps - s - 1)));
+                 duration(elapsed / (s + 1 - first_step) * (config.train.steps - s - 1)));
+    }
+    const bool saved = config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0;
+    if (saved) save();
+    if (const int signal = runtime::stop_requested(grid.world)) {  // collective: every rank agrees
+      if (config.checkpoint.dir.empty()) {
+        if (rank == 0) fmt::print(stderr, "kpipe-train: signal {} after step {}: no checkpoint.dir, nothing saved\n", signal, s + 1);
+        comm::free_grid(grid);
+        return 1;
+      }
+      if (!saved) save();
+      if (rank == 0)
+        fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} (requeue me)\n",
+                   signal, s + 1, runtime::exit_checkpointed_on_signal);
+      comm::free_grid(grid);
+      return runtime::exit_checkpointed_on_signal;
     }
     if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last) {
       const double val = trainer.evaluate();
@@ -108,8 +136,18 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i)
       if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") args.push_back(argv[i]);
     try {
-      const auto command_line = kpipe::parse_command_line("kpipe-train", int(args.size()), args.data());
-      rc = command_line.exit_now ? command_line.exit_code : train(command_line.config, rank);
+      bool resume = false;
+      const auto command_line =
+          kpipe::parse_command_line("kpipe-train", int(args.size()), args.data(), [&](CLI::App& app) {
+            app.add_flag("--resume", resume, "resume from the checkpoint `latest` names in --checkpoint-dir (none: start)")
+                ->group("[checkpoint]");
+            app.footer(
+                "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 75 a stop\n"
+                "signal (SIGUSR1/SIGTERM) arrived and a checkpoint was written: requeue the job with --resume.");
+          });
+      auto config = command_line.config;
+      if (resume) config.checkpoint.resume = "latest";
+      rc = command_line.exit_now ? command_line.exit_code : train(config, rank);
     } catch (const kpipe::InputError& e) {
       // Every rank reads the same input and fails the same way; one of them says so.
       if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());

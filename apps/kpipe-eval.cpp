@@ -1,0 +1,127 @@
+// kpipe-eval: the mean per-token loss of a checkpoint over consecutive, non-overlapping windows of
+// seq_len + 1 tokens from the start of a token file (kpipe-prepare) or a text file. The model comes from
+// the checkpoint (its config attribute); the pipeline layout is this run's:
+//   mpiexec -n 4 kpipe-eval runs/ckpt/step-00000100 --data corpus.h5 --pipeline-size 4
+// Prints the loss with 9 significant digits on stdout (rank 0); details on stderr. The result is the same
+// on every layout (forward passes are bit-identical across layouts, DESIGN.md invariant 1).
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <Kokkos_Core.hpp>
+#include <string>
+#include <vector>
+
+#include "kpipe/comm/grid.hpp"
+#include "kpipe/core/config_io.hpp"
+#include "kpipe/core/error.hpp"
+#include "kpipe/data/corpus.hpp"
+#include "kpipe/data/files.hpp"
+#include "kpipe/data/sampler.hpp"
+#include "kpipe/data/token_file.hpp"
+#include "kpipe/io/checkpoint.hpp"
+#include "kpipe/runtime/trainer.hpp"
+
+namespace {
+
+struct Options {
+  std::string checkpoint, data, split = "all", schedule = "1f1b";
+  int pipeline_size = 1, chunks = 1;
+  long long max_windows = 0;
+};
+
+// The tokens to evaluate on, in file order: a token file's splits (train then validation, or one of
+// them), or a whole text file.
+std::vector<kpipe::Token> load_tokens(const Options& o) {
+  using namespace kpipe;
+  if (!data::is_hdf5_file(o.data)) {
+    require(o.split == "all", "--split = {}: a text file has no splits (use all)", o.split);
+    return data::text_corpus(data::read_bytes(o.data, fmt::format("--data = {}", o.data)), 1.0, o.data).validation;
+  }
+  auto corpus = data::read_token_file(o.data, fmt::format("--data = {}", o.data));
+  if (o.split == "train") return corpus.train;
+  if (o.split == "validation") return corpus.validation;
+  corpus.train.insert(corpus.train.end(), corpus.validation.begin(), corpus.validation.end());
+  return corpus.train;
+}
+
+int evaluate(const Options& o, int rank) {
+  using namespace kpipe;
+  Config config = io::checkpoint_config(o.checkpoint);
+  const auto info = io::read_checkpoint_info(o.checkpoint);
+  data::Corpus corpus;
+  corpus.validation = load_tokens(o);
+  corpus.source = o.data;
+  const std::int64_t available = data::validation_windows(std::int64_t(corpus.validation.size()), config.model.seq_len);
+  const std::int64_t windows = o.max_windows > 0 ? std::min<std::int64_t>(available, o.max_windows) : available;
+  require(windows > 0, "--data = {}: {} tokens hold no window of model.seq_len + 1 = {} tokens", o.data,
+          corpus.validation.size(), config.model.seq_len + 1);
+  corpus.validation.resize(std::size_t(windows * (config.model.seq_len + 1)));  // exactly `windows` windows
+  // One window per micro-batch, one micro-batch per stage: evaluate() then walks every window in order.
+  auto& p = config.pipeline;
+  p.pipeline_size = o.pipeline_size;
+  p.data_parallel = 1;
+  p.chunks = o.chunks;
+  p.schedule = o.schedule;
+  p.schedule_file.clear();
+  config.train.microbatches = config.train.batch = o.pipeline_size;
+  config.train.eval_batches = int((windows + config.train.batch - 1) / config.train.batch);
+  validate(config);
+  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1);
+  double loss = 0;
+  {
+    runtime::Trainer<float> trainer(config, corpus, grid);
+    io::load_checkpoint(trainer, o.checkpoint);
+    loss = trainer.evaluate();
+  }
+  comm::free_grid(grid);
+  if (rank == 0) {
+    fmt::print(stderr, "kpipe-eval: checkpoint step {}, {} windows of {} tokens from {}\n", info.step, windows,
+               config.model.seq_len + 1, o.data);
+    fmt::print("{:.9g}\n", loss);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int rc = 0;
+  {
+    int kokkos_argc = 1;  // Kokkos must not see (and answer) --help
+    Kokkos::ScopeGuard kokkos(kokkos_argc, argv);
+    Options o;
+    CLI::App app("Mean loss of a checkpoint over consecutive windows of seq_len + 1 tokens of a file.", "kpipe-eval");
+    app.add_option("checkpoint", o.checkpoint, "a step-<N> directory, its checkpoint.h5, or a checkpoint.dir (latest)")
+        ->required();
+    app.add_option("--data", o.data, "HDF5 token file (kpipe-prepare) or text file")->required();
+    app.add_option("--split", o.split, "of a token file: all (train then validation), train or validation")
+        ->check(CLI::IsMember({"all", "train", "validation"}));
+    app.add_option("--pipeline-size", o.pipeline_size, "stages (= the number of MPI ranks)");
+    app.add_option("--chunks", o.chunks, "model chunks per rank (with --schedule interleaved)");
+    app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
+    app.add_option("--max-windows", o.max_windows, "evaluate at most this many windows (0: all)");
+    app.footer("Exit codes: 0 done; 2 bad input (checkpoint, data, layout), on every rank alike.");
+    try {
+      try {
+        app.parse(argc, argv);
+      } catch (const CLI::Success&) {
+        if (rank == 0) std::fputs(app.help().c_str(), stdout);
+        throw;
+      } catch (const CLI::ParseError& e) {
+        throw kpipe::InputError(e.what());
+      }
+      rc = evaluate(o, rank);
+    } catch (const CLI::Success&) {
+      rc = 0;
+    } catch (const kpipe::InputError& e) {
+      if (rank == 0) fmt::print(stderr, "kpipe-eval: error: {}\n", e.what());
+      rc = kpipe::exit_bad_input;
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}
