@@ -16,7 +16,7 @@
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
-#include "kpipe/data/files.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/data/token_file.hpp"
 #include "kpipe/io/checkpoint.hpp"
@@ -36,7 +36,7 @@ std::vector<kpipe::Token> load_tokens(const Options& o) {
   using namespace kpipe;
   if (!data::is_hdf5_file(o.data)) {
     require(o.split == "all", "--split = {}: a text file has no splits (use all)", o.split);
-    return data::text_corpus(data::read_bytes(o.data, fmt::format("--data = {}", o.data)), 1.0, o.data).validation;
+    return data::text_corpus(kpipe::read_bytes(o.data, fmt::format("--data = {}", o.data)), 1.0, o.data).validation;
   }
   auto corpus = data::read_token_file(o.data, fmt::format("--data = {}", o.data));
   if (o.split == "train") return corpus.train;

@@ -15,9 +15,10 @@
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/data/entropy.hpp"
-#include "kpipe/data/files.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/data/token_file.hpp"
 
@@ -75,7 +76,7 @@ int run(int argc, char** argv) {
   using namespace kpipe::data;
   const Corpus corpus =
       o.synthetic ? synthetic_corpus(o.seed, o.tokens, o.val_fraction)
-                  : text_corpus(read_bytes(o.input, fmt::format("input '{}'", o.input)), o.val_fraction, o.input);
+                  : text_corpus(kpipe::read_bytes(o.input, fmt::format("input '{}'", o.input)), o.val_fraction, o.input);
   write_token_file(o.output, corpus);
   const double entropy = unigram_entropy_nats(corpus.train);
   fmt::print("kpipe-prepare: wrote {}: train {} tokens, validation {} tokens, unigram entropy {:.3f} nats "

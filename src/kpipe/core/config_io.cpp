@@ -19,6 +19,7 @@
 #include <variant>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 
 namespace kpipe {
 namespace {
@@ -313,16 +314,6 @@ void assign_node(const Key& key, Config& config, const toml::node& node, const s
     check_choice(key, value->get(), where, node_text(node));
     *std::get<std::string*>(field) = value->get();
   }
-}
-
-// Why a file cannot be read, or "" when it can.
-std::string unreadable_reason(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) return "is a directory";
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (in) return "";
-  return errno != 0 ? std::strerror(errno) : "unreadable";
 }
 
 toml::table parse_toml(const std::string& text, const std::string& path) {

@@ -5,7 +5,7 @@
 #include <cmath>
 
 #include "kpipe/core/error.hpp"
-#include "kpipe/data/files.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/data/token_file.hpp"
 

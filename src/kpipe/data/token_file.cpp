@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kpipe/core/error.hpp"
-#include "kpipe/data/files.hpp"
+#include "kpipe/core/files.hpp"
 
 namespace kpipe::data {
 namespace {

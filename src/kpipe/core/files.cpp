@@ -1,4 +1,4 @@
-#include "kpipe/data/files.hpp"
+#include "kpipe/core/files.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 
 #include "kpipe/core/error.hpp"
 
-namespace kpipe::data {
+namespace kpipe {
 
 std::string unreadable_reason(const std::string& path) {
   std::error_code error;
@@ -30,4 +30,4 @@ std::string read_bytes(const std::string& path, const std::string& label) {
   return bytes;
 }
 
-}  // namespace kpipe::data
+}  // namespace kpipe
