@@ -8,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,17 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/io/checkpoint.hpp"
+#include "kpipe/io/timeline.hpp"
+#include "kpipe/io/trace.hpp"
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
 #include "kpipe/runtime/signals.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace {
+
+// train.max_skipped_steps non-finite steps in a row (docs/traces.md, docs/user-guide.md).
+constexpr int exit_non_finite = 4;
 
 std::string duration(double seconds) {
   const auto s = static_cast<long>(seconds + 0.5);
@@ -42,6 +48,14 @@ int train(const kpipe::Config& config, int rank) {
     const std::string path = io::save_checkpoint(trainer, config.checkpoint.dir, config.checkpoint.keep);
     if (rank == 0) fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {})\n", path, trainer.next_step());
   };
+  // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
+  std::unique_ptr<io::ActivationTracer<float>> tracer;
+  if (!config.output.trace.empty())
+    tracer = std::make_unique<io::ActivationTracer<float>>(trainer, grid, config, io::trace_options(config));
+  std::unique_ptr<io::TimelineRecorder<float>> timeline;
+  if (!config.output.timeline.empty())
+    timeline = std::make_unique<io::TimelineRecorder<float>>(trainer, grid, config, config.output.timeline);
+  int skipped_in_a_row = 0;
   const auto& desc = trainer.desc();
   if (rank == 0)
     fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, batch {} x {} micro-batches, data: {}\n",
@@ -53,13 +67,32 @@ int train(const kpipe::Config& config, int rank) {
   double busy = 0, pipeline_seconds = 0;  // over the steps after the first (which allocates)
   const int first_step = int(trainer.next_step());  // > 0 when resumed
   for (int s = first_step; s < config.train.steps; ++s) {
+    if (tracer) tracer->begin_step(s);
     const auto stats = trainer.step();
+    if (tracer) tracer->end_step();
+    if (timeline) timeline->record(s);
+    // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
+    // after train.max_skipped_steps in a row (every rank sees the same stats, so every rank stops).
+    skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
+    if (stats.skipped && rank == 0)
+      fmt::print(stderr, "kpipe-train: step {} skipped: loss {} grad norm {} not finite ({} in a row)\n", s + 1,
+                 stats.loss, stats.grad_norm, skipped_in_a_row);
     tokens += stats.tokens;
     if (s > first_step || config.train.steps == first_step + 1) {
       busy += stats.busy_seconds;
       pipeline_seconds += stats.pipeline_seconds;
     }
     metrics.write_step(stats);
+    if (config.train.max_skipped_steps > 0 && skipped_in_a_row >= config.train.max_skipped_steps) {
+      if (rank == 0)
+        fmt::print(stderr, "kpipe-train: stopping: {} steps in a row with a non-finite loss or gradient "
+                           "(train.max_skipped_steps = {}); exit code {}\n",
+                   skipped_in_a_row, config.train.max_skipped_steps, exit_non_finite);
+      tracer.reset();
+      timeline.reset();
+      comm::free_grid(grid);
+      return exit_non_finite;
+    }
     const bool last = s + 1 == config.train.steps;
     if (rank == 0 && (s % config.train.log_every == 0 || last)) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -137,16 +170,21 @@ int main(int argc, char** argv) {
       if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") args.push_back(argv[i]);
     try {
       bool resume = false;
+      bool trace_full = false;
       const auto command_line =
           kpipe::parse_command_line("kpipe-train", int(args.size()), args.data(), [&](CLI::App& app) {
             app.add_flag("--resume", resume, "resume from the checkpoint `latest` names in --checkpoint-dir (none: start)")
                 ->group("[checkpoint]");
+            app.add_flag("--trace-full", trace_full, "also trace the full tensors of micro-batch 0 (output.trace_full = 1)")
+                ->group("[output]");
             app.footer(
-                "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 75 a stop\n"
+                "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 4 stopped\n"
+                "after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 75 a stop\n"
                 "signal (SIGUSR1/SIGTERM) arrived and a checkpoint was written: requeue the job with --resume.");
           });
       auto config = command_line.config;
       if (resume) config.checkpoint.resume = "latest";
+      if (trace_full) config.output.trace_full = 1;
       rc = command_line.exit_now ? command_line.exit_code : train(config, rank);
     } catch (const kpipe::InputError& e) {
       // Every rank reads the same input and fails the same way; one of them says so.

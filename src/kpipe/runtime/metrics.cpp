@@ -29,7 +29,8 @@ void MetricsWriter::write_step(const StepStats& s) {
                       {"lr", number(s.lr)},
                       {"grad_norm", number(s.grad_norm)},
                       {"tokens_per_s", number(s.seconds > 0 ? s.tokens / s.seconds : 0.0)},
-                      {"step_seconds", number(s.seconds)}};
+                      {"step_seconds", number(s.seconds)},
+                      {"skipped", s.skipped}};  // loss or gradient not finite: no update
   out_ << j.dump() << '\n';
   out_.flush();
 }

@@ -1,0 +1,317 @@
+#include "kpipe/io/h5_file.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "kpipe/core/error.hpp"
+
+namespace kpipe::io::h5 {
+
+namespace {
+
+// Roughly this many bytes per chunk: small enough for a step's rows, large enough to compress well.
+constexpr hsize_t target_chunk_bytes = 64 * 1024;
+
+std::string object_name(hid_t location) {
+  const ssize_t size = H5Iget_name(location, nullptr, 0);
+  if (size <= 0) return "?";
+  std::string name(std::size_t(size) + 1, '\0');
+  H5Iget_name(location, name.data(), name.size());
+  name.resize(std::size_t(size));
+  return name;
+}
+
+std::string file_name(hid_t location) {
+  const ssize_t size = H5Fget_name(location, nullptr, 0);
+  if (size <= 0) return "?";
+  std::string name(std::size_t(size) + 1, '\0');
+  H5Fget_name(location, name.data(), name.size());
+  name.resize(std::size_t(size));
+  return name;
+}
+
+// "file.h5:/group/name" for messages.
+std::string where(hid_t location, const std::string& name) {
+  std::string base = object_name(location);
+  if (base.empty() || base.back() != '/') base += '/';
+  return fmt::format("{}:{}{}", file_name(location), base, name);
+}
+
+std::vector<std::string> split_path(const std::string& path) {
+  std::vector<std::string> parts;
+  std::string part;
+  for (char c : path) {
+    if (c == '/') {
+      if (!part.empty()) parts.push_back(part);
+      part.clear();
+    } else {
+      part += c;
+    }
+  }
+  if (!part.empty()) parts.push_back(part);
+  return parts;
+}
+
+Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, const std::vector<hsize_t>& row_shape) {
+  std::vector<hsize_t> dims{0}, max_dims{H5S_UNLIMITED}, chunk{1};
+  hsize_t row_elements = 1;
+  for (hsize_t d : row_shape) {
+    dims.push_back(d);
+    max_dims.push_back(d);
+    chunk.push_back(std::max<hsize_t>(d, 1));
+    row_elements *= std::max<hsize_t>(d, 1);
+  }
+  const hsize_t row_bytes = row_elements * H5Tget_size(file_type);
+  chunk[0] = std::clamp<hsize_t>(target_chunk_bytes / std::max<hsize_t>(row_bytes, 1), 1, 1 << 16);
+  const Handle space(H5Screate_simple(int(dims.size()), dims.data(), max_dims.data()), H5Sclose);
+  const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
+  if (deflate_available()) {
+    H5Pset_shuffle(properties.get());
+    H5Pset_deflate(properties.get(), 4);
+  }
+  Handle dataset(H5Dcreate2(location, name.c_str(), file_type, space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT),
+                 H5Dclose);
+  require(dataset.valid(), "{}: cannot create dataset", where(location, name));
+  return dataset;
+}
+
+Handle open_dataset(hid_t location, const std::string& name, const std::string& label) {
+  QuietErrors quiet;
+  require(exists(location, name), "{}: no dataset '{}'", label, name);
+  Handle dataset(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
+  require(dataset.valid(), "{}: '{}' is not a dataset", label, name);
+  return dataset;
+}
+
+template <class V>
+std::vector<V> read_all(hid_t location, const std::string& name, hid_t memory_type, const std::string& label) {
+  const Handle dataset = open_dataset(location, name, label);
+  const Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  const hssize_t count = H5Sget_simple_extent_npoints(space.get());
+  require(count >= 0, "{}: cannot read the shape of '{}'", label, name);
+  std::vector<V> values(static_cast<std::size_t>(count));
+  QuietErrors quiet;
+  if (count > 0)
+    require(H5Dread(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) >= 0,
+            "{}: cannot read dataset '{}' (corrupt, or not numeric)", label, name);
+  return values;
+}
+
+hsize_t row_count(std::size_t values, const std::vector<hsize_t>& row_shape) {
+  hsize_t per_row = 1;
+  for (hsize_t d : row_shape) per_row *= d;
+  return per_row == 0 ? 0 : hsize_t(values) / per_row;
+}
+
+}  // namespace
+
+QuietErrors::QuietErrors() {
+  H5Eget_auto2(H5E_DEFAULT, &function_, &data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
+
+Handle create_file(const std::string& path) {
+  QuietErrors quiet;
+  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+  require(file.valid(), "{}: cannot create HDF5 file ({})", path, std::strerror(errno));
+  return file;
+}
+
+Handle open_file(const std::string& path) {
+  std::error_code error;
+  require(std::filesystem::exists(path, error), "{}: no such file", path);
+  require(!std::filesystem::is_directory(path, error), "{}: is a directory, not an HDF5 file", path);
+  QuietErrors quiet;
+  require(H5Fis_hdf5(path.c_str()) > 0, "{}: not an HDF5 file", path);
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  require(file.valid(), "{}: cannot open HDF5 file", path);
+  return file;
+}
+
+bool exists(hid_t location, const std::string& path) {
+  QuietErrors quiet;
+  std::string prefix;
+  for (const std::string& part : split_path(path)) {
+    prefix += (prefix.empty() ? "" : "/") + part;
+    if (H5Lexists(location, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+  }
+  return !prefix.empty();
+}
+
+Handle open_group(hid_t location, const std::string& path) {
+  QuietErrors quiet;
+  Handle group(H5Gopen2(location, path.c_str(), H5P_DEFAULT), H5Gclose);
+  require(group.valid(), "{}: no group", where(location, path));
+  return group;
+}
+
+Handle require_group(hid_t location, const std::string& path) {
+  std::string prefix;
+  for (const std::string& part : split_path(path)) {
+    prefix += (prefix.empty() ? "" : "/") + part;
+    if (!exists(location, prefix)) {
+      const Handle created(H5Gcreate2(location, prefix.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
+      require(created.valid(), "{}: cannot create group", where(location, prefix));
+    }
+  }
+  return open_group(location, path);
+}
+
+std::vector<std::string> children(hid_t group) {
+  H5G_info_t info;
+  std::vector<std::string> names;
+  if (H5Gget_info(group, &info) < 0) return names;
+  for (hsize_t i = 0; i < info.nlinks; ++i) {
+    const ssize_t size = H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
+    if (size < 0) continue;
+    std::string name(std::size_t(size) + 1, '\0');
+    H5Lget_name_by_idx(group, ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size(), H5P_DEFAULT);
+    name.resize(std::size_t(size));
+    names.push_back(name);
+  }
+  return names;
+}
+
+bool deflate_available() {
+  if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0) return false;
+  unsigned int config = 0;
+  if (H5Zget_filter_info(H5Z_FILTER_DEFLATE, &config) < 0) return false;
+  return (config & H5Z_FILTER_CONFIG_ENCODE_ENABLED) != 0;
+}
+
+void append(hid_t location, const std::string& name, hid_t file_type, hid_t memory_type, const void* data,
+            hsize_t rows, const std::vector<hsize_t>& row_shape) {
+  Handle dataset;
+  if (exists(location, name)) {
+    dataset = Handle(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
+  } else {
+    dataset = create_dataset(location, name, file_type, row_shape);
+  }
+  require(dataset.valid(), "{}: cannot open dataset", where(location, name));
+  std::vector<hsize_t> dims(row_shape.size() + 1);
+  {
+    const Handle space(H5Dget_space(dataset.get()), H5Sclose);
+    require(H5Sget_simple_extent_ndims(space.get()) == int(dims.size()), "{}: rank differs from the rows appended",
+            where(location, name));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  }
+  for (std::size_t k = 0; k < row_shape.size(); ++k)
+    require(dims[k + 1] == row_shape[k], "{}: row shape differs from the rows appended", where(location, name));
+  if (rows == 0) return;
+  const hsize_t first = dims[0];
+  dims[0] += rows;
+  require(H5Dset_extent(dataset.get(), dims.data()) >= 0, "{}: cannot extend", where(location, name));
+  const Handle file_space(H5Dget_space(dataset.get()), H5Sclose);
+  std::vector<hsize_t> start(dims.size(), 0), count = dims;
+  start[0] = first;
+  count[0] = rows;
+  H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr);
+  const Handle memory_space(H5Screate_simple(int(count.size()), count.data(), nullptr), H5Sclose);
+  require(H5Dwrite(dataset.get(), memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, data) >= 0,
+          "{}: cannot write rows", where(location, name));
+}
+
+void append(hid_t location, const std::string& name, const std::vector<double>& values,
+            const std::vector<hsize_t>& row_shape) {
+  append(location, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, values.data(), row_count(values.size(), row_shape),
+         row_shape);
+}
+
+void append(hid_t location, const std::string& name, const std::vector<std::int64_t>& values,
+            const std::vector<hsize_t>& row_shape) {
+  append(location, name, H5T_STD_I64LE, H5T_NATIVE_INT64, values.data(), row_count(values.size(), row_shape),
+         row_shape);
+}
+
+void append(hid_t location, const std::string& name, const std::vector<std::int32_t>& values,
+            const std::vector<hsize_t>& row_shape) {
+  append(location, name, H5T_STD_I32LE, H5T_NATIVE_INT32, values.data(), row_count(values.size(), row_shape),
+         row_shape);
+}
+
+void append(hid_t location, const std::string& name, const std::vector<float>& values,
+            const std::vector<hsize_t>& row_shape) {
+  append(location, name, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, values.data(), row_count(values.size(), row_shape),
+         row_shape);
+}
+
+std::vector<hsize_t> shape(hid_t location, const std::string& name) {
+  const Handle dataset = open_dataset(location, name, where(location, name));
+  const Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  std::vector<hsize_t> dims(std::max(H5Sget_simple_extent_ndims(space.get()), 0));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  return dims;
+}
+
+std::vector<double> read_doubles(hid_t location, const std::string& name, const std::string& label) {
+  return read_all<double>(location, name, H5T_NATIVE_DOUBLE, label);
+}
+
+std::vector<std::int64_t> read_int64s(hid_t location, const std::string& name, const std::string& label) {
+  return read_all<std::int64_t>(location, name, H5T_NATIVE_INT64, label);
+}
+
+void write_attribute(hid_t object, const std::string& name, const std::string& value) {
+  const Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), std::max<std::size_t>(value.size(), 1));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Handle attribute(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+  const std::string padded = value.empty() ? std::string(1, '\0') : value;
+  require(attribute.valid() && H5Awrite(attribute.get(), type.get(), padded.data()) >= 0,
+          "{}: cannot write attribute '{}'", object_name(object), name);
+}
+
+void write_attribute(hid_t object, const std::string& name, std::int64_t value) {
+  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Handle attribute(H5Acreate2(object, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         H5Aclose);
+  require(attribute.valid() && H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value) >= 0,
+          "{}: cannot write attribute '{}'", object_name(object), name);
+}
+
+bool has_attribute(hid_t object, const std::string& name) {
+  QuietErrors quiet;
+  return H5Aexists(object, name.c_str()) > 0;
+}
+
+std::string read_string_attribute(hid_t object, const std::string& name, const std::string& label) {
+  QuietErrors quiet;
+  require(has_attribute(object, name), "{}: no attribute '{}'", label, name);
+  const Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
+  const Handle type(H5Aget_type(attribute.get()), H5Tclose);
+  require(H5Tget_class(type.get()) == H5T_STRING, "{}: attribute '{}' is not a string", label, name);
+  if (H5Tis_variable_str(type.get()) > 0) {
+    const Handle memory(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(memory.get(), H5T_VARIABLE);
+    char* text = nullptr;
+    require(H5Aread(attribute.get(), memory.get(), &text) >= 0, "{}: cannot read attribute '{}'", label, name);
+    std::string value = text ? text : "";
+    H5free_memory(text);
+    return value;
+  }
+  const std::size_t size = H5Tget_size(type.get());
+  std::string value(size, '\0');
+  require(H5Aread(attribute.get(), type.get(), value.data()) >= 0, "{}: cannot read attribute '{}'", label, name);
+  value.resize(std::strlen(value.c_str()));
+  return value;
+}
+
+std::int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& label) {
+  QuietErrors quiet;
+  require(has_attribute(object, name), "{}: no attribute '{}'", label, name);
+  const Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
+  std::int64_t value = 0;
+  require(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) >= 0, "{}: attribute '{}' is not an integer", label,
+          name);
+  return value;
+}
+
+}  // namespace kpipe::io::h5

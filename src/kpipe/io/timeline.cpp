@@ -1,0 +1,267 @@
+#include "kpipe/io/timeline.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kpipe/core/error.hpp"
+#include "kpipe/schedule/text.hpp"
+
+namespace kpipe::io {
+
+namespace {
+
+constexpr const char* format_name = "kpipe-timeline";
+constexpr std::int64_t format_version = 1;
+constexpr const char* op_names = "F,B,I,W,S,send_activation,recv_activation,send_gradient,recv_gradient";
+constexpr int last_op = int(schedule::Op::recv_gradient);
+constexpr int packed_row = 9;  // step, rank, op, microbatch, chunk, peer, start, end, bytes
+
+const char* category(schedule::Op op) {
+  switch (op) {
+    case schedule::Op::forward: return "F";
+    case schedule::Op::backward: return "B";
+    case schedule::Op::backward_input: return "I";
+    case schedule::Op::backward_weight: return "W";
+    case schedule::Op::step: return "S";
+    default: return "message";
+  }
+}
+
+}  // namespace
+
+TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info) : path_(path) {
+  file_ = h5::create_file(path);
+  const hid_t root = file_.get();
+  h5::write_attribute(root, "format", std::string(format_name));
+  h5::write_attribute(root, "format_version", format_version);
+  h5::write_attribute(root, "ranks", std::int64_t(info.ranks));
+  h5::write_attribute(root, "pipeline_size", std::int64_t(info.pipeline_size));
+  h5::write_attribute(root, "data_parallel", std::int64_t(info.data_parallel));
+  h5::write_attribute(root, "chunks", std::int64_t(info.chunks));
+  h5::write_attribute(root, "microbatches", std::int64_t(info.microbatches));
+  h5::write_attribute(root, "schedule", info.schedule);
+  const h5::Handle group = h5::require_group(root, "timeline");
+  h5::write_attribute(group.get(), "ops", std::string(op_names));
+  // Empty columns, so that a run with no step still has the table.
+  append({});
+}
+
+void TimelineWriter::append(const std::vector<TimelineRow>& rows) {
+  const h5::Handle group = h5::open_group(file_.get(), "timeline");
+  std::vector<std::int64_t> step, bytes;
+  std::vector<std::int32_t> rank, op, microbatch, chunk, peer;
+  std::vector<double> start, end;
+  for (const TimelineRow& r : rows) {
+    step.push_back(r.step);
+    rank.push_back(r.rank);
+    op.push_back(int(r.action.op));
+    microbatch.push_back(r.action.microbatch);
+    chunk.push_back(r.action.chunk);
+    peer.push_back(r.action.peer);
+    start.push_back(r.start);
+    end.push_back(r.end);
+    bytes.push_back(r.bytes);
+  }
+  const hid_t g = group.get();
+  h5::append(g, "step", step);
+  h5::append(g, "rank", rank);
+  h5::append(g, "op", op);
+  h5::append(g, "microbatch", microbatch);
+  h5::append(g, "chunk", chunk);
+  h5::append(g, "peer", peer);
+  h5::append(g, "start", start);
+  h5::append(g, "end", end);
+  h5::append(g, "bytes", bytes);
+  H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+}
+
+TimelineFile read_timeline(const std::string& path) {
+  const h5::Handle file = h5::open_file(path);
+  const hid_t root = file.get();
+  require(h5::has_attribute(root, "format") && h5::read_string_attribute(root, "format", path) == format_name,
+          "{}: not a kpipe timeline (attribute format != {})", path, format_name);
+  TimelineFile t;
+  t.info.ranks = int(h5::read_int_attribute(root, "ranks", path));
+  t.info.pipeline_size = int(h5::read_int_attribute(root, "pipeline_size", path));
+  t.info.data_parallel = int(h5::read_int_attribute(root, "data_parallel", path));
+  t.info.chunks = int(h5::read_int_attribute(root, "chunks", path));
+  t.info.microbatches = int(h5::read_int_attribute(root, "microbatches", path));
+  t.info.schedule = h5::read_string_attribute(root, "schedule", path);
+  require(t.info.ranks >= 1 && t.info.chunks >= 1, "{}: ranks = {}, chunks = {}: expected at least 1", path,
+          t.info.ranks, t.info.chunks);
+  require(h5::exists(root, "timeline"), "{}: no group /timeline", path);
+  const h5::Handle group = h5::open_group(root, "timeline");
+  const std::string label = path + ":/timeline";
+  const hid_t g = group.get();
+  const auto step = h5::read_int64s(g, "step", label), rank = h5::read_int64s(g, "rank", label),
+             op = h5::read_int64s(g, "op", label), microbatch = h5::read_int64s(g, "microbatch", label),
+             chunk = h5::read_int64s(g, "chunk", label), peer = h5::read_int64s(g, "peer", label),
+             bytes = h5::read_int64s(g, "bytes", label);
+  const auto start = h5::read_doubles(g, "start", label), end = h5::read_doubles(g, "end", label);
+  const std::size_t n = step.size();
+  for (const std::size_t size : {rank.size(), op.size(), microbatch.size(), chunk.size(), peer.size(), bytes.size(),
+                                 start.size(), end.size()})
+    require(size == n, "{}: columns of different lengths ({} and {})", label, n, size);
+  for (std::size_t k = 0; k < n; ++k) {
+    require(op[k] >= 0 && op[k] <= last_op, "{}: row {}: op = {} is not an action kind", label, k, op[k]);
+    require(rank[k] >= 0 && rank[k] < t.info.ranks, "{}: row {}: rank = {} outside [0, {})", label, k, rank[k],
+            t.info.ranks);
+    require(chunk[k] >= 0 && chunk[k] < t.info.chunks, "{}: row {}: chunk = {} outside [0, {})", label, k, chunk[k],
+            t.info.chunks);
+    TimelineRow row;
+    row.step = step[k];
+    row.rank = int(rank[k]);
+    row.action = schedule::Action{schedule::Op(op[k]), int(microbatch[k]), int(chunk[k]), int(peer[k])};
+    row.start = start[k];
+    row.end = end[k];
+    row.bytes = bytes[k];
+    t.rows.push_back(row);
+  }
+  return t;
+}
+
+std::vector<std::int64_t> timeline_steps(const TimelineFile& timeline) {
+  std::set<std::int64_t> steps;
+  for (const auto& r : timeline.rows) steps.insert(r.step);
+  return {steps.begin(), steps.end()};
+}
+
+schedule::Timeline step_timeline(const TimelineFile& timeline, std::int64_t step) {
+  schedule::Timeline spans(timeline.info.ranks);
+  for (const auto& r : timeline.rows)
+    if (r.step == step && schedule::is_compute(r.action.op))
+      spans[r.rank].push_back(schedule::Span{r.action, r.start, r.end});
+  return spans;
+}
+
+std::vector<double> measured_bubble(const TimelineFile& timeline) {
+  const auto steps = timeline_steps(timeline);
+  const int ranks = timeline.info.ranks;
+  std::vector<double> bubble(ranks, 0.0);
+  if (steps.empty()) return bubble;
+  // Per (step, rank): compute time and span.
+  std::map<std::pair<std::int64_t, int>, std::pair<double, double>> sums;
+  for (const auto& r : timeline.rows) {
+    auto& [busy, span] = sums[{r.step, r.rank}];
+    if (schedule::is_compute(r.action.op)) busy += r.end - r.start;
+    span = std::max(span, r.end);
+  }
+  const std::size_t first = steps.size() > 1 ? 1 : 0;
+  for (int rank = 0; rank < ranks; ++rank) {
+    double total = 0;
+    int counted = 0;
+    for (std::size_t s = first; s < steps.size(); ++s) {
+      const auto it = sums.find({steps[s], rank});
+      if (it == sums.end() || !(it->second.second > 0)) continue;
+      total += 1.0 - it->second.first / it->second.second;
+      ++counted;
+    }
+    bubble[rank] = counted > 0 ? total / counted : 0.0;
+  }
+  return bubble;
+}
+
+std::string chrome_trace(const TimelineFile& timeline) {
+  const auto steps = timeline_steps(timeline);
+  std::map<std::int64_t, double> step_length, step_offset;
+  for (const auto& r : timeline.rows) step_length[r.step] = std::max(step_length[r.step], r.end);
+  double offset = 0;
+  for (const auto s : steps) {
+    step_offset[s] = offset;
+    offset += step_length[s];
+  }
+  nlohmann::json events = nlohmann::json::array();
+  for (int rank = 0; rank < timeline.info.ranks; ++rank) {
+    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", rank},
+                      {"args", {{"name", fmt::format("rank {}", rank)}}}});
+  }
+  for (const auto& r : timeline.rows) {
+    nlohmann::json args = {{"step", r.step}, {"microbatch", r.action.microbatch}, {"chunk", r.action.chunk}};
+    if (schedule::is_comm(r.action.op)) {
+      args["peer"] = r.action.peer;
+      args["bytes"] = r.bytes;
+    }
+    const double start_us = (step_offset[r.step] + r.start) * 1e6;
+    events.push_back({{"name", schedule::to_token(r.action, timeline.info.chunks)},
+                      {"cat", category(r.action.op)},
+                      {"ph", "X"},
+                      {"ts", start_us},
+                      {"dur", std::max(0.0, (r.end - r.start) * 1e6)},
+                      {"pid", 0},
+                      {"tid", r.rank},
+                      {"args", args}});
+  }
+  nlohmann::json document = {{"traceEvents", events},
+                             {"displayTimeUnit", "ms"},
+                             {"otherData",
+                              {{"schedule", timeline.info.schedule},
+                               {"pipeline_size", timeline.info.pipeline_size},
+                               {"data_parallel", timeline.info.data_parallel},
+                               {"chunks", timeline.info.chunks},
+                               {"microbatches", timeline.info.microbatches}}}};
+  return document.dump(1) + "\n";
+}
+
+template <class T>
+TimelineRecorder<T>::TimelineRecorder(const runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid,
+                                      const Config& config, const std::string& path)
+    : trainer_(&trainer), grid_(grid) {
+  if (grid.world_rank != 0) return;
+  TimelineInfo info;
+  info.ranks = grid.world_size;
+  info.pipeline_size = grid.pipeline_size;
+  info.data_parallel = grid.data_parallel;
+  info.chunks = trainer.schedule().chunks;
+  info.microbatches = trainer.schedule().microbatches;
+  info.schedule = config.pipeline.schedule_file.empty() ? config.pipeline.schedule : "file";
+  writer_ = std::make_unique<TimelineWriter>(path, info);
+}
+
+template <class T> void TimelineRecorder<T>::record(std::int64_t step) {
+  std::vector<double> packed;
+  for (const auto& a : trainer_->last_timeline())
+    packed.insert(packed.end(), {double(step), double(grid_.world_rank), double(int(a.action.op)),
+                                 double(a.action.microbatch), double(a.action.chunk), double(a.action.peer), a.start,
+                                 a.end, double(a.bytes)});
+  int size = 1;
+  MPI_Comm_size(grid_.world, &size);
+  const int count = int(packed.size());
+  std::vector<int> counts(grid_.world_rank == 0 ? size : 0), offsets(counts.size());
+  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, grid_.world);
+  std::vector<double> all;
+  if (grid_.world_rank == 0) {
+    long long total = 0;
+    for (int r = 0; r < size; ++r) {
+      offsets[r] = int(total);
+      total += counts[r];
+    }
+    if (total > INT_MAX) throw std::length_error("kpipe::io::TimelineRecorder: timeline too long to gather");
+    all.resize(std::size_t(total));
+  }
+  MPI_Gatherv(packed.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE, 0, grid_.world);
+  if (!writer_) return;
+  std::vector<TimelineRow> rows;
+  for (std::size_t k = 0; k + packed_row <= all.size(); k += packed_row) {
+    const double* v = all.data() + k;
+    TimelineRow row;
+    row.step = std::int64_t(v[0]);
+    row.rank = int(v[1]);
+    row.action = schedule::Action{schedule::Op(int(v[2])), int(v[3]), int(v[4]), int(v[5])};
+    row.start = v[6];
+    row.end = v[7];
+    row.bytes = std::int64_t(v[8]);
+    rows.push_back(row);
+  }
+  writer_->append(rows);
+}
+
+template class TimelineRecorder<float>;
+template class TimelineRecorder<double>;
+
+}  // namespace kpipe::io

@@ -1,0 +1,77 @@
+#pragma once
+// Timelines: every action each rank ran in each step (kind, micro-batch, chunk, peer, start, end, bytes
+// moved), gathered on rank 0 after every step and appended to one HDF5 file as a table of columns (layout
+// in docs/traces.md). Read back, a timeline gives the measured bubble per rank, the Gantt/SVG pictures that
+// kpipe-sim draws (schedule/render.hpp) and a Chrome trace-event file for Perfetto.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kpipe/comm/grid.hpp"
+#include "kpipe/io/h5_file.hpp"
+#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/schedule/render.hpp"
+
+namespace kpipe::io {
+
+struct TimelineRow {
+  std::int64_t step = 0;
+  int rank = 0;              // world rank
+  schedule::Action action;   // micro-batch and chunk as in the rank's schedule (local to its replica)
+  double start = 0, end = 0; // seconds since the rank began the step
+  std::int64_t bytes = 0;    // moved by a send or receive, 0 for compute
+};
+
+struct TimelineInfo {
+  int ranks = 1;           // world size
+  int pipeline_size = 1;
+  int data_parallel = 1;
+  int chunks = 1;
+  int microbatches = 1;    // per replica
+  std::string schedule;    // name, or "file" for a hand-written schedule
+};
+
+// The HDF5 file, written by one process (no MPI here).
+class TimelineWriter {
+ public:
+  TimelineWriter(const std::string& path, const TimelineInfo& info);
+  void append(const std::vector<TimelineRow>& rows);
+
+ private:
+  std::string path_;
+  h5::Handle file_;
+};
+
+struct TimelineFile {
+  TimelineInfo info;
+  std::vector<TimelineRow> rows;  // in the order written: step by step, rank by rank, action by action
+};
+
+// Reads a timeline; InputError naming the file and what is wrong with it.
+TimelineFile read_timeline(const std::string& path);
+
+std::vector<std::int64_t> timeline_steps(const TimelineFile& timeline);  // ascending, distinct
+// One step's compute actions per rank, for schedule::gantt_text / timeline_svg.
+schedule::Timeline step_timeline(const TimelineFile& timeline, std::int64_t step);
+// Per rank: 1 - compute time / the rank's span of the step (its last action's end), averaged over the
+// steps after the first (over the only step when there is one).
+std::vector<double> measured_bubble(const TimelineFile& timeline);
+// Chrome trace-event JSON (Perfetto, chrome://tracing): one complete event ("ph": "X") per action, one
+// track per rank, steps laid end to end (each step starts where the slowest rank ended the previous one).
+std::string chrome_trace(const TimelineFile& timeline);
+
+// Records a trainer's timeline after every step: construct and call record() on every rank of the world.
+template <class T> class TimelineRecorder {
+ public:
+  TimelineRecorder(const runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid, const Config& config,
+                   const std::string& path);
+  void record(std::int64_t step);  // collective over the world: rank 0 appends every rank's last step
+
+ private:
+  const runtime::Trainer<T>* trainer_;
+  comm::ProcessGrid grid_;
+  std::unique_ptr<TimelineWriter> writer_;  // rank 0 only
+};
+
+}  // namespace kpipe::io

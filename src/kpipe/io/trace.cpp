@@ -1,0 +1,397 @@
+#include "kpipe/io/trace.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <charconv>
+#include <climits>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "kpipe/core/config_io.hpp"
+#include "kpipe/core/error.hpp"
+#include "kpipe/core/math.hpp"
+
+namespace kpipe::io {
+
+namespace {
+
+constexpr const char* format_name = "kpipe-activation-trace";
+constexpr std::int64_t format_version = 1;
+constexpr int packed_row = 4 + stats_columns;  // layer, kind, step, microbatch, statistics
+constexpr int packed_header = 6;               // layer, kind, step, microbatch, rows, cols
+
+std::string layer_path(int layer) { return fmt::format("layers/{:02d}", layer); }
+
+std::string trim(const std::string& text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string::npos) return "";
+  return text.substr(first, text.find_last_not_of(" \t") - first + 1);
+}
+
+bool parse_int(const std::string& text, int& value) {
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  return error == std::errc() && end == text.data() + text.size() && value >= 0;
+}
+
+double nan() { return std::numeric_limits<double>::quiet_NaN(); }
+
+// Gathers every rank's values onto rank 0 (empty elsewhere), in rank order.
+template <class V> std::vector<V> gather(const std::vector<V>& mine, MPI_Datatype type, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  if (mine.size() > std::size_t(INT_MAX)) throw std::length_error("kpipe::io::gather: more than INT_MAX values");
+  const int count = int(mine.size());
+  std::vector<int> counts(rank == 0 ? size : 0), offsets(rank == 0 ? size : 0);
+  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
+  std::vector<V> all;
+  if (rank == 0) {
+    long long total = 0;
+    for (int r = 0; r < size; ++r) {
+      offsets[r] = int(total);
+      total += counts[r];
+    }
+    if (total > INT_MAX) throw std::length_error("kpipe::io::gather: more than INT_MAX values");
+    all.resize(std::size_t(total));
+  }
+  MPI_Gatherv(mine.data(), count, type, all.data(), counts.data(), offsets.data(), type, 0, comm);
+  return all;
+}
+
+}  // namespace
+
+// ---- Statistics on the device ----
+
+template <class T> TensorStats tensor_stats(const ExecSpace& space, const View2<const T>& x) {
+  const std::int64_t cols = std::int64_t(x.extent(1));
+  const std::int64_t n = std::int64_t(x.extent(0)) * cols;
+  TensorStats s;
+  if (n == 0) return s;
+  double sum = 0;
+  std::int64_t finite = 0;
+  Kokkos::parallel_reduce(
+      "kpipe::io::tensor_stats::count", range(space, n),
+      KOKKOS_LAMBDA(std::int64_t k, std::int64_t& c) {
+        if (math::isfinite(double(x(k / cols, k % cols)))) ++c;
+      },
+      finite);
+  Kokkos::parallel_reduce(
+      "kpipe::io::tensor_stats::sum", range(space, n),
+      KOKKOS_LAMBDA(std::int64_t k, double& acc) {
+        const double v = x(k / cols, k % cols);
+        if (math::isfinite(v)) acc += v;
+      },
+      sum);
+  double lo = 0, hi = 0;
+  Kokkos::parallel_reduce(
+      "kpipe::io::tensor_stats::min", range(space, n),
+      KOKKOS_LAMBDA(std::int64_t k, double& m) {
+        const double v = x(k / cols, k % cols);
+        if (math::isfinite(v) && v < m) m = v;
+      },
+      Kokkos::Min<double>(lo));
+  Kokkos::parallel_reduce(
+      "kpipe::io::tensor_stats::max", range(space, n),
+      KOKKOS_LAMBDA(std::int64_t k, double& m) {
+        const double v = x(k / cols, k % cols);
+        if (math::isfinite(v) && v > m) m = v;
+      },
+      Kokkos::Max<double>(hi));
+  s.nonfinite_fraction = double(n - finite) / double(n);
+  if (finite == 0) {
+    s.mean = s.std = s.min = s.max = s.absmax = nan();
+    return s;
+  }
+  const double mean = sum / double(finite);
+  double squares = 0;
+  Kokkos::parallel_reduce(
+      "kpipe::io::tensor_stats::squares", range(space, n),
+      KOKKOS_LAMBDA(std::int64_t k, double& acc) {
+        const double v = x(k / cols, k % cols);
+        if (math::isfinite(v)) acc += (v - mean) * (v - mean);
+      },
+      squares);
+  s.mean = mean;
+  s.std = std::sqrt(squares / double(finite));
+  s.min = lo;
+  s.max = hi;
+  s.absmax = std::max(std::fabs(lo), std::fabs(hi));
+  return s;
+}
+
+// ---- Layer selection ----
+
+bool glob_match(const std::string& pattern, const std::string& text) {
+  // Iterative matching with one backtrack point for the last '*'.
+  std::size_t p = 0, t = 0, star = std::string::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p, ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+LayerSelection::LayerSelection(const std::string& spec) {
+  std::string item;
+  std::size_t start = 0;
+  require(!trim(spec).empty(), "output.trace_layers = \"{}\": expected all, indices, ranges or globs", spec);
+  while (start <= spec.size()) {
+    const std::size_t comma = std::min(spec.find(',', start), spec.size());
+    item = trim(spec.substr(start, comma - start));
+    start = comma + 1;
+    require(!item.empty(), "output.trace_layers = \"{}\": empty item", spec);
+    if (item == "all" || item == "*") {
+      ranges_.emplace_back(0, INT_MAX);
+      continue;
+    }
+    if (item.find_first_of("*?/") != std::string::npos || item.find_first_not_of("0123456789-") != std::string::npos) {
+      require(item.find('/') != std::string::npos || item.find_first_of("*?") != std::string::npos,
+              "output.trace_layers = \"{}\": '{}' is neither an index, a range a-b nor a glob on layers/NN", spec,
+              item);
+      globs_.push_back(item);
+      continue;
+    }
+    const auto dash = item.find('-');
+    int first = 0, last = 0;
+    const bool ok = dash == std::string::npos
+                        ? parse_int(item, first) && parse_int(item, last)
+                        : parse_int(item.substr(0, dash), first) && parse_int(item.substr(dash + 1), last);
+    require(ok && first <= last, "output.trace_layers = \"{}\": '{}' is not an index or a range a-b", spec, item);
+    ranges_.emplace_back(first, last);
+  }
+}
+
+bool LayerSelection::contains(int layer) const {
+  for (const auto& [first, last] : ranges_)
+    if (layer >= first && layer <= last) return true;
+  const std::string path = layer_path(layer);
+  for (const auto& glob : globs_)
+    if (glob_match(glob, path)) return true;
+  return false;
+}
+
+const char* to_string(TraceKind kind) { return kind == TraceKind::output ? "output" : "gradient"; }
+
+// ---- The file ----
+
+TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info) : path_(path) {
+  file_ = h5::create_file(path);
+  const hid_t root = file_.get();
+  h5::write_attribute(root, "format", std::string(format_name));
+  h5::write_attribute(root, "format_version", format_version);
+  h5::write_attribute(root, "every", info.every);
+  h5::write_attribute(root, "layers", info.layers);
+  h5::write_attribute(root, "microbatches", std::int64_t(info.microbatches));
+  h5::write_attribute(root, "model_layers", std::int64_t(info.model_layers));
+  h5::write_attribute(root, "stats_columns", std::string(stats_column_names));
+  h5::write_attribute(root, "config", info.config);
+}
+
+void TraceWriter::append(std::vector<TraceRow> rows, const std::vector<TraceTensor>& tensors) {
+  std::sort(rows.begin(), rows.end(), [](const TraceRow& a, const TraceRow& b) {
+    return std::tie(a.layer, a.kind, a.step, a.microbatch) < std::tie(b.layer, b.kind, b.step, b.microbatch);
+  });
+  for (std::size_t i = 0; i < rows.size();) {
+    std::size_t j = i;
+    std::vector<std::int64_t> steps, microbatches;
+    std::vector<double> stats;
+    for (; j < rows.size() && rows[j].layer == rows[i].layer && rows[j].kind == rows[i].kind; ++j) {
+      const TensorStats& s = rows[j].stats;
+      steps.push_back(rows[j].step);
+      microbatches.push_back(rows[j].microbatch);
+      stats.insert(stats.end(), {s.mean, s.std, s.min, s.max, s.absmax, s.nonfinite_fraction});
+    }
+    const std::string group_path = layer_path(rows[i].layer) + "/" + to_string(rows[i].kind);
+    const bool fresh = !h5::exists(file_.get(), group_path);
+    const h5::Handle group = h5::require_group(file_.get(), group_path);
+    h5::append(group.get(), "step", steps);
+    h5::append(group.get(), "microbatch", microbatches);
+    h5::append(group.get(), "stats", stats, {hsize_t(stats_columns)});
+    if (fresh) {
+      const h5::Handle dataset(H5Dopen2(group.get(), "stats", H5P_DEFAULT), H5Dclose);
+      h5::write_attribute(dataset.get(), "columns", std::string(stats_column_names));
+    }
+    i = j;
+  }
+  for (const TraceTensor& t : tensors) {
+    const h5::Handle group =
+        h5::require_group(file_.get(), "full/" + layer_path(t.layer) + "/" + to_string(t.kind));
+    h5::append(group.get(), "step", std::vector<std::int64_t>{t.step});
+    h5::append(group.get(), "microbatch", std::vector<std::int64_t>{t.microbatch});
+    h5::append(group.get(), "values", t.values, {hsize_t(t.rows), hsize_t(t.cols)});
+  }
+  H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+}
+
+TraceFile read_trace(const std::string& path) {
+  const h5::Handle file = h5::open_file(path);
+  const hid_t root = file.get();
+  require(h5::has_attribute(root, "format") && h5::read_string_attribute(root, "format", path) == format_name,
+          "{}: not a kpipe activation trace (attribute format != {})", path, format_name);
+  TraceFile trace;
+  trace.info.every = h5::read_int_attribute(root, "every", path);
+  trace.info.layers = h5::read_string_attribute(root, "layers", path);
+  trace.info.microbatches = int(h5::read_int_attribute(root, "microbatches", path));
+  trace.info.model_layers = int(h5::read_int_attribute(root, "model_layers", path));
+  trace.info.config = h5::read_string_attribute(root, "config", path);
+  if (h5::exists(root, "layers")) {
+    const h5::Handle layers = h5::open_group(root, "layers");
+    for (const std::string& name : h5::children(layers.get())) {
+      int layer = 0;
+      require(parse_int(name, layer), "{}: /layers/{} is not a layer index", path, name);
+      for (TraceKind kind : {TraceKind::output, TraceKind::gradient}) {
+        const std::string group_path = name + "/" + to_string(kind);
+        if (!h5::exists(layers.get(), group_path)) continue;
+        const h5::Handle group = h5::open_group(layers.get(), group_path);
+        const std::string label = fmt::format("{}:/layers/{}", path, group_path);
+        TraceSeries series;
+        series.layer = layer;
+        series.kind = kind;
+        series.steps = h5::read_int64s(group.get(), "step", label);
+        series.microbatches = h5::read_int64s(group.get(), "microbatch", label);
+        const auto shape = h5::shape(group.get(), "stats");
+        require(shape.size() == 2 && shape[1] == hsize_t(stats_columns) && shape[0] == series.steps.size() &&
+                    series.microbatches.size() == series.steps.size(),
+                "{}: stats, step and microbatch have inconsistent shapes", label);
+        const auto values = h5::read_doubles(group.get(), "stats", label);
+        for (std::size_t r = 0; r < series.steps.size(); ++r) {
+          const double* v = values.data() + r * stats_columns;
+          series.stats.push_back({v[0], v[1], v[2], v[3], v[4], v[5]});
+        }
+        trace.series.push_back(std::move(series));
+      }
+    }
+    std::stable_sort(trace.series.begin(), trace.series.end(), [](const TraceSeries& a, const TraceSeries& b) {
+      return std::tie(a.layer, a.kind) < std::tie(b.layer, b.kind);
+    });
+  }
+  if (h5::exists(root, "full/layers")) {
+    const h5::Handle layers = h5::open_group(root, "full/layers");
+    for (const std::string& name : h5::children(layers.get()))
+      for (TraceKind kind : {TraceKind::output, TraceKind::gradient})
+        if (h5::exists(layers.get(), name + "/" + to_string(kind) + "/values"))
+          trace.full_tensors.push_back(fmt::format("/full/layers/{}/{}/values", name, to_string(kind)));
+  }
+  return trace;
+}
+
+TraceOptions trace_options(const Config& config) {
+  TraceOptions options;
+  options.path = config.output.trace;
+  options.every = config.output.trace_every;
+  options.layers = config.output.trace_layers;
+  options.full = config.output.trace_full != 0;
+  return options;
+}
+
+// ---- The tracer ----
+
+template <class T>
+ActivationTracer<T>::ActivationTracer(runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid, const Config& config,
+                                      const TraceOptions& options)
+    : trainer_(&trainer),
+      grid_(grid),
+      options_(options),
+      selection_(options.layers),
+      local_microbatches_(config.train.microbatches / grid.data_parallel) {
+  require(options.every >= 1, "output.trace_every = {}: expected an integer >= 1", options.every);
+  if (grid.world_rank == 0) {
+    TraceInfo info;
+    info.every = options.every;
+    info.layers = options.layers;
+    info.microbatches = config.train.microbatches;
+    info.model_layers = int(trainer.desc().layers.size());
+    info.config = to_toml(config);
+    writer_ = std::make_unique<TraceWriter>(options.path, info);
+  }
+  trainer.set_observer([this](const schedule::Action& action, int slot) { observe(action, slot); });
+}
+
+template <class T> ActivationTracer<T>::~ActivationTracer() { trainer_->set_observer({}); }
+
+template <class T> void ActivationTracer<T>::begin_step(std::int64_t step) {
+  step_ = step;
+  active_ = step % options_.every == 0;
+  rows_.clear();
+  tensors_.clear();
+}
+
+template <class T> void ActivationTracer<T>::observe(const schedule::Action& action, int slot) {
+  using schedule::Op;
+  if (!active_ || action.op == Op::backward_weight) return;
+  const TraceKind kind = action.op == Op::forward ? TraceKind::output : TraceKind::gradient;
+  auto& chunk = trainer_->chunk(action.chunk);
+  const int microbatch = grid_.replica * local_microbatches_ + action.microbatch;
+  for (int layer = 0; layer < int(trainer_->desc().layers.size()); ++layer) {
+    if (!chunk.has_layer(layer) || !selection_.contains(layer)) continue;
+    const View2<const T> x =
+        kind == TraceKind::output ? chunk.layer_output(slot, layer) : chunk.layer_output_grad(slot, layer);
+    rows_.push_back({layer, kind, step_, microbatch, tensor_stats<T>(space_, x)});
+    if (options_.full && microbatch == 0) {
+      auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), x);
+      TraceTensor t{layer, kind, step_, microbatch, std::int64_t(x.extent(0)), std::int64_t(x.extent(1)), {}};
+      t.values.assign(host.data(), host.data() + host.span());
+      tensors_.push_back(std::move(t));
+    }
+  }
+}
+
+template <class T> void ActivationTracer<T>::end_step() {
+  if (!active_) return;
+  active_ = false;
+  std::vector<double> packed;
+  for (const TraceRow& r : rows_) {
+    const TensorStats& s = r.stats;
+    packed.insert(packed.end(), {double(r.layer), double(int(r.kind)), double(r.step), double(r.microbatch), s.mean,
+                                 s.std, s.min, s.max, s.absmax, s.nonfinite_fraction});
+  }
+  std::vector<std::int64_t> headers;
+  std::vector<float> values;
+  for (const TraceTensor& t : tensors_) {
+    headers.insert(headers.end(), {t.layer, std::int64_t(t.kind), t.step, t.microbatch, t.rows, t.cols});
+    values.insert(values.end(), t.values.begin(), t.values.end());
+  }
+  const auto all_rows = gather(packed, MPI_DOUBLE, grid_.world);
+  const auto all_headers = gather(headers, MPI_INT64_T, grid_.world);
+  const auto all_values = gather(values, MPI_FLOAT, grid_.world);
+  rows_.clear();
+  tensors_.clear();
+  if (!writer_) return;
+  std::vector<TraceRow> rows;
+  for (std::size_t k = 0; k + packed_row <= all_rows.size(); k += packed_row) {
+    const double* v = all_rows.data() + k;
+    rows.push_back({int(v[0]), TraceKind(int(v[1])), std::int64_t(v[2]), int(v[3]), {v[4], v[5], v[6], v[7], v[8], v[9]}});
+  }
+  std::vector<TraceTensor> tensors;
+  std::size_t offset = 0;
+  for (std::size_t k = 0; k + packed_header <= all_headers.size(); k += packed_header) {
+    const std::int64_t* h = all_headers.data() + k;
+    TraceTensor t{int(h[0]), TraceKind(int(h[1])), h[2], int(h[3]), h[4], h[5], {}};
+    const auto count = std::size_t(h[4] * h[5]);
+    t.values.assign(all_values.begin() + std::ptrdiff_t(offset), all_values.begin() + std::ptrdiff_t(offset + count));
+    offset += count;
+    tensors.push_back(std::move(t));
+  }
+  writer_->append(std::move(rows), tensors);
+}
+
+template TensorStats tensor_stats<float>(const ExecSpace&, const View2<const float>&);
+template TensorStats tensor_stats<double>(const ExecSpace&, const View2<const double>&);
+template class ActivationTracer<float>;
+template class ActivationTracer<double>;
+
+}  // namespace kpipe::io

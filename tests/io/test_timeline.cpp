@@ -1,0 +1,159 @@
+// Timelines: file round trip, growth per step, measured bubble, Chrome trace JSON, and a real one-rank run
+// whose every action is in the file (the two-rank run is tests/e2e/inspect.sh).
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include "data/temp_dir.hpp"
+#include "kpipe/comm/grid.hpp"
+#include "kpipe/core/error.hpp"
+#include "kpipe/data/synthetic.hpp"
+#include "kpipe/io/timeline.hpp"
+
+namespace kpipe {
+namespace {
+
+using schedule::Action;
+using schedule::Op;
+
+io::TimelineRow row(std::int64_t step, int rank, Op op, int mb, double start, double end, std::int64_t bytes = 0,
+                    int peer = -1) {
+  io::TimelineRow r;
+  r.step = step;
+  r.rank = rank;
+  r.action = Action{op, mb, 0, peer};
+  r.start = start;
+  r.end = end;
+  r.bytes = bytes;
+  return r;
+}
+
+io::TimelineInfo two_ranks() {
+  io::TimelineInfo info;
+  info.ranks = 2;
+  info.pipeline_size = 2;
+  info.microbatches = 1;
+  info.schedule = "1f1b";
+  return info;
+}
+
+// Two steps on two ranks: rank 0 busy 2 of 4 s in step 1, rank 1 busy 3 of 4 s.
+std::vector<io::TimelineRow> step_rows(std::int64_t step) {
+  return {row(step, 0, Op::forward, 0, 0, 1), row(step, 0, Op::send_activation, 0, 1, 1, 64, 1),
+          row(step, 0, Op::recv_gradient, 0, 1, 3, 64, 1), row(step, 0, Op::backward, 0, 3, 4),
+          row(step, 1, Op::recv_activation, 0, 0, 1, 64, 0), row(step, 1, Op::forward, 0, 1, 2),
+          row(step, 1, Op::backward, 0, 2, 4), row(step, 1, Op::send_gradient, 0, 4, 4, 64, 0)};
+}
+
+TEST(Timeline, RoundTripGrowingStepByStep) {
+  test::TempDir dir;
+  const auto path = dir.path("t.h5");
+  {
+    io::TimelineWriter writer(path, two_ranks());
+    writer.append(step_rows(0));
+    EXPECT_EQ(io::read_timeline(path).rows.size(), 8u);
+    writer.append(step_rows(1));
+  }
+  const auto t = io::read_timeline(path);
+  EXPECT_EQ(t.info.ranks, 2);
+  EXPECT_EQ(t.info.schedule, "1f1b");
+  ASSERT_EQ(t.rows.size(), 16u);
+  const auto want = step_rows(1);
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    const auto& got = t.rows[8 + k];
+    EXPECT_EQ(got.step, 1);
+    EXPECT_EQ(got.rank, want[k].rank);
+    EXPECT_EQ(got.action, want[k].action);
+    EXPECT_EQ(got.start, want[k].start);
+    EXPECT_EQ(got.end, want[k].end);
+    EXPECT_EQ(got.bytes, want[k].bytes);
+  }
+  EXPECT_EQ(io::timeline_steps(t), (std::vector<std::int64_t>{0, 1}));
+  const auto spans = io::step_timeline(t, 1);
+  ASSERT_EQ(spans.size(), 2u);
+  EXPECT_EQ(spans[0].size(), 2u);  // F and B: messages are not drawn
+}
+
+TEST(Timeline, MeasuredBubblePerRank) {
+  io::TimelineFile t;
+  t.info = two_ranks();
+  t.rows = step_rows(0);
+  const auto later = step_rows(1);
+  t.rows.insert(t.rows.end(), later.begin(), later.end());
+  t.rows[3].end = 10;  // step 0 of rank 0 slow: skipped as the first step
+  const auto bubble = io::measured_bubble(t);
+  ASSERT_EQ(bubble.size(), 2u);
+  EXPECT_DOUBLE_EQ(bubble[0], 0.5);   // busy 2 of 4
+  EXPECT_DOUBLE_EQ(bubble[1], 0.25);  // busy 3 of 4
+}
+
+TEST(Timeline, ChromeTraceHasOneEventPerAction) {
+  io::TimelineFile t;
+  t.info = two_ranks();
+  t.rows = step_rows(0);
+  const auto later = step_rows(1);
+  t.rows.insert(t.rows.end(), later.begin(), later.end());
+  const auto json = nlohmann::json::parse(io::chrome_trace(t));
+  int compute = 0, messages = 0;
+  double last_step_start = 0;
+  for (const auto& e : json.at("traceEvents")) {
+    if (e.at("ph") != "X") continue;
+    const std::string cat = e.at("cat");
+    if (cat == "message") {
+      ++messages;
+      EXPECT_EQ(e.at("args").at("bytes"), 64);
+    } else {
+      ++compute;
+    }
+    EXPECT_GE(e.at("dur").get<double>(), 0.0);
+    if (e.at("args").at("step") == 1 && e.at("name") == "F0" && e.at("tid") == 0) last_step_start = e.at("ts");
+  }
+  EXPECT_EQ(compute, 8);
+  EXPECT_EQ(messages, 8);
+  EXPECT_DOUBLE_EQ(last_step_start, 4e6);  // step 1 starts where step 0 ended (4 s)
+}
+
+TEST(Timeline, BadFilesAreInputErrors) {
+  test::TempDir dir;
+  EXPECT_THROW(io::read_timeline(dir.path("none.h5")), InputError);
+  EXPECT_THROW(io::read_timeline(dir.write("x.h5", "not hdf5")), InputError);
+}
+
+TEST(TimelineRecorder, EveryActionOfAOneRankRunInOrder) {
+  test::TempDir dir;
+  Config c;
+  c.model.seq_len = 8;
+  c.model.d_model = 16;
+  c.model.n_heads = 2;
+  c.model.n_layers = 2;
+  c.train.batch = 4;
+  c.train.microbatches = 2;
+  c.optim.warmup_steps = 1;
+  static const data::Corpus corpus = data::synthetic_corpus(5, 20000, 0.1);
+  const auto path = dir.path("run.h5");
+  auto grid = comm::make_grid(MPI_COMM_SELF, 1, 1);
+  std::vector<Action> want;
+  {
+    runtime::Trainer<float> trainer(c, corpus, grid);
+    io::TimelineRecorder<float> recorder(trainer, grid, c, path);
+    for (int s = 0; s < 2; ++s) {
+      trainer.step();
+      recorder.record(s);
+    }
+    for (const Action& a : trainer.schedule().actions[0])
+      if (a.op != Op::step) want.push_back(a);
+  }
+  comm::free_grid(grid);
+  const auto t = io::read_timeline(path);
+  ASSERT_EQ(t.rows.size(), 2 * want.size());
+  for (std::size_t k = 0; k < t.rows.size(); ++k) {
+    EXPECT_EQ(t.rows[k].action, want[k % want.size()]) << k;
+    EXPECT_EQ(t.rows[k].step, std::int64_t(k / want.size()));
+    EXPECT_LE(t.rows[k].start, t.rows[k].end);
+    EXPECT_GE(t.rows[k].start, 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace kpipe
