@@ -1,0 +1,159 @@
+// Checkpoints across ranks (run with -n 1, 2 and 4): resuming continues bit for bit, on the same layout
+// and on another one (resharding to fewer ranks, another schedule, another chunk count).
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "kpipe/comm/grid.hpp"
+#include "kpipe/data/synthetic.hpp"
+#include "kpipe/io/checkpoint.hpp"
+#include "kpipe/runtime/trainer.hpp"
+
+namespace kpipe {
+namespace {
+
+namespace fs = std::filesystem;
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+
+int world_size() {
+  int n = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &n);
+  return n;
+}
+
+Config config(int pipeline_size, const std::string& schedule, int chunks) {
+  Config c;
+  c.model.seq_len = 8;
+  c.model.d_model = 16;
+  c.model.n_heads = 2;
+  c.model.n_layers = 6;
+  c.train.batch = 8;
+  c.train.microbatches = 4;
+  c.train.steps = 6;  // the lr schedule of every run below spans the same 6 steps
+  c.optim.warmup_steps = 2;
+  c.pipeline.pipeline_size = pipeline_size;
+  c.pipeline.schedule = schedule;
+  c.pipeline.chunks = chunks;
+  return c;
+}
+
+const data::Corpus& corpus() {
+  static const data::Corpus c = data::synthetic_corpus(7, 20000, 0.1);
+  return c;
+}
+
+// A directory every rank of the world names the same, removed at the end.
+struct SharedDir {
+  SharedDir() {
+    std::string name;
+    if (world_rank() == 0) name = (fs::temp_directory_path() / ("kpipe-test-ckpt-" + std::to_string(::getpid()))).string();
+    int size = int(name.size());
+    MPI_Bcast(&size, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    name.resize(std::size_t(size));
+    MPI_Bcast(name.data(), size, MPI_CHAR, 0, MPI_COMM_WORLD);
+    path = name;
+  }
+  ~SharedDir() {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) fs::remove_all(path);
+  }
+  std::string path;
+};
+
+struct Segment {
+  std::vector<double> losses;
+  std::uint64_t checksum = 0;
+};
+
+// On comm: optionally load `from`, run `steps` steps, optionally save into `to`.
+Segment run(const Config& c, MPI_Comm comm, const std::string& from, int steps, const std::string& to) {
+  auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
+  Segment out;
+  {
+    runtime::Trainer<float> trainer(c, corpus(), grid);
+    if (!from.empty()) io::load_checkpoint(trainer, from);
+    for (int s = 0; s < steps; ++s) out.losses.push_back(trainer.step().loss);
+    if (!to.empty()) io::save_checkpoint(trainer, to, 2);
+    out.checksum = trainer.param_checksum();
+  }
+  comm::free_grid(grid);
+  return out;
+}
+
+void expect_continues(const Segment& first, const Segment& second, const Segment& straight, const std::string& what) {
+  std::vector<double> joined = first.losses;
+  joined.insert(joined.end(), second.losses.begin(), second.losses.end());
+  ASSERT_EQ(joined.size(), straight.losses.size()) << what;
+  for (std::size_t s = 0; s < joined.size(); ++s) EXPECT_EQ(joined[s], straight.losses[s]) << what << " step " << s;
+  EXPECT_EQ(second.checksum, straight.checksum) << what;
+}
+
+TEST(CheckpointMpi, ResumeOnTheSameLayoutIsBitExact) {
+  SharedDir dir;
+  const Config c = config(world_size(), "1f1b", 1);
+  const Segment straight = run(c, MPI_COMM_WORLD, "", 6, "");
+  const Segment first = run(c, MPI_COMM_WORLD, "", 3, dir.path);
+  const Segment second = run(c, MPI_COMM_WORLD, dir.path + "/step-00000003", 3, "");
+  expect_continues(first, second, straight, "same layout");
+}
+
+TEST(CheckpointMpi, ReshardedToOneRankContinuesAsThatLayoutWould) {
+  SharedDir dir;
+  const Config wide = config(world_size(), "gpipe", 1);
+  const Config one = config(1, "1f1b", 1);
+  const Segment straight = run(one, MPI_COMM_SELF, "", 6, "");
+  const Segment first = run(wide, MPI_COMM_WORLD, "", 2, dir.path);
+  // Every rank loads the world's checkpoint alone.
+  const Segment second = run(one, MPI_COMM_SELF, dir.path + "/step-00000002", 4, "");
+  expect_continues(first, second, straight, "p=" + std::to_string(world_size()) + " -> 1");
+}
+
+TEST(CheckpointMpi, ReshardFourToTwoToOneWithScheduleChanges) {
+  SharedDir dir;
+  const int n = world_size();
+  const int half = std::max(1, n / 2);
+  const Segment straight = run(config(1, "interleaved", 2), MPI_COMM_SELF, "", 6, "");
+  const Segment a = run(config(n, "zb-h1", 1), MPI_COMM_WORLD, "", 2, dir.path + "/a");
+  // The lower half of the world continues on half as many stages with interleaved chunks.
+  MPI_Comm lower;
+  MPI_Comm_split(MPI_COMM_WORLD, world_rank() < half ? 0 : MPI_UNDEFINED, world_rank(), &lower);
+  Segment b;
+  if (lower != MPI_COMM_NULL) {
+    b = run(config(half, "interleaved", 2), lower, dir.path + "/a/step-00000002", 2, dir.path + "/b");
+    MPI_Comm_free(&lower);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const Segment c = run(config(1, "interleaved", 2), MPI_COMM_SELF, dir.path + "/b/step-00000004", 2, "");
+  if (world_rank() < half) {
+    Segment ab = a;
+    ab.losses.insert(ab.losses.end(), b.losses.begin(), b.losses.end());
+    expect_continues(ab, c, straight, "4 -> 2 -> 1");
+  }
+}
+
+TEST(CheckpointMpi, AModelMismatchFailsOnEveryRankAlike) {
+  SharedDir dir;
+  run(config(world_size(), "1f1b", 1), MPI_COMM_WORLD, "", 1, dir.path);
+  Config other = config(world_size(), "1f1b", 1);
+  other.model.d_model = 32;
+  std::string message;
+  try {
+    run(other, MPI_COMM_WORLD, dir.path, 1, "");
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("[256, 16]"), std::string::npos) << message;  // every rank, not just the one that read it
+  EXPECT_NE(message.find("[256, 32]"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace kpipe
