@@ -211,7 +211,7 @@ int inspect_activations(const std::string& path) {
     with_nonfinite += nonfinite > 0 ? 1 : 0;
     fmt::print("{:<6} {:<9} {:>5} {:>6} {:>20} {:>20} {:>11.4g} {:>10}\n", s.layer, io::to_string(s.kind),
                s.stats.size(), steps.size(), mean.text(), std.text(), absmax,
-               nonfinite > 0 ? fmt::format("{:.2%}", nonfinite) : "0");
+               nonfinite > 0 ? fmt::format("{:.2f}%", 100 * nonfinite) : "0");
   }
   if (!trace.full_tensors.empty()) {
     fmt::print("\nfull tensors (micro-batch 0):\n");

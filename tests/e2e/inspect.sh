@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Traces, timelines and kpipe-inspect as a user runs them: a two-stage 1F1B run writes a timeline, an
+# activation trace and checkpoints; kpipe-inspect reads each (Chrome trace checked event by event), diff
+# tells checkpoints apart by its exit code, bad input gets one line and exit 2, and a run whose loss turns
+# non-finite (huge learning rate, no clipping) stops with exit code 4 after train.max_skipped_steps.
+# Usage: inspect.sh KPIPE_TRAIN KPIPE_INSPECT MPIEXEC [MPIEXEC_FLAGS...]
+set -u
+train=$1; inspect=$2; shift 2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+failures=0; passes=0
+check() {  # check DESCRIPTION COMMAND...: the command must succeed
+  local what=$1; shift
+  if "$@"; then passes=$((passes + 1)); else echo "FAIL: $what"; failures=$((failures + 1)); fi
+}
+expect_rc() {  # expect_rc WANT DESCRIPTION COMMAND...: exit code WANT, output in out.txt / err.txt
+  local want=$1 what=$2; shift 2
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  check "$what: exit code $rc, expected $want ($(head -c 300 err.txt))" test "$rc" -eq "$want"
+}
+
+# 1. Two stages, 4 micro-batches, 3 steps: timeline every step, trace every 2 steps, checkpoints every step.
+expect_rc 0 "two-stage run" "$@" -n 2 "$train" --pipeline-size 2 --microbatches 4 --steps 3 --timeline tl.h5 \
+  --trace tr.h5 --trace-every 2 --trace-layers "0,layers/02,3" --checkpoint-dir ck --checkpoint-every 1 --keep 3
+cp err.txt train.txt
+
+# 2. Timeline: bubble per rank printed, SVG drawn, Chrome trace with every action of every rank.
+expect_rc 0 "inspect timeline" "$inspect" timeline tl.h5 --chrome chrome.json --svg tl.svg
+check "bubble printed per rank" grep -q "rank   1:" out.txt
+check "SVG written" grep -q "<svg" tl.svg
+check "Chrome trace: every action of each rank, per step, start <= end" python3 - <<'PY'
+import collections, json, sys
+events = [e for e in json.load(open("chrome.json"))["traceEvents"] if e["ph"] == "X"]
+count = collections.Counter((e["args"]["step"], e["tid"], e["cat"], e["name"][:2]) for e in events)
+ok = True
+for step in range(3):
+    for rank in range(2):
+        for kind in ("F", "B"):  # 1F1B: four forwards and four backwards on each rank, every step
+            n = sum(v for (s, r, c, _), v in count.items() if (s, r, c) == (step, rank, kind))
+            if n != 4: print(f"step {step} rank {rank}: {n} {kind}, expected 4"); ok = False
+        # Rank 0 sends 4 activations and receives 4 gradients; rank 1 the other way round.
+        want = {"sa": 4, "rg": 4} if rank == 0 else {"ra": 4, "sg": 4}
+        for token, n_want in want.items():
+            n = count.get((step, rank, "message", token), 0)
+            if n != n_want: print(f"step {step} rank {rank}: {n} {token}, expected {n_want}"); ok = False
+compute = [e for e in events if e["cat"] in "FBIW"]
+if len(compute) != 3 * 2 * 8: print(f"{len(compute)} compute events, expected 48"); ok = False
+if any(e["dur"] < 0 for e in events): print("an event ends before it starts"); ok = False
+if any(e["args"]["bytes"] <= 0 for e in events if e["cat"] == "message"): print("a message moved no bytes"); ok = False
+sys.exit(0 if ok else 1)
+PY
+
+# 3. Activation trace: the three chosen layers, output and gradient, all finite.
+expect_rc 0 "inspect activations" "$inspect" activations tr.h5
+check "six series (layers 0, 2, 3)" test "$(grep -cE '^[023] +(output|gradient)' out.txt)" -eq 6
+check "all values finite" grep -q "all values finite" out.txt
+
+# 4. Checkpoints: inspect, diff of different steps (1) and of a checkpoint with itself (0).
+expect_rc 0 "inspect checkpoint" "$inspect" ck
+check "step and tensors listed" grep -q "^step 3 " out.txt
+check "model tensor with shape" grep -qE "/model/layers/00/wte +\[256, 64\]" out.txt
+expect_rc 1 "diff of steps 1 and 3" "$inspect" diff ck/step-00000001 ck/step-00000003
+check "diff names the differing count" grep -q "tensors differ" out.txt
+expect_rc 0 "diff of a checkpoint with itself" "$inspect" diff ck ck/step-00000003
+
+# 5. Bad input: exit 2 and one line on stderr.
+for args in "missing-dir" "timeline tr.h5" "activations tl.h5" "diff ck" "timeline tl.h5 --step 99" \
+            "activations missing.h5" "timeline tl.h5 --bogus"; do
+  # shellcheck disable=SC2086
+  expect_rc 2 "kpipe-inspect $args" "$inspect" $args
+  check "kpipe-inspect $args: one line on stderr" test "$(wc -l <err.txt)" -eq 1
+done
+
+# 6. Non-finite: lr 1e30 without clipping blows the weights up after step 1; steps 2.. are skipped on every
+#    rank and the run stops with exit code 4 after 3 of them in a row.
+expect_rc 4 "non-finite run stops" "$@" -n 2 "$train" --pipeline-size 2 --microbatches 2 --steps 20 --lr 1e30 \
+  --optim.grad_clip 0 --train.max_skipped_steps 3 --metrics nf.jsonl --trace nf.h5 --trace-layers 3
+check "skipped steps reported" grep -q "skipped: loss" err.txt
+check "stop explained" grep -q "train.max_skipped_steps = 3" err.txt
+check "three skipped steps in the metrics" test "$(grep -c '"skipped":true' nf.jsonl)" -eq 3
+check "the loss really was not finite" grep -q '"loss":null' nf.jsonl
+expect_rc 0 "inspect the non-finite trace" "$inspect" activations nf.h5
+check "non-finite values shown in the trace" grep -q "non-finite values in" out.txt
+
+echo "$passes passed, $failures failed"
+[ "$failures" -eq 0 ]
