@@ -108,8 +108,8 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     double seconds = 0;
     if (std::sscanf(stall, "%d:%lf", &rank, &seconds) == 2 && rank == grid.world_rank) test_stall_seconds_ = seconds;
   }
-  transport_ = std::make_unique<comm::MpiTransport>(grid.pipeline);
-  replica_transport_ = std::make_unique<comm::MpiTransport>(grid.replicas);
+  transport_ = comm::make_transport(grid.pipeline);
+  replica_transport_ = comm::make_transport(grid.replicas);
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
   host_inputs_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_inputs"), rows);
   host_targets_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_targets"), rows);
@@ -149,10 +149,8 @@ template <class T> void Trainer<T>::reclaim(StepState& st, bool wait) {
       if (s.chunk != r.chunk || s.slot != r.slot || !s.request.active()) continue;
       if (wait) {
         if (!transport_->wait(s.request, config_.pipeline.recv_timeout_s)) timeout(Action{}, 0);
-      } else {
-        int done = 0;
-        MPI_Test(&s.request.mpi, &done, MPI_STATUS_IGNORE);
-        if (!done) return true;
+      } else if (!transport_->test(s.request)) {
+        return true;
       }
     }
     return false;
@@ -340,17 +338,30 @@ template <class T> void Trainer<T>::reduce_across_replicas() {
   for (auto& chunk : chunks_) {
     const auto& g = chunk->params().grads();
     const int count = int(g.span());
-    if (config_.pipeline.dp_reduction == "ordered") {
-      // The running sum goes on to the next replica; the last one's is everyone's.
-      if (grid_.replica + 1 < grid_.data_parallel) {
-        comm::Request r;
-        replica_transport_->send(g.data(), g.span() * sizeof(T), grid_.replica + 1, 0, r);
-        if (!replica_transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{}, actions_.size());
-      }
-      MPI_Bcast(g.data(), count, type, grid_.data_parallel - 1, grid_.replicas);
-    } else {
-      MPI_Allreduce(MPI_IN_PLACE, g.data(), count, type, MPI_SUM, grid_.replicas);
+    if (config_.pipeline.dp_reduction == "ordered" && grid_.replica + 1 < grid_.data_parallel) {
+      // The running sum goes on to the next replica; the last one's becomes everyone's below.
+      comm::Request r;
+      replica_transport_->send(g.data(), g.span() * sizeof(T), grid_.replica + 1, 0, r);
+      if (!replica_transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{}, actions_.size());
     }
+    // Collectives read the buffer where MPI can (host, CUDA-aware MPI), else a host copy of it.
+    auto collective = [&](T* data) {
+      if (config_.pipeline.dp_reduction == "ordered")
+        MPI_Bcast(data, count, type, grid_.data_parallel - 1, grid_.replicas);
+      else
+        MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, grid_.replicas);
+    };
+#if defined(KPIPE_CUDA_AWARE_MPI)
+    collective(g.data());
+#else
+    if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+      collective(g.data());
+    } else {
+      auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), g);
+      collective(host.data());
+      Kokkos::deep_copy(g, host);
+    }
+#endif
   }
 }
 
@@ -415,17 +426,22 @@ template <class T> double Trainer<T>::evaluate() {
         const int prev = schedule_.rank_of(v - 1);
         if (prev == grid_.stage)
           Kokkos::deep_copy(space_, chunk.input(slot), chunks_[c - 1]->output(slots[c - 1]));
-        else
-          MPI_Recv(chunk.input(slot).data(), int(chunk.input(slot).span() * sizeof(T)), MPI_BYTE, prev, v,
-                   grid_.pipeline, MPI_STATUS_IGNORE);
+        else {
+          comm::Request r;
+          transport_->recv(chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, v, r);
+          if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::recv_activation, 0, c, prev}, 0);
+        }
       }
       chunk.forward(space_, slot);
       space_.fence();
       if (chunk.last())
         loss_sum += chunk.loss_sum(space_, slot);
-      else if (schedule_.rank_of(v + 1) != grid_.stage)
-        MPI_Send(chunk.output(slot).data(), int(chunk.output(slot).span() * sizeof(T)), MPI_BYTE,
-                 schedule_.rank_of(v + 1), v + 1, grid_.pipeline);
+      else if (schedule_.rank_of(v + 1) != grid_.stage) {
+        comm::Request r;
+        transport_->send(chunk.output(slot).data(), chunk.output(slot).span() * sizeof(T), schedule_.rank_of(v + 1),
+                         v + 1, r);
+        if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::send_activation, 0, c, -1}, 0);
+      }
     }
   }
   for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->release(slots[c]);
