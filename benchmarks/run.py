@@ -280,12 +280,12 @@ def markdown(res):
            + (f"sgemm peak of one core: {peak_g:.1f} GFLOP/s." if peak else "sgemm peak: not measured."),
            f"Load average before / after: {res['loadavg_before']} / {res['loadavg_after']}.", "",
            "| run | tokens/s | GFLOP/s | % of sgemm peak | speedup vs 1 rank | bubble measured / simulated "
-           "| peak stash measured / predicted | peak activation MiB per rank | CPU/(wall x ranks) |",
+           "| peak stash per rank, measured / predicted | peak activation MiB per rank | CPU/(wall x ranks) |",
            "|---|---:|---:|---:|---:|---|---|---|---:|"]
     for r in res["kpipe"]:
         share = f"{100 * r['gflop_per_s'] / (r['ranks'] * peak_g):.0f}%" if peak else "-"
         speedup = r["tokens_per_s"] / one[r["microbatches"]] if r["microbatches"] in one else None
-        stash = (f"{'/'.join(map(str, r['peak_stash_measured']))} / {'/'.join(map(str, r['peak_stash_predicted']))}"
+        stash = (f"{', '.join(map(str, r['peak_stash_measured']))} / {', '.join(map(str, r['peak_stash_predicted']))}"
                  if r["peak_stash_measured"] else "-")
         mem = " / ".join(f"{b / 2**20:.1f}" for b in r["peak_activation_bytes"])
         cpu_share = statistics.median(x["cpu_share"] for x in r["repeats"])
