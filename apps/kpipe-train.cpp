@@ -178,7 +178,8 @@ int main(int argc, char** argv) {
             app.add_flag("--trace-full", trace_full, "also trace the full tensors of micro-batch 0 (output.trace_full = 1)")
                 ->group("[output]");
             app.footer(
-                "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 4 stopped\n"
+                "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 3 a receive\n"
+                "timed out (pipeline.recv_timeout_s: the job is aborted); 4 stopped\n"
                 "after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 75 a stop\n"
                 "signal (SIGUSR1/SIGTERM) arrived and a checkpoint was written: requeue the job with --resume.");
           });
@@ -190,6 +191,10 @@ int main(int argc, char** argv) {
       // Every rank reads the same input and fails the same way; one of them says so.
       if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
       rc = kpipe::exit_bad_input;
+    } catch (const std::exception& e) {
+      // Anything else may have struck one rank only: say where, and take the whole job down (no hang).
+      fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
   MPI_Finalize();

@@ -1,6 +1,8 @@
 // Checkpoints on one process (MPI_COMM_SELF): HDF5 layout and round trip, damaged files named, model
 // mismatches named, keep-K and `latest`, incomplete checkpoints never loaded, fallback.
 #include <gtest/gtest.h>
+
+#include <limits>
 #include <hdf5.h>
 #include <mpi.h>
 
@@ -93,6 +95,18 @@ TEST(Checkpoint, RoundTripRestoresEveryTensorAndTheStep) {
   // The moments came back too: the next step is the same.
   EXPECT_EQ(b.trainer.step().loss, a.trainer.step().loss);
   EXPECT_EQ(b.trainer.param_checksum(), a.trainer.param_checksum());
+}
+
+TEST(Checkpoint, NonFiniteStateIsNeverWritten) {
+  test::TempDir tmp;
+  SelfRun a(tiny_config());
+  a.trainer.step();
+  const auto moment = a.trainer.chunk(0).params().moment2();
+  Kokkos::deep_copy(Kokkos::subview(moment, 5), std::numeric_limits<float>::infinity());
+  EXPECT_THROW(io::save_checkpoint(a.trainer, tmp.path("ck"), 3), std::runtime_error);
+  EXPECT_FALSE(fs::exists(tmp.path("ck") + "/step-00000001"));
+  EXPECT_FALSE(fs::exists(tmp.path("ck") + "/step-00000001.tmp"));
+  EXPECT_FALSE(fs::exists(tmp.path("ck") + "/latest"));
 }
 
 TEST(Checkpoint, EntryFileShowsTheWholeModelByNameWithChecksums) {

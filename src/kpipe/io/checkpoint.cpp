@@ -8,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,11 +17,13 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <thread>
 
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/model/parameters.hpp"
 #include "kpipe/version.hpp"
+#include "kpipe/nn/optimizer.hpp"
 
 namespace kpipe::io {
 
@@ -515,6 +518,17 @@ Config checkpoint_config(const std::string& path) {
 template <class T> std::string save_checkpoint(runtime::Trainer<T>& trainer, const std::string& dir, int keep) {
   const auto& grid = trainer.grid();
   const std::string final_path = (fs::path(dir) / step_dir_name(trainer.next_step())).string();
+  // A checkpoint with a non-finite value is never written: every rank checks its state, all agree.
+  int bad = 0;
+  for (int c = 0; c < trainer.chunks(); ++c) {
+    const auto& store = trainer.chunk(c).params();
+    for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()})
+      if (!std::isfinite(nn::sum_squares<T>(ExecSpace(), *buffer))) bad = 1;
+  }
+  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, grid.world);
+  if (bad)
+    throw std::runtime_error(fmt::format("refusing to write checkpoint {}: the model or optimizer state holds "
+                                         "non-finite values", final_path));
   const std::string tmp = final_path + ".tmp";
   collectively(grid.world, [&] {
     if (grid.world_rank != 0) return;
