@@ -12,6 +12,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/io/h5_file.hpp"
 
 namespace kpipe::data {
 namespace {
@@ -20,38 +21,9 @@ constexpr const char* format_name = "kpipe-tokens";
 constexpr int format_version = 1;
 constexpr hsize_t chunk_tokens = 1 << 16;
 
-// Silences HDF5's automatic error-stack printing while alive: the user sees our one line instead.
-class QuietHdf5Errors {
- public:
-  QuietHdf5Errors() {
-    H5Eget_auto2(H5E_DEFAULT, &function_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5Errors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
-  QuietHdf5Errors(const QuietHdf5Errors&) = delete;
-  QuietHdf5Errors& operator=(const QuietHdf5Errors&) = delete;
-
- private:
-  H5E_auto2_t function_ = nullptr;
-  void* data_ = nullptr;
-};
-
-// An HDF5 identifier closed when it goes out of scope.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
+// HDF5 handles that close themselves, and silence for HDF5's own error printing (io/h5_file.hpp).
+using Handle = io::h5::Handle;
+using QuietHdf5Errors = io::h5::QuietErrors;
 
 void write_string_attribute(hid_t object, const char* name, const std::string& value, const std::string& label) {
   const Handle type(H5Tcopy(H5T_C_S1), H5Tclose);

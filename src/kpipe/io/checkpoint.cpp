@@ -24,6 +24,7 @@
 #include "kpipe/model/parameters.hpp"
 #include "kpipe/version.hpp"
 #include "kpipe/nn/optimizer.hpp"
+#include "kpipe/io/h5_file.hpp"
 
 namespace kpipe::io {
 
@@ -37,39 +38,9 @@ constexpr const char* moment1_root = "/optimizer/moment1/";
 constexpr const char* moment2_root = "/optimizer/moment2/";
 constexpr hsize_t chunk_bytes = 1 << 20;  // HDF5 chunk size bound (Fletcher32 needs a chunked layout)
 
-// Silences HDF5's automatic error-stack printing while alive: the user sees our one line instead.
-class QuietHdf5Errors {
- public:
-  QuietHdf5Errors() {
-    H5Eget_auto2(H5E_DEFAULT, &function_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5Errors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
-  QuietHdf5Errors(const QuietHdf5Errors&) = delete;
-  QuietHdf5Errors& operator=(const QuietHdf5Errors&) = delete;
-
- private:
-  H5E_auto2_t function_ = nullptr;
-  void* data_ = nullptr;
-};
-
-// An HDF5 identifier closed when it goes out of scope (an unclosed handle leaves a file unreadable).
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(Handle&& other) noexcept : id_(other.id_), close_(other.close_) { other.id_ = -1; }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-  bool valid() const { return id_ >= 0; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
+// HDF5 handles that close themselves, and silence for HDF5's own error printing (io/h5_file.hpp).
+using Handle = io::h5::Handle;
+using QuietHdf5Errors = io::h5::QuietErrors;
 
 // Write failures are the file system's (full, read-only, gone): an InputError naming the file.
 void check_write(herr_t status, const std::string& file, const std::string& what) {
