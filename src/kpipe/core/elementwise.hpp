@@ -1,0 +1,21 @@
+#pragma once
+// Elementwise kernels over n contiguous elements. On host backends each work item is a block of
+// contiguous elements that the kernel walks with raw KOKKOS_RESTRICT pointers, so the compiler vectorizes
+// the inner loop (one call per element through a functor's views defeats that: the views' pointers are
+// reloaded every iteration). On devices a block is one element, one per thread, coalesced.
+#include "kpipe/core/tensor.hpp"
+
+namespace kpipe {
+
+inline constexpr std::int64_t elementwise_block = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 2048 : 1;
+
+// Calls f(begin, end) over [0, n) in blocks, as kernel `label`.
+template <class F> void for_each_block(const char* label, const ExecSpace& space, std::int64_t n, const F& f) {
+  const std::int64_t block = elementwise_block;
+  Kokkos::parallel_for(label, range(space, (n + block - 1) / block), KOKKOS_LAMBDA(std::int64_t b) {
+    const std::int64_t begin = b * block;
+    f(begin, begin + block < n ? begin + block : n);
+  });
+}
+
+}  // namespace kpipe
