@@ -9,6 +9,12 @@ namespace kpipe {
 
 inline constexpr std::int64_t elementwise_block = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 2048 : 1;
 
+// Column sums (reductions over the rows of a row-major matrix, rows added in order): on host backends one
+// work item owns column_block neighbouring columns and walks the rows keeping their partial sums in
+// registers (contiguous loads, vectorized); on devices one thread per column (coalesced). The additions
+// happen in the same order either way, so the result does not depend on the block width.
+inline constexpr int column_block = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 64 : 1;
+
 // Calls f(begin, end) over [0, n) in blocks, as kernel `label`.
 template <class F> void for_each_block(const char* label, const ExecSpace& space, std::int64_t n, const F& f) {
   const std::int64_t block = elementwise_block;

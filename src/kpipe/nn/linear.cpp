@@ -1,6 +1,7 @@
 #include "kpipe/nn/linear.hpp"
 
 #include "kpipe/core/blas.hpp"
+#include "kpipe/core/elementwise.hpp"
 
 namespace kpipe::nn {
 
@@ -39,14 +40,21 @@ template <class T> void backward_weight(const ExecSpace& space, const Linear<T>&
   blas::gemm(space, "T", "N", T(1), dy, x, T(1), layer.dweight);
   const auto dbias = layer.dbias;
   if (dbias.extent(0) == 0) return;
-  const std::int64_t rows = dy.extent(0);
+  const std::int64_t rows = dy.extent(0), cols = dbias.extent(0);
   const View2<const T> g = dy;
-  // One thread per output column; the sum over rows runs in a fixed order, so it is reproducible.
-  Kokkos::parallel_for("kpipe::nn::Linear::backward_weight::bias", range(space, dbias.extent(0)),
-                       KOKKOS_LAMBDA(std::int64_t j) {
-                         T s = 0;
-                         for (std::int64_t i = 0; i < rows; ++i) s += g(i, j);
-                         dbias(j) += s;
+  // Column sums, rows in a fixed order (reproducible without atomics); see core/elementwise.hpp.
+  constexpr int width = column_block;
+  Kokkos::parallel_for("kpipe::nn::Linear::backward_weight::bias", range(space, (cols + width - 1) / width),
+                       KOKKOS_LAMBDA(std::int64_t block) {
+                         const std::int64_t c0 = block * width;
+                         const int n = cols - c0 < width ? int(cols - c0) : width;
+                         T sum[width];
+                         for (int j = 0; j < width; ++j) sum[j] = 0;
+                         for (std::int64_t i = 0; i < rows; ++i) {
+                           const T* KOKKOS_RESTRICT row = &g(i, c0);
+                           for (int j = 0; j < n; ++j) sum[j] += row[j];
+                         }
+                         for (int j = 0; j < n; ++j) dbias(c0 + j) += sum[j];
                        });
 }
 
