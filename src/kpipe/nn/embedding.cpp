@@ -1,5 +1,6 @@
 #include "kpipe/nn/embedding.hpp"
 
+#include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 
 namespace kpipe::nn {
@@ -33,11 +34,20 @@ void backward_weight(const ExecSpace& space, const Embedding<T>& emb, const View
   const auto dposition = emb.dposition;
   const std::int64_t rows = dout.extent(0);
   const std::int64_t sequences = rows / seq;
-  // A token may occur on many rows: one thread per channel adds the rows in order, so no two threads touch
-  // the same element and the sum is the same on every backend (no atomics).
-  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token", range(space, dout.extent(1)),
-                       KOKKOS_LAMBDA(std::int64_t c) {
-                         for (std::int64_t i = 0; i < rows; ++i) dtoken(tokens(i), c) += dout(i, c);
+  // A token may occur on many rows: a work item owns a block of channels (one channel on a GPU, a run of
+  // neighbouring channels on a CPU, see core/elementwise.hpp) and adds the rows in order, so no two work
+  // items touch the same element and the sum is the same whatever the block (no atomics).
+  const std::int64_t channels = dout.extent(1);
+  constexpr int width = column_block;
+  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token", range(space, (channels + width - 1) / width),
+                       KOKKOS_LAMBDA(std::int64_t block) {
+                         const std::int64_t c0 = block * width;
+                         const int n = channels - c0 < width ? int(channels - c0) : width;
+                         for (std::int64_t i = 0; i < rows; ++i) {
+                           T* KOKKOS_RESTRICT target = &dtoken(tokens(i), c0);
+                           const T* KOKKOS_RESTRICT source = &dout(i, c0);
+                           for (int j = 0; j < n; ++j) target[j] += source[j];
+                         }
                        });
   // Position t is on row b*T + t of every sequence b: one thread per (t, c) sums them in order.
   Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::position", range2(space, seq, dout.extent(1)),
