@@ -24,4 +24,18 @@ template <class F> void for_each_block(const char* label, const ExecSpace& space
   });
 }
 
+// Calls f(i, j0, j1) for row i and columns [j0, j1) of a rows x cols row-major matrix: on host backends one
+// whole row per work item (a contiguous inner loop that vectorizes), on devices one element per thread.
+template <class F>
+void for_each_row_span(const char* label, const ExecSpace& space, std::int64_t rows, std::int64_t cols, const F& f) {
+  if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+    Kokkos::parallel_for(label, range(space, rows), KOKKOS_LAMBDA(std::int64_t i) { f(i, std::int64_t(0), cols); });
+  } else {
+    Kokkos::parallel_for(label, range(space, rows * cols), KOKKOS_LAMBDA(std::int64_t k) {
+      const std::int64_t i = k / cols, j = k - i * cols;
+      f(i, j, j + 1);
+    });
+  }
+}
+
 }  // namespace kpipe

@@ -13,10 +13,13 @@ void linear_into(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const
   const auto bias = layer.bias;
   const bool has_bias = bias.extent(0) > 0, has_residual = residual.extent(0) > 0;
   if (has_bias || has_residual) {
-    Kokkos::parallel_for("kpipe::nn::Linear::forward::bias", range2(space, y.extent(0), y.extent(1)),
-                         KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) {
-                           y(i, j) = (has_bias ? bias(j) : T(0)) + (has_residual ? residual(i, j) : T(0));
-                         });
+    for_each_row_span("kpipe::nn::Linear::forward::bias", space, y.extent(0), y.extent(1),
+                      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j0, std::int64_t j1) {
+                        T* KOKKOS_RESTRICT out = &y(i, 0);
+                        const T* KOKKOS_RESTRICT b = has_bias ? bias.data() : nullptr;
+                        const T* KOKKOS_RESTRICT r = has_residual ? &residual(i, 0) : nullptr;
+                        for (std::int64_t j = j0; j < j1; ++j) out[j] = (has_bias ? b[j] : T(0)) + (has_residual ? r[j] : T(0));
+                      });
   }
   blas::gemm(space, "N", "T", T(1), x, layer.weight, (has_bias || has_residual) ? T(1) : T(0), y);
 }
