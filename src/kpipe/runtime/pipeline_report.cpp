@@ -10,7 +10,12 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
                                double pipeline_seconds) {
   PipelineReport r;
   const int p = grid.pipeline_size;
-  const double mine = pipeline_seconds > 0 ? 1.0 - busy / pipeline_seconds : 0.0;
+  // Idle time counts against the whole pipeline's time, as the simulator counts it against the makespan: a
+  // last stage that finishes early still waits for the first stage's last backward before the step ends.
+  // (Steps start together: each ends with collectives over the whole world.)
+  double makespan = pipeline_seconds;
+  MPI_Allreduce(MPI_IN_PLACE, &makespan, 1, MPI_DOUBLE, MPI_MAX, grid.pipeline);
+  const double mine = makespan > 0 ? 1.0 - busy / makespan : 0.0;
   r.measured_bubble.assign(p, 0.0);
   MPI_Allgather(&mine, 1, MPI_DOUBLE, r.measured_bubble.data(), 1, MPI_DOUBLE, grid.pipeline);
   const int stash = trainer.peak_stash();
