@@ -18,24 +18,14 @@
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/runtime/trainer.hpp"
+#include "support/tiny_config.hpp"
 
 namespace kpipe {
 namespace {
 
 namespace fs = std::filesystem;
 
-Config tiny_config() {
-  Config c;
-  c.model.seq_len = 8;
-  c.model.d_model = 16;
-  c.model.n_heads = 2;
-  c.model.n_layers = 2;
-  c.train.batch = 4;
-  c.train.microbatches = 2;
-  c.train.steps = 6;
-  c.optim.warmup_steps = 1;
-  return c;
-}
+Config tiny_config() { return test::tiny_config(6); }
 
 const data::Corpus& corpus() {
   static const data::Corpus c = data::synthetic_corpus(3, 8000, 0.1);

@@ -15,6 +15,7 @@
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/io/h5_file.hpp"
 #include "kpipe/io/trace.hpp"
+#include "support/tiny_config.hpp"
 
 namespace kpipe {
 namespace {
@@ -210,18 +211,7 @@ TEST(TraceFileErrors, NamesTheFile) {
   EXPECT_THROW(io::read_trace(dir.path("missing.h5")), InputError);
 }
 
-Config tiny_config() {
-  Config c;
-  c.model.seq_len = 8;
-  c.model.d_model = 16;
-  c.model.n_heads = 2;
-  c.model.n_layers = 2;
-  c.train.batch = 4;
-  c.train.microbatches = 2;
-  c.train.steps = 3;
-  c.optim.warmup_steps = 1;
-  return c;
-}
+Config tiny_config() { return test::tiny_config(3); }
 
 const data::Corpus& corpus() {
   static const data::Corpus c = data::synthetic_corpus(5, 20000, 0.1);
