@@ -12,6 +12,7 @@
 
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "support/input_error.hpp"
 
 namespace kpipe {
 namespace {
@@ -46,17 +47,7 @@ CommandLine parse(const std::vector<std::string>& args, const ExtraOptions& extr
   return parse_command_line("kpipe-test", static_cast<int>(argv.size()), argv.data(), extra);
 }
 
-// Runs f, expects an InputError of one line containing every one of `parts`.
-void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no InputError; expected one mentioning " << parts.front();
-  } catch (const InputError& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message << " lacks " << part;
-  }
-}
+using test::expect_input_error;
 
 // Every field different from its default, and still valid.
 Config changed_config() {

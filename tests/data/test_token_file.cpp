@@ -11,20 +11,12 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/data/token_file.hpp"
+#include "support/input_error.hpp"
 
 namespace kpipe::data {
 namespace {
 
-void expect_input_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no InputError; expected one mentioning " << parts.front();
-  } catch (const InputError& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-    for (const std::string& part : parts) EXPECT_NE(message.find(part), std::string::npos) << message << " lacks " << part;
-  }
-}
+using test::expect_input_error;
 
 // An HDF5 file written by hand: attributes and datasets as given, to build wrong files.
 void write_raw(const std::string& path, const char* format, int version, bool with_validation) {
