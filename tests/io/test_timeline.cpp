@@ -10,6 +10,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/io/timeline.hpp"
+#include "support/tiny_config.hpp"
 
 namespace kpipe {
 namespace {
@@ -122,14 +123,7 @@ TEST(Timeline, BadFilesAreInputErrors) {
 
 TEST(TimelineRecorder, EveryActionOfAOneRankRunInOrder) {
   test::TempDir dir;
-  Config c;
-  c.model.seq_len = 8;
-  c.model.d_model = 16;
-  c.model.n_heads = 2;
-  c.model.n_layers = 2;
-  c.train.batch = 4;
-  c.train.microbatches = 2;
-  c.optim.warmup_steps = 1;
+  const Config c = test::tiny_config(Config().train.steps);
   static const data::Corpus corpus = data::synthetic_corpus(5, 20000, 0.1);
   const auto path = dir.path("run.h5");
   auto grid = comm::make_grid(MPI_COMM_SELF, 1, 1);
