@@ -92,15 +92,12 @@ template <class T> int Chunk<T>::acquire() {
     busy_.push_back(false);
   }
   busy_[slot] = true;
-  ++in_flight_;
-  peak_in_flight_ = std::max(peak_in_flight_, in_flight_);
   return slot;
 }
 
 template <class T> void Chunk<T>::release(int slot) {
   if (!busy_.at(slot)) throw std::logic_error(fmt::format("slot {} released twice", slot));
   busy_[slot] = false;
-  --in_flight_;
 }
 
 template <class T> const View1<Token>& Chunk<T>::tokens(int slot) const { return slots_.at(slot)->tokens; }

@@ -33,9 +33,6 @@ template <class T> class Chunk {
   // backward (after W when I and W are apart); buffers are allocated on first use and then reused.
   int acquire();
   void release(int slot);
-  int in_flight() const { return in_flight_; }
-  int peak_in_flight() const { return peak_in_flight_; }
-  void reset_peak() { peak_in_flight_ = in_flight_; }
 
   // Where a slot's inputs go and outputs come from.
   const View1<Token>& tokens(int slot) const;    // first chunk: [N] input tokens
@@ -77,7 +74,6 @@ template <class T> class Chunk {
   std::optional<nn::BlockWork<T>> work_;
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<bool> busy_;
-  int in_flight_ = 0, peak_in_flight_ = 0;
 };
 
 }  // namespace kpipe::model
