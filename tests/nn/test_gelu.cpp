@@ -43,6 +43,33 @@ TEST(Gelu, GradientMatchesFiniteDifferences) {
   test::expect_gradient("dx", x, dx, loss, n * f);
 }
 
+// The fused bias + GeLU gives the same bits as adding the bias and then applying GeLU, and leaves the biased
+// pre-activation in f (what backward reads).
+TEST(Gelu, BiasGeluMatchesBiasThenGelu) {
+  const int n = 7, f = 37;  // a width that is not a multiple of any vector length
+  ExecSpace space;
+  View2<float> fused("fused", n, f), g("g", n, f), expected_f("expected_f", n, f), expected_g("expected_g", n, f);
+  View1<float> bias("bias", f);
+  test::fill_uniform(fused, 31, -6.0f, 6.0f);
+  test::fill_uniform(bias, 32, -1.0f, 1.0f);
+  auto hf = Kokkos::create_mirror_view_and_copy(HostSpace(), fused);
+  auto hb = Kokkos::create_mirror_view_and_copy(HostSpace(), bias);
+  auto he = Kokkos::create_mirror_view(expected_f);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < f; ++j) he(i, j) = hf(i, j) + hb(j);
+  Kokkos::deep_copy(expected_f, he);
+  gelu_forward(space, expected_f, expected_g);
+  bias_gelu_forward(space, bias, fused, g);
+  auto got_f = Kokkos::create_mirror_view_and_copy(HostSpace(), fused);
+  auto got_g = Kokkos::create_mirror_view_and_copy(HostSpace(), g);
+  auto want_g = Kokkos::create_mirror_view_and_copy(HostSpace(), expected_g);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < f; ++j) {
+      ASSERT_EQ(got_f(i, j), he(i, j)) << i << ", " << j;
+      ASSERT_EQ(got_g(i, j), want_g(i, j)) << i << ", " << j;
+    }
+}
+
 // The float instantiation computes the same function to a few ulps, saturating cleanly at both ends.
 TEST(Gelu, FloatAgreesWithDouble) {
   const int n = 16, f = 32;

@@ -38,6 +38,8 @@ class Kpipe(CMakePackage, CudaPackage):
             self.define_from_variant("KPIPE_ENABLE_BENCHMARKS", "tests"),
             self.define_from_variant("KPIPE_ENABLE_NCCL", "nccl"),
             self.define_from_variant("KPIPE_ENABLE_CUDA_AWARE_MPI", "cuda_aware_mpi"),
+            # Spack's compiler wrappers carry the target's flags (target=...): no -march=native on top.
+            self.define("KPIPE_ENABLE_NATIVE_ARCH", False),
         ]
         if self.spec.satisfies("+cuda"):
             # Kokkos' nvcc_wrapper compiles the kernels' lambdas for the device.

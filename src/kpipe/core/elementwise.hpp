@@ -7,13 +7,47 @@
 
 namespace kpipe {
 
-inline constexpr std::int64_t elementwise_block = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 2048 : 1;
+// True where kernels run on the host (Serial, OpenMP): the place for loops written for the vectorizer.
+inline constexpr bool host_kernels = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+
+inline constexpr std::int64_t elementwise_block = host_kernels ? 2048 : 1;
+
+// Reductions over n contiguous terms for host kernels: simd_lanes running partial results, term j going to
+// lane j % simd_lanes, then the lanes combined pairwise. The order is fixed by n alone (so a result is the
+// same on every rank and every run), and the lane loop is a whole vector register of independent
+// accumulators, which the compiler vectorizes without being allowed to reassociate anything.
+inline constexpr int simd_lanes = 16;
+
+template <class R, class F> KOKKOS_INLINE_FUNCTION R lane_sum(std::int64_t n, const F& term) {
+  R acc[simd_lanes];
+  for (int l = 0; l < simd_lanes; ++l) acc[l] = R(0);
+  std::int64_t j = 0;
+  for (; j + simd_lanes <= n; j += simd_lanes)
+    for (int l = 0; l < simd_lanes; ++l) acc[l] += term(j + l);
+  for (int l = 0; j < n; ++j, ++l) acc[l] += term(j);
+  for (int width = simd_lanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
+  return acc[0];
+}
+
+// max of row[0..n), n >= 1 (max is exact: the lanes cannot change the result).
+template <class T> KOKKOS_INLINE_FUNCTION T lane_max(const T* KOKKOS_RESTRICT row, std::int64_t n) {
+  T acc[simd_lanes];
+  for (int l = 0; l < simd_lanes; ++l) acc[l] = row[0];
+  std::int64_t j = 0;
+  for (; j + simd_lanes <= n; j += simd_lanes)
+    for (int l = 0; l < simd_lanes; ++l) acc[l] = acc[l] < row[j + l] ? row[j + l] : acc[l];
+  for (; j < n; ++j) acc[0] = acc[0] < row[j] ? row[j] : acc[0];
+  for (int width = simd_lanes / 2; width > 0; width /= 2)
+    for (int l = 0; l < width; ++l) acc[l] = acc[l] < acc[l + width] ? acc[l + width] : acc[l];
+  return acc[0];
+}
 
 // Column sums (reductions over the rows of a row-major matrix, rows added in order): on host backends one
 // work item owns column_block neighbouring columns and walks the rows keeping their partial sums in
 // registers (contiguous loads, vectorized); on devices one thread per column (coalesced). The additions
 // happen in the same order either way, so the result does not depend on the block width.
-inline constexpr int column_block = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible ? 64 : 1;
+inline constexpr int column_block = host_kernels ? 64 : 1;
 
 // Calls f(begin, end) over [0, n) in blocks, as kernel `label`.
 template <class F> void for_each_block(const char* label, const ExecSpace& space, std::int64_t n, const F& f) {
@@ -28,7 +62,7 @@ template <class F> void for_each_block(const char* label, const ExecSpace& space
 // whole row per work item (a contiguous inner loop that vectorizes), on devices one element per thread.
 template <class F>
 void for_each_row_span(const char* label, const ExecSpace& space, std::int64_t rows, std::int64_t cols, const F& f) {
-  if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+  if constexpr (host_kernels) {
     Kokkos::parallel_for(label, range(space, rows), KOKKOS_LAMBDA(std::int64_t i) { f(i, std::int64_t(0), cols); });
   } else {
     Kokkos::parallel_for(label, range(space, rows * cols), KOKKOS_LAMBDA(std::int64_t k) {

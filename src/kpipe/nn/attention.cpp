@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kpipe/core/blas.hpp"
+#include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
 #include "kpipe/nn/strided_max.hpp"
@@ -114,6 +115,26 @@ void split_qkv(const ExecSpace& space, const AttentionShape& shape, In2<T> qkv, 
 // sum of exponentials, normalize.
 template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& probs, T scale) {
   const int heads = probs.extent(1), seq = probs.extent(2);
+  if constexpr (host_kernels) {
+    // One thread per row, each sweep a vectorized loop over the row's first i + 1 entries.
+    T* const base = probs.data();
+    Kokkos::parallel_for(
+        "kpipe::nn::Attention::forward::causal_softmax", range(space, std::int64_t(probs.extent(0)) * heads * seq),
+        KOKKOS_LAMBDA(std::int64_t r) {
+          T* KOKKOS_RESTRICT p = base + r * seq;
+          const std::int64_t n = r % seq + 1;
+          const T row_max = lane_max(p, n) * scale;  // max(scale * x) = scale * max(x), scale > 0
+          const T sum = lane_sum<T>(n, [&](std::int64_t j) {
+            const T e = math::fast_exp(scale * p[j] - row_max);
+            p[j] = e;
+            return e;
+          });
+          const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
+          for (std::int64_t j = 0; j < n; ++j) p[j] *= inv_sum;
+          for (std::int64_t j = n; j < seq; ++j) p[j] = T(0);
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "kpipe::nn::Attention::forward::causal_softmax", TeamPolicy(space, probs.extent(0) * heads * seq, Kokkos::AUTO),
       KOKKOS_LAMBDA(const Team& team) {
@@ -152,6 +173,21 @@ template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& p
 template <class T>
 void causal_softmax_backward(const ExecSpace& space, const View4<T>& probs, const View4<T>& grad, T scale) {
   const int heads = probs.extent(1), seq = probs.extent(2);
+  if constexpr (host_kernels) {
+    const T* const probs_base = probs.data();
+    T* const grad_base = grad.data();
+    Kokkos::parallel_for(
+        "kpipe::nn::Attention::backward_input::causal_softmax",
+        range(space, std::int64_t(probs.extent(0)) * heads * seq), KOKKOS_LAMBDA(std::int64_t r) {
+          const T* KOKKOS_RESTRICT p = probs_base + r * seq;
+          T* KOKKOS_RESTRICT g = grad_base + r * seq;
+          const std::int64_t n = r % seq + 1;
+          const T dot = lane_sum<T>(n, [&](std::int64_t j) { return g[j] * p[j]; });
+          for (std::int64_t j = 0; j < n; ++j) g[j] = scale * p[j] * (g[j] - dot);
+          for (std::int64_t j = n; j < seq; ++j) g[j] = T(0);
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "kpipe::nn::Attention::backward_input::causal_softmax",
       TeamPolicy(space, probs.extent(0) * heads * seq, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {

@@ -44,8 +44,8 @@ void forward(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockSta
   attention_forward(space, b.shape, w.qkv, s.attn, w.attn, s.att);
   forward_residual(space, b.proj, s.att, x, s.x2);
   forward(space, b.ln2, s.x2, s.h2, s.mean2, s.rstd2);
-  forward(space, b.fc, s.h2, s.f);
-  gelu_forward(space, s.f, s.g);
+  forward_product(space, b.fc, s.h2, s.f);
+  bias_gelu_forward(space, b.fc.bias, s.f, s.g);
   forward_residual(space, b.fc_proj, s.g, s.x2, s.out);
 }
 

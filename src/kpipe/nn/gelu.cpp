@@ -11,21 +11,37 @@ namespace kpipe::nn {
 constexpr double gelu_k = 0.7978845608028654;
 constexpr double gelu_a = 0.044715;
 
+template <class T> KOKKOS_INLINE_FUNCTION T gelu(T v) {
+  const T k = gelu_k, a = gelu_a;
+  const T u = k * (v + a * v * v * v);
+  return v / (T(1) + math::fast_exp(T(-2) * u));
+}
+
 // x[N, F] -> y[N, F]
 template <class T> void gelu_forward(const ExecSpace& space, In2<T> x, const View2<T>& y) {
-  const T k = gelu_k, a = gelu_a;
   const View1<const T> xf(x.data(), x.span());  // whole LayoutRight allocations: flat is the same data
   const View1<T> yf(y.data(), y.span());
   for_each_block("kpipe::nn::gelu_forward", space, std::int64_t(xf.extent(0)),
                  KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
                    const T* KOKKOS_RESTRICT xp = xf.data();
                    T* KOKKOS_RESTRICT yp = yf.data();
-                   for (std::int64_t i = begin; i < end; ++i) {
-                     const T v = xp[i];
-                     const T u = k * (v + a * v * v * v);
-                     yp[i] = v / (T(1) + math::fast_exp(T(-2) * u));
-                   }
+                   for (std::int64_t i = begin; i < end; ++i) yp[i] = gelu(xp[i]);
                  });
+}
+
+template <class T> void bias_gelu_forward(const ExecSpace& space, In1<T> bias, const View2<T>& f, const View2<T>& g) {
+  const View1<const T> b = bias;
+  for_each_row_span("kpipe::nn::bias_gelu_forward", space, f.extent(0), f.extent(1),
+                    KOKKOS_LAMBDA(std::int64_t i, std::int64_t j0, std::int64_t j1) {
+                      const T* KOKKOS_RESTRICT bp = b.data();
+                      T* KOKKOS_RESTRICT fp = &f(i, 0);
+                      T* KOKKOS_RESTRICT gp = &g(i, 0);
+                      for (std::int64_t j = j0; j < j1; ++j) {
+                        const T v = fp[j] + bp[j];
+                        fp[j] = v;
+                        gp[j] = gelu(v);
+                      }
+                    });
 }
 
 // (x[N, F], dy[N, F]) -> dx[N, F]: the exact derivative of the tanh form,
@@ -54,8 +70,10 @@ template <class T> void gelu_backward_input(const ExecSpace& space, In2<T> x, In
 }
 
 template void gelu_forward(const ExecSpace&, In2<float>, const View2<float>&);
+template void bias_gelu_forward(const ExecSpace&, In1<float>, const View2<float>&, const View2<float>&);
 template void gelu_backward_input(const ExecSpace&, In2<float>, In2<float>, const View2<float>&);
 template void gelu_forward(const ExecSpace&, In2<double>, const View2<double>&);
+template void bias_gelu_forward(const ExecSpace&, In1<double>, const View2<double>&, const View2<double>&);
 template void gelu_backward_input(const ExecSpace&, In2<double>, In2<double>, const View2<double>&);
 
 }  // namespace kpipe::nn

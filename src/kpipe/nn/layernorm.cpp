@@ -20,6 +20,26 @@ void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const Vie
   const T eps = ln.eps;
   const int cols = int(x.extent(1));
   const T inv_cols = T(1) / T(cols);
+  if constexpr (host_kernels) {
+    // One thread per row; the same three sweeps as below, each a vectorized loop over raw pointers.
+    Kokkos::parallel_for("kpipe::nn::LayerNorm::forward", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+      const T* KOKKOS_RESTRICT xr = &x(i, 0);
+      const T* KOKKOS_RESTRICT g = gamma.data();
+      const T* KOKKOS_RESTRICT b = beta.data();
+      T* KOKKOS_RESTRICT yr = &y(i, 0);
+      const T shift = xr[0];
+      const T mu = shift + lane_sum<T>(cols, [&](std::int64_t j) { return xr[j] - shift; }) * inv_cols;
+      const T squares = lane_sum<T>(cols, [&](std::int64_t j) {
+        const T d = xr[j] - mu;
+        return d * d;
+      });
+      const T r = T(1) / math::sqrt(squares * inv_cols + eps);
+      for (int j = 0; j < cols; ++j) yr[j] = (xr[j] - mu) * r * g[j] + b[j];
+      mean(i) = mu;
+      rstd(i) = r;
+    });
+    return;
+  }
   Kokkos::parallel_for(
       "kpipe::nn::LayerNorm::forward", RowPolicy(space, x.extent(0), Kokkos::AUTO),
       KOKKOS_LAMBDA(const RowTeam& team) {
@@ -57,6 +77,25 @@ void backward_input(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In
   const auto gamma = ln.gamma;
   const int cols = int(x.extent(1));
   const T inv_cols = T(1) / T(cols);
+  if constexpr (host_kernels) {
+    Kokkos::parallel_for(
+        "kpipe::nn::LayerNorm::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+          const T* KOKKOS_RESTRICT xr = &x(i, 0);
+          const T* KOKKOS_RESTRICT dyr = &dy(i, 0);
+          const T* KOKKOS_RESTRICT g = gamma.data();
+          T* KOKKOS_RESTRICT dxr = &dx(i, 0);
+          const T mu = mean(i), r = rstd(i);
+          const T mean_g = lane_sum<T>(cols, [&](std::int64_t j) { return dyr[j] * g[j]; }) * inv_cols;
+          const T mean_g_xhat =
+              lane_sum<T>(cols, [&](std::int64_t j) { return dyr[j] * g[j] * (xr[j] - mu) * r; }) * inv_cols;
+          if (accumulate) {
+            for (int j = 0; j < cols; ++j) dxr[j] += r * (dyr[j] * g[j] - mean_g - (xr[j] - mu) * r * mean_g_xhat);
+          } else {
+            for (int j = 0; j < cols; ++j) dxr[j] = r * (dyr[j] * g[j] - mean_g - (xr[j] - mu) * r * mean_g_xhat);
+          }
+        });
+    return;
+  }
   Kokkos::parallel_for(
       "kpipe::nn::LayerNorm::backward_input", RowPolicy(space, x.extent(0), Kokkos::AUTO),
       KOKKOS_LAMBDA(const RowTeam& team) {

@@ -29,6 +29,11 @@ template <class T> void forward(const ExecSpace& space, const Linear<T>& layer, 
 }
 
 template <class T>
+void forward_product(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y) {
+  blas::gemm(space, "N", "T", T(1), x, layer.weight, T(0), y);
+}
+
+template <class T>
 void forward_residual(const ExecSpace& space, const Linear<T>& layer, In2<T> x, In2<T> residual, const View2<T>& y) {
   linear_into(space, layer, x, residual, y);
 }
@@ -62,10 +67,12 @@ template <class T> void backward_weight(const ExecSpace& space, const Linear<T>&
 }
 
 template void forward(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&);
+template void forward_product(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&);
 template void forward_residual(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>, const View2<float>&);
 template void backward_input(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&, bool);
 template void backward_weight(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>);
 template void forward(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&);
+template void forward_product(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&);
 template void forward_residual(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>, const View2<double>&);
 template void backward_input(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&, bool);
 template void backward_weight(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>);

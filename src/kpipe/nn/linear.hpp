@@ -15,6 +15,8 @@ template <class T> struct Linear {
 
 // x[N, in] -> y[N, out]
 template <class T> void forward(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y);
+// x[N, in] -> y[N, out] = x W^T: the bias is left to a fused epilogue that reads y anyway (bias_gelu_forward)
+template <class T> void forward_product(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y);
 // x[N, in], residual[N, out] -> y[N, out] = residual + x W^T + b (the residual add fused into the product)
 template <class T>
 void forward_residual(const ExecSpace& space, const Linear<T>& layer, In2<T> x, In2<T> residual, const View2<T>& y);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
 
@@ -27,6 +28,23 @@ double clip_factor(double global_norm, double max_norm) {
 
 template <class T> double sum_squares(const ExecSpace& space, In1<T> x) {
   double total = 0;
+  if constexpr (host_kernels) {
+    // Blocks of contiguous elements, each a vectorized lane sum in double; blocks added in order.
+    const std::int64_t n = x.extent(0), block = elementwise_block;
+    const T* const data = x.data();
+    Kokkos::parallel_reduce(
+        "kpipe::nn::sum_squares", range(space, (n + block - 1) / block),
+        KOKKOS_LAMBDA(std::int64_t b, double& s) {
+          const T* KOKKOS_RESTRICT p = data + b * block;
+          const std::int64_t len = n - b * block < block ? n - b * block : block;
+          s += lane_sum<double>(len, [&](std::int64_t j) {
+            const double v = p[j];
+            return v * v;
+          });
+        },
+        total);
+    return total;
+  }
   Kokkos::parallel_reduce(
       "kpipe::nn::sum_squares", range(space, x.extent(0)),
       KOKKOS_LAMBDA(std::int64_t i, double& s) {
@@ -60,16 +78,25 @@ void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr,
   const T inv_bias1 = 1.0 / (1.0 - std::pow(cfg.beta1, double(step)));
   const T inv_bias2 = 1.0 / (1.0 - std::pow(cfg.beta2, double(step)));
   const T decay = lr * cfg.weight_decay;
-  Kokkos::parallel_for("kpipe::nn::adamw_update", range(space, params.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
-    const T g = scale * grads(i);
-    const T m_new = b1 * m(i) + (T(1) - b1) * g;
-    const T v_new = b2 * v(i) + (T(1) - b2) * g * g;
-    m(i) = m_new;
-    v(i) = v_new;
-    const T p = params(i);
-    const T adam_step = rate * (m_new * inv_bias1) / (math::sqrt(v_new * inv_bias2) + eps);
-    params(i) = p - (adam_step + decay * T(decay_mask(i)) * p);
-  });
+  const View1<const T> g_all = grads;
+  for_each_block("kpipe::nn::adamw_update", space, std::int64_t(params.extent(0)),
+                 KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
+                   T* KOKKOS_RESTRICT pp = params.data();
+                   T* KOKKOS_RESTRICT mp = m.data();
+                   T* KOKKOS_RESTRICT vp = v.data();
+                   const T* KOKKOS_RESTRICT gp = g_all.data();
+                   const std::uint8_t* KOKKOS_RESTRICT mask = decay_mask.data();
+                   for (std::int64_t i = begin; i < end; ++i) {
+                     const T g = scale * gp[i];
+                     const T m_new = b1 * mp[i] + (T(1) - b1) * g;
+                     const T v_new = b2 * vp[i] + (T(1) - b2) * g * g;
+                     mp[i] = m_new;
+                     vp[i] = v_new;
+                     const T p = pp[i];
+                     const T adam_step = rate * (m_new * inv_bias1) / (math::sqrt(v_new * inv_bias2) + eps);
+                     pp[i] = p - (adam_step + decay * T(mask[i]) * p);
+                   }
+                 });
 }
 
 template <class T>
