@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/generate.hpp"
@@ -122,6 +123,24 @@ TEST(Simulate, TimelineHoldsEveryComputeActionInOrder) {
   EXPECT_DOUBLE_EQ(sim.busy[0], 6.5);
   EXPECT_DOUBLE_EQ(sim.idle_fraction[1], 3.0 / 9.5);
   EXPECT_EQ(sim.peak_stash, (std::vector<int>{2, 1}));
+}
+
+// Costs per virtual stage: with every stage alike they give the per-rank figures; a slower chunk shows up
+// on its own rank (interleaved, 2 ranks x 2 chunks: virtual stage 3 is rank 1's second chunk).
+TEST(Simulate, CostsPerVirtualStage) {
+  const Schedule s = interleaved(2, 4, 2);
+  const Costs c = costs(1, 2);
+  const SimResult uniform = simulate(s, std::vector<Costs>(4, c));
+  const SimResult reference = simulate(s, c);
+  EXPECT_DOUBLE_EQ(uniform.makespan, reference.makespan);
+  EXPECT_EQ(uniform.busy, reference.busy);
+  std::vector<Costs> slow_last(4, c);
+  slow_last[3] = costs(2, 4);
+  const SimResult skewed = simulate(s, slow_last);
+  EXPECT_DOUBLE_EQ(skewed.busy[1], reference.busy[1] + 4 * (1 + 2));  // 4 micro-batches, F and B one unit more
+  EXPECT_DOUBLE_EQ(skewed.busy[0], reference.busy[0]);
+  EXPECT_GT(skewed.makespan, reference.makespan);
+  EXPECT_THROW(simulate(s, std::vector<Costs>(3, c)), std::invalid_argument);
 }
 
 TEST(Simulate, RejectsInvalidSchedulesAndCosts) {

@@ -22,15 +22,23 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   r.peak_stash.assign(p, 0);
   MPI_Allgather(&stash, 1, MPI_INT, r.peak_stash.data(), 1, MPI_INT, grid.pipeline);
 
-  // Per-action costs as each rank measured them (stages differ: the first has the embedding, the last
-  // the head); the report's single figures are their means over the ranks that ran each kind.
-  const auto own = trainer.mean_action_seconds();
-  std::vector<double> all(4 * std::size_t(p));
-  MPI_Allgather(own.data(), 4, MPI_DOUBLE, all.data(), 4, MPI_DOUBLE, grid.pipeline);
-  std::vector<schedule::Costs> costs(p);
+  // Per-action costs as each virtual stage measured them (stages differ: the first has the embedding, the
+  // last the head, and a rank's chunks differ as well); the report's single figures are their means over
+  // the stages that ran each kind.
+  const auto& schedule = trainer.schedule();
+  const int chunks = trainer.chunks();
+  std::vector<double> own(4 * std::size_t(chunks)), all(4 * std::size_t(chunks) * p);
+  for (int c = 0; c < chunks; ++c) {
+    const auto seconds = trainer.mean_action_seconds(c);
+    std::copy(seconds.begin(), seconds.end(), own.begin() + 4 * c);
+  }
+  MPI_Allgather(own.data(), 4 * chunks, MPI_DOUBLE, all.data(), 4 * chunks, MPI_DOUBLE, grid.pipeline);
+  std::vector<schedule::Costs> costs(schedule.virtual_stages());
   std::array<double, 4> sum{}, ran{};
-  for (int k = 0; k < p; ++k) {
-    const double* c = &all[4 * std::size_t(k)];
+  for (int rank = 0; rank < p; ++rank)
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+    const int k = schedule.virtual_stage(rank, chunk);
+    const double* c = &all[4 * (std::size_t(rank) * chunks + chunk)];
     costs[k].f = c[0];
     costs[k].b = c[1];
     costs[k].i = c[2];
@@ -40,12 +48,12 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
         sum[op] += c[op];
         ran[op] += 1;
       }
-  }
+    }
   r.cost_f = ran[0] > 0 ? sum[0] / ran[0] : 0;
   r.cost_b = ran[1] > 0 ? sum[1] / ran[1] : 0;
   r.cost_i = ran[2] > 0 ? sum[2] / ran[2] : 0;
   r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
-  const auto sim = schedule::simulate(trainer.schedule(), costs);
+  const auto sim = schedule::simulate(schedule, costs);
   r.simulated_bubble = sim.idle_fraction;
   r.predicted_stash = schedule::peak_stash(trainer.schedule());
   for (int k = 0; k < p; ++k) {

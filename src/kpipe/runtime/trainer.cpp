@@ -39,6 +39,32 @@ schedule::Schedule make_schedule(const Config& c, int local_microbatches) {
   return s;
 }
 
+// For each send in `list` (this rank's actions), the index of the first later receive from the same peer
+// that the peer sends only after its own receive of ours has completed: once that receive is done, the send
+// has been delivered, so waiting on it there returns at once and cannot deadlock. The send's buffer goes
+// back to the pool at that point, which the schedule fixes: the pool's size does not depend on timing.
+// list.size() for sends with no such receive in the step (waited on at the end of the step).
+std::vector<std::size_t> delivery_points(const schedule::Schedule& s, int rank, const std::vector<Action>& list) {
+  auto tag = [&](int r, const Action& a) { return schedule::message_tag(s, schedule::message_of(s, r, a)); };
+  std::vector<std::size_t> points(list.size(), list.size());
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (!schedule::is_send(list[i].op)) continue;
+    const int peer = list[i].peer, sent = tag(rank, list[i]);
+    const auto& theirs = s.actions[peer];
+    std::size_t k = 0;  // the peer's receive of this message...
+    while (k < theirs.size() && !(schedule::is_recv(theirs[k].op) && theirs[k].peer == rank && tag(peer, theirs[k]) == sent)) ++k;
+    while (k < theirs.size() && !(schedule::is_send(theirs[k].op) && theirs[k].peer == rank)) ++k;  // ...then its next send to us
+    if (k == theirs.size()) continue;
+    const int answer = tag(peer, theirs[k]);
+    for (std::size_t j = i + 1; j < list.size(); ++j)
+      if (schedule::is_recv(list[j].op) && list[j].peer == peer && tag(rank, list[j]) == answer) {
+        points[i] = j;
+        break;
+      }
+  }
+  return points;
+}
+
 // Replicas after the first, under the ordered reduction: B becomes I, and the weight gradients (W, and the
 // W half of each B) move to the end, in the order the schedule had them (increasing micro-batch per
 // chunk), so that they add onto the previous replica's sum exactly as one rank would have added them.
@@ -71,10 +97,10 @@ template <class T> struct Trainer<T>::StepState {
   std::vector<std::vector<int>> slot;             // [chunk][micro-batch] -> slot, -1 when none
   std::vector<comm::Request> recv;                // per action index
   std::vector<bool> posted;                       // per action index
-  struct PendingSend { int chunk, slot; comm::Request request; };
+  struct PendingSend { int chunk, slot; std::size_t delivered_after; comm::Request request; };
   std::vector<PendingSend> sends;
   struct Retired { int chunk, slot; };
-  std::vector<Retired> retired;                   // backward done, slot freed once its sends complete
+  std::vector<Retired> retired;                   // backward done, slot freed once its sends are delivered
   std::vector<bool> last_touch;                   // per action index: the last use of its (chunk, micro-batch)
   std::vector<double> loss_sums;                  // per global micro-batch (last stage only)
   double busy = 0;
@@ -96,6 +122,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   deferred_from_ = actions_.size();
   if (grid.data_parallel > 1 && pc.dp_reduction == "ordered" && grid.replica > 0)
     actions_ = defer_weight_gradients(actions_, deferred_from_);
+  delivered_after_ = delivery_points(schedule_, grid.stage, actions_);
 
   const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition);
   for (int c = 0; c < pc.chunks; ++c) {
@@ -108,6 +135,8 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     double seconds = 0;
     if (std::sscanf(stall, "%d:%lf", &rank, &seconds) == 2 && rank == grid.world_rank) test_stall_seconds_ = seconds;
   }
+  action_seconds_.assign(chunks_.size(), {});
+  action_count_.assign(chunks_.size(), {});
   transport_ = comm::make_transport(grid.pipeline);
   replica_transport_ = comm::make_transport(grid.replicas);
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
@@ -129,10 +158,7 @@ template <class T> void Trainer<T>::load_tokens(int c, int slot, std::int64_t st
 
 template <class T> int Trainer<T>::slot_for(StepState& st, int c, int mb) {
   int& s = st.slot[c][mb];
-  if (s < 0) {
-    reclaim(st, /*wait=*/false);
-    s = chunks_[c]->acquire();
-  }
+  if (s < 0) s = chunks_[c]->acquire();
   return s;
 }
 
@@ -141,23 +167,22 @@ template <class T> void Trainer<T>::retire(StepState& st, int c, int mb) {
   st.slot[c][mb] = -1;
 }
 
-// Gives retired slots back once no send reads from them. Without `wait`, only sends already complete
-// count: blocking here on a send whose receiver is itself waiting for us could deadlock.
-template <class T> void Trainer<T>::reclaim(StepState& st, bool wait) {
-  auto busy = [&](const typename StepState::Retired& r) {
-    for (auto& s : st.sends) {
-      if (s.chunk != r.chunk || s.slot != r.slot || !s.request.active()) continue;
-      if (wait) {
-        if (!transport_->wait(s.request, config_.pipeline.recv_timeout_s)) timeout(Action{}, 0);
-      } else if (!transport_->test(s.request)) {
-        return true;
-      }
-    }
+// After action `done` (list.size() at the end of the step): waits on the sends known to be delivered by
+// now (see delivery_points; the waits return at once), then gives back the retired slots no pending send
+// reads from. Only the schedule decides when a slot comes back, never how fast a peer happened to be.
+template <class T> void Trainer<T>::reclaim(StepState& st, std::size_t done) {
+  for (auto& s : st.sends)
+    if (s.request.active() && s.delivered_after <= done &&
+        !transport_->wait(s.request, config_.pipeline.recv_timeout_s))
+      timeout(Action{}, done);
+  auto pending = [&](const typename StepState::Retired& r) {
+    for (const auto& s : st.sends)
+      if (s.chunk == r.chunk && s.slot == r.slot && s.request.active()) return true;
     return false;
   };
   std::vector<typename StepState::Retired> still;
   for (const auto& r : st.retired) {
-    if (busy(r))
+    if (pending(r))
       still.push_back(r);
     else
       chunks_[r.chunk]->release(r.slot);
@@ -220,7 +245,7 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       const int slot = st.slot[c][mb];
       const View2<T>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
       space_.fence();  // the buffer is complete before MPI reads it
-      st.sends.push_back({c, slot, {}});
+      st.sends.push_back({c, slot, delivered_after_[i], {}});
       transport_->send(buffer.data(), buffer.span() * sizeof(T), a.peer,
                        schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a)),
                        st.sends.back().request);
@@ -269,12 +294,13 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     timeline_.push_back({a, start - st.start, start - st.start + seconds, 0});
     st.busy += seconds;
     if (step_ > 0) {  // the first step allocates the stash: not representative
-      action_seconds_[int(a.op)] += seconds;
-      ++action_count_[int(a.op)];
+      action_seconds_[c][int(a.op)] += seconds;
+      ++action_count_[c][int(a.op)];
     }
   }
   if (observer_ && schedule::is_compute(a.op)) observer_(a, st.slot[c][mb]);
   if (st.last_touch[i]) retire(st, c, mb);
+  reclaim(st, i);
 }
 
 template <class T> StepStats Trainer<T>::step() {
@@ -309,9 +335,7 @@ template <class T> StepStats Trainer<T>::step() {
     }
   }
   for (std::size_t i = deferred_from_; i < list.size(); ++i) run_action(st, i);
-  for (auto& s : st.sends)
-    if (s.request.active() && !transport_->wait(s.request, config_.pipeline.recv_timeout_s)) timeout(Action{}, 0);
-  reclaim(st, /*wait=*/true);
+  reclaim(st, list.size());
   const double pipeline_end = now();
   if (grid_.data_parallel > 1) reduce_across_replicas();
 
@@ -397,7 +421,23 @@ template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
 
 template <class T> std::array<double, 4> Trainer<T>::mean_action_seconds() const {
   std::array<double, 4> mean{};
-  for (int k = 0; k < 4; ++k) mean[k] = action_count_[k] > 0 ? action_seconds_[k] / double(action_count_[k]) : 0.0;
+  for (int k = 0; k < 4; ++k) {
+    double seconds = 0;
+    long count = 0;
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      seconds += action_seconds_[c][k];
+      count += action_count_[c][k];
+    }
+    mean[k] = count > 0 ? seconds / double(count) : 0.0;
+  }
+  return mean;
+}
+
+template <class T> std::array<double, 4> Trainer<T>::mean_action_seconds(int chunk) const {
+  std::array<double, 4> mean{};
+  const auto& seconds = action_seconds_.at(chunk);
+  const auto& count = action_count_.at(chunk);
+  for (int k = 0; k < 4; ++k) mean[k] = count[k] > 0 ? seconds[k] / double(count[k]) : 0.0;
   return mean;
 }
 

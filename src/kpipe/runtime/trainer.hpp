@@ -65,6 +65,7 @@ template <class T> class Trainer {
   // Mean seconds of one F, B, I, W on one chunk of this rank (index by Op), over the steps after the first;
   // 0 for kinds that did not run.
   std::array<double, 4> mean_action_seconds() const;
+  std::array<double, 4> mean_action_seconds(int chunk) const;  // the same for one chunk of this rank
   // Every action of the last step on this rank, in the order run.
   const std::vector<TimedAction>& last_timeline() const { return timeline_; }
   void set_observer(ActionObserver observer) { observer_ = std::move(observer); }
@@ -76,7 +77,7 @@ template <class T> class Trainer {
   void wait_receive(StepState& st, std::size_t index);
   int slot_for(StepState& st, int chunk, int microbatch);
   void retire(StepState& st, int chunk, int microbatch);
-  void reclaim(StepState& st, bool wait);
+  void reclaim(StepState& st, std::size_t done);
   void load_tokens(int chunk, int slot, std::int64_t step, int microbatch);
   void reduce_across_replicas();
   void optimizer_step(StepStats& stats);
@@ -91,6 +92,7 @@ template <class T> class Trainer {
   // reduction, where every weight gradient moves behind the point where the previous replica's sum arrives.
   std::vector<schedule::Action> actions_;
   std::size_t deferred_from_;  // actions_[deferred_from_..] run after that point (size() when none)
+  std::vector<std::size_t> delivered_after_;  // per action: where its send is known delivered (delivery_points)
   std::vector<std::unique_ptr<model::Chunk<T>>> chunks_;
   std::unique_ptr<comm::Transport> transport_;          // along the pipeline
   std::unique_ptr<comm::Transport> replica_transport_;  // between replicas of this stage
@@ -99,8 +101,8 @@ template <class T> class Trainer {
   int local_microbatches_;       // per replica
   int sequences_per_microbatch_;
   int stash_ = 0, peak_stash_ = 0;
-  std::array<double, 4> action_seconds_{};  // F, B, I, W, summed over the steps after the first
-  std::array<long, 4> action_count_{};
+  std::vector<std::array<double, 4>> action_seconds_;  // [chunk] F, B, I, W, summed over the steps after the first
+  std::vector<std::array<long, 4>> action_count_;
   std::vector<TimedAction> timeline_;
   ActionObserver observer_;
   double test_stall_seconds_ = 0;  // test hook KPIPE_TEST_STALL="rank:seconds": that rank sleeps before step 0

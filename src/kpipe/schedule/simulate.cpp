@@ -41,8 +41,9 @@ SimResult simulate(const Schedule& schedule, const Costs& costs) {
 }
 
 SimResult simulate(const Schedule& schedule, const std::vector<Costs>& rank_costs) {
-  if (rank_costs.size() != std::size_t(schedule.ranks))
-    throw std::invalid_argument("simulate: one Costs per rank expected");
+  const bool per_stage = rank_costs.size() == std::size_t(schedule.virtual_stages());
+  if (!per_stage && rank_costs.size() != std::size_t(schedule.ranks))
+    throw std::invalid_argument("simulate: one Costs per rank or per virtual stage expected");
   for (const auto& c : rank_costs) check_costs(c);
   const Costs& costs = rank_costs.front();
   validate(schedule);
@@ -87,9 +88,10 @@ SimResult simulate(const Schedule& schedule, const std::vector<Costs>& rank_cost
         const Action& a = list[pc[r]];
         const double ready = input_time(r, a);
         if (ready == not_yet) break;
-        const double start = std::max(rank_free[r], ready), end = start + duration(a.op, rank_costs[r]);
-        rank_free[r] = end;
         const int k = s.virtual_stage(r, a.chunk);
+        const double start = std::max(rank_free[r], ready);
+        const double end = start + duration(a.op, rank_costs[per_stage ? k : r]);
+        rank_free[r] = end;
         if (a.op == Op::forward) forward_end[at(a.microbatch, k)] = end;
         if (is_backward(a.op)) backward_end[at(a.microbatch, k)] = end;
         if (a.op == Op::send_activation) activation_ready[at(a.microbatch, k + 1)] = end + transfer;

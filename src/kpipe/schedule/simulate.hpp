@@ -41,9 +41,10 @@ struct SimResult {
 
 // Validates the schedule first (InputError when invalid); costs must be non-negative.
 SimResult simulate(const Schedule& s, const Costs& costs = {});
-// The same with compute costs per rank (stages are rarely equal: the first holds the embedding, the last
-// the head); messages cost what rank_costs[0] says. rank_costs.size() must be s.ranks.
-SimResult simulate(const Schedule& s, const std::vector<Costs>& rank_costs);
+// The same with compute costs per rank, or per virtual stage (stages are rarely equal: the first holds the
+// embedding, the last the head, and with several chunks per rank each chunk has its own): costs.size() is
+// s.ranks (a rank's chunks cost alike) or s.virtual_stages(). Messages cost what costs[0] says.
+SimResult simulate(const Schedule& s, const std::vector<Costs>& costs);
 
 double duration(Op op, const Costs& costs);  // 0 for messages
 
