@@ -125,11 +125,12 @@ int train(const kpipe::Config& config, int rank) {
   if (rank == 0 && config.pipeline.pipeline_size > 1) {
     std::string ranks;
     for (int k = 0; k < grid.pipeline_size; ++k)
-      ranks += fmt::format(" {}:{:.3f}/{:.3f}/{}/{}", k, report.measured_bubble[k], report.simulated_bubble[k],
-                           report.peak_stash[k], report.predicted_stash[k]);
+      ranks += fmt::format(" {}:{:.3f}/{:.3f}/{}/{}/{}", k, report.measured_bubble[k], report.simulated_bubble[k],
+                           report.peak_stash[k], report.predicted_stash[k], report.allocated_slots[k]);
     fmt::print(stderr,
                "pipeline: bubble measured {:.3f}, simulated {:.3f} (measured F {:.2f} ms, B {:.2f} ms, I {:.2f} ms, "
-               "W {:.2f} ms per chunk)\n  per rank (bubble measured/simulated, peak stash measured/predicted):{}\n",
+               "W {:.2f} ms per chunk)\n  per rank (bubble measured/simulated, peak stash measured/predicted, slots "
+               "allocated):{}\n",
                report.measured_mean, report.simulated_mean, 1e3 * report.cost_f, 1e3 * report.cost_b,
                1e3 * report.cost_i, 1e3 * report.cost_w, ranks);
   }

@@ -209,8 +209,8 @@ def kpipe_run(args, env, c, name, ranks, schedule, chunks, m, workdir):
         final = next(x for x in lines if x.get("final"))
         kept = per_step[2:] if len(per_step) > 2 else per_step
         steps += kept
-        stash = {int(r): (int(meas), int(pred)) for r, _, _, meas, pred in
-                 re.findall(r"(\d+):([\d.]+)/([\d.]+)/(\d+)/(\d+)", proc.stdout + proc.stderr)}
+        stash = {int(r): (int(meas), int(pred), int(slots)) for r, _, _, meas, pred, slots in
+                 re.findall(r"(\d+):([\d.]+)/([\d.]+)/(\d+)/(\d+)/(\d+)", proc.stdout + proc.stderr)}
         repeats.append({"step_seconds_median": statistics.median(kept), "wall_s": wall, "cpu_s": cpu,
                         "cpu_share": cpu / (wall * ranks), "loadavg_before": load,
                         "measured_bubble": final.get("measured_bubble"),
@@ -229,6 +229,7 @@ def kpipe_run(args, env, c, name, ranks, schedule, chunks, m, workdir):
             "simulated_bubble": statistics.median(r["simulated_bubble"] for r in repeats),
             "peak_stash_measured": [stash[r][0] for r in sorted(stash)] if stash else None,
             "peak_stash_predicted": [stash[r][1] for r in sorted(stash)] if stash else None,
+            "slots_allocated": [stash[r][2] for r in sorted(stash)] if stash else None,
             "peak_activation_bytes": mem, "repeats": repeats}
 
 
@@ -280,17 +281,19 @@ def markdown(res):
            + (f"sgemm peak of one core: {peak_g:.1f} GFLOP/s." if peak else "sgemm peak: not measured."),
            f"Load average before / after: {res['loadavg_before']} / {res['loadavg_after']}.", "",
            "| run | tokens/s | GFLOP/s | % of sgemm peak | speedup vs 1 rank | bubble measured / simulated "
-           "| peak stash per rank, measured / predicted | peak activation MiB per rank | CPU/(wall x ranks) |",
-           "|---|---:|---:|---:|---:|---|---|---|---:|"]
+           "| peak stash per rank, measured / predicted | slots allocated per rank | peak activation MiB per rank "
+           "| CPU/(wall x ranks) |",
+           "|---|---:|---:|---:|---:|---|---|---|---|---:|"]
     for r in res["kpipe"]:
         share = f"{100 * r['gflop_per_s'] / (r['ranks'] * peak_g):.0f}%" if peak else "-"
         speedup = r["tokens_per_s"] / one[r["microbatches"]] if r["microbatches"] in one else None
         stash = (f"{', '.join(map(str, r['peak_stash_measured']))} / {', '.join(map(str, r['peak_stash_predicted']))}"
                  if r["peak_stash_measured"] else "-")
+        slots = ", ".join(map(str, r["slots_allocated"])) if r.get("slots_allocated") else "-"
         mem = " / ".join(f"{b / 2**20:.1f}" for b in r["peak_activation_bytes"])
         cpu_share = statistics.median(x["cpu_share"] for x in r["repeats"])
         out.append(f"| kpipe {r['name']} | {r['tokens_per_s']:.0f} | {r['gflop_per_s']:.1f} | {share} | "
-                   f"{speedup:.2f}x | {r['measured_bubble']:.3f} / {r['simulated_bubble']:.3f} | {stash} | {mem} | "
+                   f"{speedup:.2f}x | {r['measured_bubble']:.3f} / {r['simulated_bubble']:.3f} | {stash} | {slots} | {mem} | "
                    f"{cpu_share:.2f} |")
     if res.get("gemm_share"):
         out.append("")

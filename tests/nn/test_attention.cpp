@@ -150,10 +150,12 @@ TEST(Attention, ResultsDoNotDependOnScratchContents) {
   for (const auto& shape : {tiny, long_seq}) {
     Attention<double> clean(shape, 3), dirty(shape, 3);
     const double nan = std::numeric_limits<double>::quiet_NaN();
-    // allocate_work leaves heads_out, dq, dk, dv empty: only dprobs is scratch.
-    for (const auto& v : {clean.stash.q, clean.stash.k, clean.stash.v, clean.stash.probs, clean.work.dprobs})
+    // stash.qkv is written by forward (a copy of qkv); probs and dprobs are what else is scratch.
+    Kokkos::deep_copy(clean.stash.qkv, 0.0);
+    Kokkos::deep_copy(dirty.stash.qkv, nan);
+    for (const auto& v : {clean.stash.probs, clean.work.dprobs})
       Kokkos::deep_copy(v, 0.0);
-    for (const auto& v : {dirty.stash.q, dirty.stash.k, dirty.stash.v, dirty.stash.probs, dirty.work.dprobs})
+    for (const auto& v : {dirty.stash.probs, dirty.work.dprobs})
       Kokkos::deep_copy(v, nan);
     // out and dqkv are outputs: every element must be written, whatever they held.
     Kokkos::deep_copy(dirty.out, nan);

@@ -24,20 +24,30 @@ template <class R, class F> KOKKOS_INLINE_FUNCTION R lane_sum(std::int64_t n, co
   std::int64_t j = 0;
   for (; j + simd_lanes <= n; j += simd_lanes)
     for (int l = 0; l < simd_lanes; ++l) acc[l] += term(j + l);
-  for (int l = 0; j < n; ++j, ++l) acc[l] += term(j);
+  // The tail as masked lanes (not a scalar loop over acc[runtime index], which would keep acc in memory).
+  for (int l = 0; l < simd_lanes; ++l)
+    if (j + l < n) acc[l] += term(j + l);
   for (int width = simd_lanes / 2; width > 0; width /= 2)
     for (int l = 0; l < width; ++l) acc[l] += acc[l + width];
   return acc[0];
 }
 
-// max of row[0..n), n >= 1 (max is exact: the lanes cannot change the result).
-template <class T> KOKKOS_INLINE_FUNCTION T lane_max(const T* KOKKOS_RESTRICT row, std::int64_t n) {
-  T acc[simd_lanes];
-  for (int l = 0; l < simd_lanes; ++l) acc[l] = row[0];
+// max over j in [0, n) of term(j), n >= 1 (max is exact: the lanes cannot change the result).
+template <class R, class F> KOKKOS_INLINE_FUNCTION R lane_max(std::int64_t n, const F& term) {
+  R acc[simd_lanes];
+  const R first = term(0);
+  for (int l = 0; l < simd_lanes; ++l) acc[l] = first;
   std::int64_t j = 0;
   for (; j + simd_lanes <= n; j += simd_lanes)
-    for (int l = 0; l < simd_lanes; ++l) acc[l] = acc[l] < row[j + l] ? row[j + l] : acc[l];
-  for (; j < n; ++j) acc[0] = acc[0] < row[j] ? row[j] : acc[0];
+    for (int l = 0; l < simd_lanes; ++l) {
+      const R v = term(j + l);
+      acc[l] = acc[l] < v ? v : acc[l];
+    }
+  for (int l = 0; l < simd_lanes; ++l)
+    if (j + l < n) {
+      const R v = term(j + l);
+      acc[l] = acc[l] < v ? v : acc[l];
+    }
   for (int width = simd_lanes / 2; width > 0; width /= 2)
     for (int l = 0; l < width; ++l) acc[l] = acc[l] < acc[l + width] ? acc[l + width] : acc[l];
   return acc[0];

@@ -33,6 +33,7 @@ template <class T> class Chunk {
   // backward (after W when I and W are apart); buffers are allocated on first use and then reused.
   int acquire();
   void release(int slot);
+  int allocated_slots() const { return int(slots_.size()); }  // the pool's size: what this chunk's activations hold
 
   // Where a slot's inputs go and outputs come from.
   const View1<Token>& tokens(int slot) const;    // first chunk: [N] input tokens

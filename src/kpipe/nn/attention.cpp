@@ -20,6 +20,7 @@ namespace attention_detail {
 // of rows r0..r1-1 only needs keys 0..r1-1, so the products skip most of the masked upper triangle
 // (about (n+1)/2n of the full work with n blocks) at the price of n calls per head instead of one.
 constexpr int causal_block = 64;
+static_assert(causal_block % simd_lanes == 0, "the softmax sweeps whole vectors inside a causal block");
 
 using Range = std::pair<std::int64_t, std::int64_t>;
 
@@ -73,36 +74,19 @@ void require_extents(const char* name, const V& view, const AttentionShape& shap
 template <class T>
 void require_buffers(const AttentionShape& shape, const AttentionStash<T>& stash, const AttentionWork<T>& work) {
   require_positive(shape);
-  require_extents("stash.q", stash.q, shape, shape.head_dim);
-  require_extents("stash.k", stash.k, shape, shape.head_dim);
-  require_extents("stash.v", stash.v, shape, shape.head_dim);
+  require_extents("stash.qkv", stash.qkv, shape.rows(), 3 * std::int64_t(shape.channels()));
   require_extents("stash.probs", stash.probs, shape, shape.seq);
   require_extents("work.dprobs", work.dprobs, shape, shape.seq);
 }
 
-// One team per token row (B*T of them) for the layout change: the team's threads take the heads, a
-// thread's vector lanes the hd contiguous elements of one head. Index arithmetic is per row and per head,
-// not per element (per-element divisions made this copy cost more than the products on a CPU).
 using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
 using Team = TeamPolicy::member_type;
 
-// qkv[B*T, 3C] -> q, k, v [B, H, T, hd]
-template <class T>
-void split_qkv(const ExecSpace& space, const AttentionShape& shape, In2<T> qkv, const View4<T>& q, const View4<T>& k,
-               const View4<T>& v) {
-  const int seq = shape.seq, heads = shape.heads, head_dim = shape.head_dim;
-  const View2<const T> x = qkv;
-  Kokkos::parallel_for(
-      "kpipe::nn::Attention::forward::split_qkv", TeamPolicy(space, shape.rows(), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Team& team) {
-        const int row = team.league_rank(), b = row / seq, t = row % seq;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, 3 * heads), [&](int part_head) {
-          const int part = part_head / heads, h = part_head % heads, col = part_head * head_dim;
-          const T* const from = &x(row, col);
-          T* const to = &(part == 0 ? q : part == 1 ? k : v)(b, h, t, 0);
-          Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, head_dim), [&](int d) { to[d] = from[d]; });
-        });
-      });
+// Head h of sequence b of part 0 (q), 1 (k) or 2 (v) of a [B*T, 3C] q | k | v activation, as a [T, hd]
+// LayoutRight matrix with leading dimension 3C: gemm reads it where the projection wrote it.
+template <class M> auto qkv_head(const M& qkv, const AttentionShape& shape, int part, int b, int h) {
+  return sequence_columns(qkv, shape, b, std::int64_t(part) * shape.channels() + std::int64_t(h) * shape.head_dim,
+                          shape.head_dim);
 }
 
 // The two softmax kernels take one team per row of the [B, H, T, T] tensors, addressed through a pointer
@@ -123,15 +107,20 @@ template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& p
         KOKKOS_LAMBDA(std::int64_t r) {
           T* KOKKOS_RESTRICT p = base + r * seq;
           const std::int64_t n = r % seq + 1;
-          const T row_max = lane_max(p, n) * scale;  // max(scale * x) = scale * max(x), scale > 0
-          const T sum = lane_sum<T>(n, [&](std::int64_t j) {
-            const T e = math::fast_exp(scale * p[j] - row_max);
+          // Sweeps run over whole vectors up to `padded`: the scores there were computed (causal_scores
+          // fills whole blocks, and a block's end is a multiple of simd_lanes or the row's end), masked
+          // lanes count as nothing, and the exponential sweep writes them the zeros they get anyway.
+          const std::int64_t padded = math::min<std::int64_t>(seq, (n + simd_lanes - 1) / simd_lanes * simd_lanes);
+          // max(scale * x) = scale * max(x), scale > 0
+          const T row_max = lane_max<T>(padded, [&](std::int64_t j) { return j < n ? p[j] : p[0]; }) * scale;
+          const T sum = lane_sum<T>(padded, [&](std::int64_t j) {
+            const T e = j < n ? math::fast_exp(scale * p[j] - row_max) : T(0);
             p[j] = e;
             return e;
           });
           const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
-          for (std::int64_t j = 0; j < n; ++j) p[j] *= inv_sum;
-          for (std::int64_t j = n; j < seq; ++j) p[j] = T(0);
+          for (std::int64_t j = 0; j < padded; ++j) p[j] *= inv_sum;
+          for (std::int64_t j = padded; j < seq; ++j) p[j] = T(0);
         });
     return;
   }
@@ -181,10 +170,13 @@ void causal_softmax_backward(const ExecSpace& space, const View4<T>& probs, cons
         range(space, std::int64_t(probs.extent(0)) * heads * seq), KOKKOS_LAMBDA(std::int64_t r) {
           const T* KOKKOS_RESTRICT p = probs_base + r * seq;
           T* KOKKOS_RESTRICT g = grad_base + r * seq;
+          // probs are exact zeros in [n, padded) (the forward wrote them), so whole vectors up to padded
+          // add nothing to the dot product and give zeros there.
           const std::int64_t n = r % seq + 1;
-          const T dot = lane_sum<T>(n, [&](std::int64_t j) { return g[j] * p[j]; });
-          for (std::int64_t j = 0; j < n; ++j) g[j] = scale * p[j] * (g[j] - dot);
-          for (std::int64_t j = n; j < seq; ++j) g[j] = T(0);
+          const std::int64_t padded = math::min<std::int64_t>(seq, (n + simd_lanes - 1) / simd_lanes * simd_lanes);
+          const T dot = lane_sum<T>(padded, [&](std::int64_t j) { return j < n ? g[j] * p[j] : T(0); });
+          for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? scale * p[j] * (g[j] - dot) : T(0);
+          for (std::int64_t j = padded; j < seq; ++j) g[j] = T(0);
         });
     return;
   }
@@ -250,9 +242,7 @@ void lower_transposed_times(const ExecSpace& space, const P& probs, const X& x, 
 template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape) {
   attention_detail::require_positive(shape);
   const int b = shape.batch, h = shape.heads, t = shape.seq, d = shape.head_dim;
-  return {View4<T>(uninitialized("kpipe::nn::Attention::q"), b, h, t, d),
-          View4<T>(uninitialized("kpipe::nn::Attention::k"), b, h, t, d),
-          View4<T>(uninitialized("kpipe::nn::Attention::v"), b, h, t, d),
+  return {View2<T>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(h) * d),
           View4<T>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t)};
 }
 
@@ -272,14 +262,16 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<
   require_extents("out", out, shape.rows(), shape.channels());
 
   const int hd = shape.head_dim;
-  split_qkv(space, shape, qkv, stash.q, stash.k, stash.v);
+  if (qkv.data() != stash.qkv.data()) Kokkos::deep_copy(space, stash.qkv, qkv);
+  const View2<const T> x = stash.qkv;
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h)
-      causal_scores(space, head(stash.q, b, h), head(stash.k, b, h), head(stash.probs, b, h));
+      causal_scores(space, qkv_head(x, shape, 0, b, h), qkv_head(x, shape, 1, b, h), head(stash.probs, b, h));
   causal_softmax(space, stash.probs, T(1) / math::sqrt(T(hd)));
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h)  // head h's output straight into its columns of out
-      lower_times(space, head(stash.probs, b, h), head(stash.v, b, h), sequence_columns(out, shape, b, h * hd, hd));
+      lower_times(space, head(stash.probs, b, h), qkv_head(x, shape, 2, b, h),
+                  sequence_columns(out, shape, b, h * hd, hd));
 }
 
 template <class T>
@@ -293,11 +285,12 @@ void attention_backward_input(const ExecSpace& space, const AttentionShape& shap
   const int hd = shape.head_dim;
   const std::int64_t channels = shape.channels();
   const View2<const T> dy = dout;
+  const View2<const T> x = stash.qkv;
   // dO of head h is its columns of dout; dq, dk, dv of head h go straight into their columns of dqkv.
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h) {
       const auto dheads = sequence_columns(dy, shape, b, h * hd, hd);
-      causal_scores(space, dheads, head(stash.v, b, h), head(work.dprobs, b, h));  // dP = dO v^T
+      causal_scores(space, dheads, qkv_head(x, shape, 2, b, h), head(work.dprobs, b, h));  // dP = dO v^T
       lower_transposed_times(space, head(stash.probs, b, h), dheads,
                              sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd));  // dv = P^T dO
     }
@@ -305,9 +298,9 @@ void attention_backward_input(const ExecSpace& space, const AttentionShape& shap
   causal_softmax_backward(space, stash.probs, dscores, T(1) / math::sqrt(T(hd)));
   for (int b = 0; b < shape.batch; ++b)
     for (int h = 0; h < shape.heads; ++h) {
-      lower_times(space, head(dscores, b, h), head(stash.k, b, h),
+      lower_times(space, head(dscores, b, h), qkv_head(x, shape, 1, b, h),
                   sequence_columns(dqkv, shape, b, h * hd, hd));  // dq = dS k
-      lower_transposed_times(space, head(dscores, b, h), head(stash.q, b, h),
+      lower_transposed_times(space, head(dscores, b, h), qkv_head(x, shape, 0, b, h),
                              sequence_columns(dqkv, shape, b, channels + h * hd, hd));  // dk = dS^T q
     }
 }

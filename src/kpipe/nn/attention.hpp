@@ -14,8 +14,8 @@ struct AttentionShape {
 
 // What the backward pass of one micro-batch needs: kept from forward until backward_input.
 template <class T> struct AttentionStash {
-  View4<T> q, k, v;  // [B, H, T, hd]
-  View4<T> probs;    // [B, H, T, T], causal softmax of q k^T / sqrt(hd); zero above the diagonal
+  View2<T> qkv;    // [B*T, 3C]: q | k | v as the projection wrote them; heads are read in place from it
+  View4<T> probs;  // [B, H, T, T], causal softmax of q k^T / sqrt(hd); zero above the diagonal
 };
 
 // Scratch that every call overwrites; one per stage is enough. (Per-head products read and write the
@@ -27,7 +27,8 @@ template <class T> struct AttentionWork {
 template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape);
 template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape);
 
-// qkv[B*T, 3C] (q | k | v, head h in columns h*hd..h*hd+hd-1 of each) -> out[B*T, C]
+// qkv[B*T, 3C] (q | k | v, head h in columns h*hd..h*hd+hd-1 of each) -> out[B*T, C]. qkv is kept in
+// stash.qkv; when it is stash.qkv itself (the block's projection writes it there) nothing is copied.
 template <class T>
 void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<T> qkv, const AttentionStash<T>& stash,
                        const AttentionWork<T>& work, const View2<T>& out);

@@ -33,15 +33,14 @@ template <class T> BlockGrads<T> allocate_grads(const Block<T>& b) {
 template <class T> BlockWork<T> allocate_work(const Block<T>& b) {
   const auto n = b.shape.rows();
   const int c = b.shape.channels();
-  return {matrix<T>("kpipe::nn::Block::qkv", n, 3 * c), matrix<T>("kpipe::nn::Block::datt", n, c),
-          allocate_work<T>(b.shape)};
+  return {matrix<T>("kpipe::nn::Block::datt", n, c), allocate_work<T>(b.shape)};
 }
 
 template <class T>
 void forward(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockStash<T>& s, const BlockWork<T>& w) {
   forward(space, b.ln1, x, s.h1, s.mean1, s.rstd1);
-  forward(space, b.qkv, s.h1, w.qkv);
-  attention_forward(space, b.shape, w.qkv, s.attn, w.attn, s.att);
+  forward(space, b.qkv, s.h1, s.attn.qkv);  // straight into the stash: attention reads its heads there
+  attention_forward(space, b.shape, s.attn.qkv, s.attn, w.attn, s.att);
   forward_residual(space, b.proj, s.att, x, s.x2);
   forward(space, b.ln2, s.x2, s.h2, s.mean2, s.rstd2);
   forward_product(space, b.fc, s.h2, s.f);

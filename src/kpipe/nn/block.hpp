@@ -41,7 +41,6 @@ template <class T> struct BlockGrads {
 
 // Scratch every call overwrites (one per stage).
 template <class T> struct BlockWork {
-  View2<T> qkv;   // [N, 3C]
   View2<T> datt;  // [N, C]
   AttentionWork<T> attn;
 };

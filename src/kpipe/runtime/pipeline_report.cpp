@@ -21,6 +21,10 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   const int stash = trainer.peak_stash();
   r.peak_stash.assign(p, 0);
   MPI_Allgather(&stash, 1, MPI_INT, r.peak_stash.data(), 1, MPI_INT, grid.pipeline);
+  int slots = 0;
+  for (int c = 0; c < trainer.chunks(); ++c) slots += trainer.chunk(c).allocated_slots();
+  r.allocated_slots.assign(p, 0);
+  MPI_Allgather(&slots, 1, MPI_INT, r.allocated_slots.data(), 1, MPI_INT, grid.pipeline);
 
   // Per-action costs as each virtual stage measured them (stages differ: the first has the embedding, the
   // last the head, and a rank's chunks differ as well); the report's single figures are their means over
@@ -35,20 +39,21 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   MPI_Allgather(own.data(), 4 * chunks, MPI_DOUBLE, all.data(), 4 * chunks, MPI_DOUBLE, grid.pipeline);
   std::vector<schedule::Costs> costs(schedule.virtual_stages());
   std::array<double, 4> sum{}, ran{};
-  for (int rank = 0; rank < p; ++rank)
+  for (int rank = 0; rank < p; ++rank) {
     for (int chunk = 0; chunk < chunks; ++chunk) {
-    const int k = schedule.virtual_stage(rank, chunk);
-    const double* c = &all[4 * (std::size_t(rank) * chunks + chunk)];
-    costs[k].f = c[0];
-    costs[k].b = c[1];
-    costs[k].i = c[2];
-    costs[k].w = c[3];
-    for (int op = 0; op < 4; ++op)
-      if (c[op] > 0) {
-        sum[op] += c[op];
-        ran[op] += 1;
-      }
+      const int k = schedule.virtual_stage(rank, chunk);
+      const double* c = &all[4 * (std::size_t(rank) * chunks + chunk)];
+      costs[k].f = c[0];
+      costs[k].b = c[1];
+      costs[k].i = c[2];
+      costs[k].w = c[3];
+      for (int op = 0; op < 4; ++op)
+        if (c[op] > 0) {
+          sum[op] += c[op];
+          ran[op] += 1;
+        }
     }
+  }
   r.cost_f = ran[0] > 0 ? sum[0] / ran[0] : 0;
   r.cost_b = ran[1] > 0 ? sum[1] / ran[1] : 0;
   r.cost_i = ran[2] > 0 ? sum[2] / ran[2] : 0;

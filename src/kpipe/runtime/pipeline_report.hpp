@@ -15,6 +15,7 @@ struct PipelineReport {
   double cost_f = 0, cost_b = 0, cost_i = 0, cost_w = 0;  // mean seconds per action on one chunk
   std::vector<int> peak_stash;           // measured, per pipeline rank
   std::vector<int> predicted_stash;      // schedule::peak_stash
+  std::vector<int> allocated_slots;      // measured, per pipeline rank: slots in the pools of its chunks
 };
 
 // Collective over the trainer's pipeline (every rank of it calls it). `busy` and `pipeline_seconds` are

@@ -61,6 +61,7 @@ template <class T> class Trainer {
   const schedule::Schedule& schedule() const { return schedule_; }
   int chunks() const { return int(chunks_.size()); }
   model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
+  const model::Chunk<T>& chunk(int c) const { return *chunks_.at(c); }
   int peak_stash() const { return peak_stash_; }  // measured on this rank since construction
   // Mean seconds of one F, B, I, W on one chunk of this rank (index by Op), over the steps after the first;
   // 0 for kinds that did not run.
