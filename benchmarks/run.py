@@ -12,6 +12,9 @@ OPENBLAS_NUM_THREADS=1 per rank:
     median step time, pooled over the repeats, the first two steps of each run left out;
   * benchmarks/pytorch/gpt.py (one process, m=1 and m=8) and pipeline.py (Schedule1F1B, 2 gloo ranks)
     where `python -c "import torch"` works; otherwise it says so and skips them.
+Every configuration runs once per round, each PyTorch run right after the kpipe run it is compared with, and
+the rounds repeat `--repeats` times: a machine whose speed drifts shifts both sides alike. The kpipe/PyTorch
+ratio is given both from the pooled medians and paired by round (median, min-max over the rounds).
 Writes results.md and results.json into --out (default <build-dir>/bench-results). See docs/performance.md.
 
 How the figures are computed:
@@ -190,7 +193,7 @@ def simulate(args, ranks, schedule, chunks, m):
     return [line for line in proc.stdout.splitlines() if re.match(r"^F\d", line)][:ranks]
 
 
-def kpipe_run(args, env, c, name, ranks, schedule, chunks, m, workdir):
+def kpipe_command(args, c, ranks, schedule, chunks, m):
     model_keys = ["vocab", "seq_len", "d_model", "n_layers", "n_heads", "mlp_ratio"]
     cmd = [args.train_bin, "--steps", str(args.steps), "--batch", str(c["batch"]), "--microbatches", str(m),
            "--pipeline-size", str(ranks), "--schedule", schedule, "--chunks", str(chunks),
@@ -199,23 +202,30 @@ def kpipe_run(args, env, c, name, ranks, schedule, chunks, m, workdir):
         cmd += [f"--model.{key}", str(c[key])]
     if ranks > 1:
         cmd = shlex.split(args.mpiexec) + ["-n", str(ranks)] + cmd
-    steps, repeats = [], []
-    for rep in range(args.repeats):
-        metrics = Path(workdir) / f"metrics-{ranks}-{schedule}-{m}-{rep}.jsonl"
-        load = loadavg()
-        proc, wall, cpu = run_timed(cmd + ["--metrics", str(metrics)], env)
-        lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-        per_step = [x["step_seconds"] for x in lines if not x.get("final")]
-        final = next(x for x in lines if x.get("final"))
-        kept = per_step[2:] if len(per_step) > 2 else per_step
-        steps += kept
-        stash = {int(r): (int(meas), int(pred), int(slots)) for r, _, _, meas, pred, slots in
-                 re.findall(r"(\d+):([\d.]+)/([\d.]+)/(\d+)/(\d+)/(\d+)", proc.stdout + proc.stderr)}
-        repeats.append({"step_seconds_median": statistics.median(kept), "wall_s": wall, "cpu_s": cpu,
-                        "cpu_share": cpu / (wall * ranks), "loadavg_before": load,
-                        "measured_bubble": final.get("measured_bubble"),
-                        "simulated_bubble": final.get("simulated_bubble"),
-                        "peak_stash_measured_predicted": stash})
+    return cmd
+
+
+def kpipe_once(args, env, c, run, rep, workdir):
+    """One kpipe-train run of configuration `run` (an entry of KPIPE_RUNS): its timed steps and figures."""
+    name, ranks, schedule, chunks, m = run
+    metrics = Path(workdir) / f"metrics-{ranks}-{schedule}-{m}-{rep}.jsonl"
+    load = loadavg()
+    proc, wall, cpu = run_timed(kpipe_command(args, c, ranks, schedule, chunks, m) + ["--metrics", str(metrics)], env)
+    lines = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    per_step = [x["step_seconds"] for x in lines if not x.get("final")]
+    final = next(x for x in lines if x.get("final"))
+    kept = per_step[2:] if len(per_step) > 2 else per_step
+    stash = {int(r): (int(meas), int(pred), int(slots)) for r, _, _, meas, pred, slots in
+             re.findall(r"(\d+):([\d.]+)/([\d.]+)/(\d+)/(\d+)/(\d+)", proc.stdout + proc.stderr)}
+    return {"steps": kept, "step_seconds_median": statistics.median(kept), "wall_s": wall, "cpu_s": cpu,
+            "cpu_share": cpu / (wall * ranks), "loadavg_before": load,
+            "measured_bubble": final.get("measured_bubble"), "simulated_bubble": final.get("simulated_bubble"),
+            "peak_stash_measured_predicted": stash}
+
+
+def kpipe_summary(args, c, run, repeats):
+    name, ranks, schedule, chunks, m = run
+    steps = [s for r in repeats for s in r.pop("steps")]
     tokens = c["batch"] * c["seq_len"]
     median = statistics.median(steps)
     schedule_text = simulate(args, ranks, schedule, chunks, m)
@@ -237,17 +247,26 @@ def torch_available(python):
     return subprocess.run([python, "-c", "import torch"], capture_output=True).returncode == 0
 
 
-def torch_run(args, env, c, script, extra):
+# PyTorch's side: (key, script, extra arguments, the kpipe run it is compared with).
+TORCH_RUNS = [
+    ("one_process_m1", "gpt.py", ["--microbatches", "1"], "1 rank, m=1"),
+    ("one_process_m8", "gpt.py", ["--microbatches", "8"], "1 rank, m=8"),
+    ("pipeline_1f1b", "pipeline.py", ["--microbatches", "8"], "2 ranks, 1f1b"),
+]
+
+
+def torch_once(args, env, c, script, extra):
     cmd = [args.python, str(ROOT / "benchmarks" / "pytorch" / script), "--steps", str(args.steps),
            "--batch", str(c["batch"]), "--n-layers", str(c["n_layers"]), "--d-model", str(c["d_model"]),
            "--seq-len", str(c["seq_len"])] + extra
-    results = []
-    for _ in range(args.repeats):
-        load = loadavg()
-        proc, wall, cpu = run_timed(cmd, env)
-        r = json.loads(proc.stdout.strip().splitlines()[-1])
-        r.update(wall_s=wall, cpu_s=cpu, loadavg_before=load)
-        results.append(r)
+    load = loadavg()
+    proc, wall, cpu = run_timed(cmd, env)
+    r = json.loads(proc.stdout.strip().splitlines()[-1])
+    r.update(wall_s=wall, cpu_s=cpu, loadavg_before=load)
+    return r
+
+
+def torch_summary(c, results):
     median = statistics.median(r["step_seconds_median"] for r in results)
     tokens = c["batch"] * c["seq_len"]
     return {"tokens_per_s": tokens / median, "step_seconds_median": median,
@@ -310,11 +329,14 @@ def markdown(res):
             ("2 ranks, 1F1B, m=8", t["pipeline_1f1b"], k["2 ranks, 1f1b"])]
     out += [f"PyTorch {t['one_process_m1']['torch']} side by side (same model, shapes and initialization scheme; "
             "PyTorch pipelined with torch.distributed.pipelining Schedule1F1B on 2 gloo ranks):", "",
-            "| run | kpipe tokens/s | PyTorch tokens/s | kpipe / PyTorch | PyTorch GFLOP/s |",
-            "|---|---:|---:|---:|---:|"]
+            "| run | kpipe tokens/s | PyTorch tokens/s | kpipe / PyTorch | same, paired by round (min-max) "
+            "| PyTorch GFLOP/s |",
+            "|---|---:|---:|---:|---|---:|"]
     for label, tr, kr in rows:
+        rounds = [t["step_seconds_median"] / k_["step_seconds_median"] for k_, t in zip(kr["repeats"], tr["repeats"])]
         out.append(f"| {label} | {kr['tokens_per_s']:.0f} | {tr['tokens_per_s']:.0f} | "
-                   f"{kr['tokens_per_s'] / tr['tokens_per_s']:.2f} | {tr['gflop_per_s']:.1f} |")
+                   f"{kr['tokens_per_s'] / tr['tokens_per_s']:.2f} | {tr['paired_ratio']:.2f} "
+                   f"({min(rounds):.2f}-{max(rounds):.2f}) | {tr['gflop_per_s']:.1f} |")
     return "\n".join(out) + "\n"
 
 
@@ -354,20 +376,33 @@ def main():
     print("sgemm peak ...", file=sys.stderr)
     res["sgemm_peak"] = sgemm_peak(args, env)
     res["gemm_share"] = gemm_share(args, env)
-    res["kpipe"] = []
-    with tempfile.TemporaryDirectory() as workdir:
-        for name, ranks, schedule, chunks, m in KPIPE_RUNS:
-            print(f"kpipe {name} ...", file=sys.stderr)
-            res["kpipe"].append(kpipe_run(args, env, c, name, ranks, schedule, chunks, m, workdir))
     if args.no_torch:
         res["pytorch_skipped"] = "skipped (--no-torch)"
     elif not torch_available(args.python):
         res["pytorch_skipped"] = f"not installed for {args.python} (pip install torch): skipped"
-    else:
-        print("PyTorch ...", file=sys.stderr)
-        res["pytorch"] = {"one_process_m1": torch_run(args, env, c, "gpt.py", ["--microbatches", "1"]),
-                          "one_process_m8": torch_run(args, env, c, "gpt.py", ["--microbatches", "8"]),
-                          "pipeline_1f1b": torch_run(args, env, c, "pipeline.py", ["--microbatches", "8"])}
+    torch_runs = [] if "pytorch_skipped" in res else TORCH_RUNS
+    # Rounds: every configuration once per round, kpipe and PyTorch alternating, so that a machine whose
+    # speed drifts over minutes (shared hosts do) shifts both sides alike instead of favouring one.
+    kpipe_repeats = {run[0]: [] for run in KPIPE_RUNS}
+    torch_repeats = {key: [] for key, *_ in torch_runs}
+    with tempfile.TemporaryDirectory() as workdir:
+        for rep in range(args.repeats):
+            for run in KPIPE_RUNS:
+                print(f"round {rep + 1}/{args.repeats}: kpipe {run[0]} ...", file=sys.stderr)
+                kpipe_repeats[run[0]].append(kpipe_once(args, env, c, run, rep, workdir))
+                for key, script, extra, partner in torch_runs:
+                    if partner == run[0]:
+                        print(f"round {rep + 1}/{args.repeats}: PyTorch {key} ...", file=sys.stderr)
+                        torch_repeats[key].append(torch_once(args, env, c, script, extra))
+    res["kpipe"] = [kpipe_summary(args, c, run, kpipe_repeats[run[0]]) for run in KPIPE_RUNS]
+    if torch_runs:
+        res["pytorch"] = {key: torch_summary(c, torch_repeats[key]) for key in torch_repeats}
+        # kpipe / PyTorch per round (the two ran back to back), then the median over rounds.
+        k = {r["name"]: r for r in res["kpipe"]}
+        for key, _, _, partner in torch_runs:
+            pairs = zip(k[partner]["repeats"], res["pytorch"][key]["repeats"])
+            res["pytorch"][key]["paired_ratio"] = statistics.median(
+                t["step_seconds_median"] / kr["step_seconds_median"] for kr, t in pairs)
     res["loadavg_after"] = loadavg()
     (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     table = markdown(res)

@@ -29,6 +29,10 @@ for name, r in runs.items():
         problems.append(f"{name}: peak activation bytes {r['peak_activation_bytes']}")
     if r["ranks"] == 2 and r["peak_stash_measured"] != r["peak_stash_predicted"]:
         problems.append(f"{name}: peak stash measured {r['peak_stash_measured']} predicted {r['peak_stash_predicted']}")
+    # The slot pools hold exactly the stash (receives land in spare buffers, sends take theirs along), one
+    # pool per chunk: with several chunks per rank the pools' peaks may come at different times.
+    if r["ranks"] == 2 and r["chunks"] == 1 and r["slots_allocated"] != r["peak_stash_measured"]:
+        problems.append(f"{name}: slots allocated {r['slots_allocated']} != peak stash {r['peak_stash_measured']}")
     if r["ranks"] == 2 and any(s < m for s, m in zip(r["slots_allocated"], r["peak_stash_measured"])):
         problems.append(f"{name}: slots allocated {r['slots_allocated']} below the stash {r['peak_stash_measured']}")
     if not 0 <= r["simulated_bubble"] < 1:
@@ -37,9 +41,6 @@ for name, r in runs.items():
 gpipe, f1b = runs["2 ranks, gpipe"], runs["2 ranks, 1f1b"]
 if gpipe["peak_stash_measured"][0] != 8 or f1b["peak_stash_measured"][0] != 2:
     problems.append(f"stage 0 peak stash gpipe {gpipe['peak_stash_measured']} 1f1b {f1b['peak_stash_measured']}")
-# The slot pools (what is really allocated) follow: 1F1B's stage 0 holds far fewer than GPipe's.
-if not f1b["slots_allocated"][0] < gpipe["slots_allocated"][0]:
-    problems.append(f"stage 0 slots 1f1b {f1b['slots_allocated']} not below gpipe {gpipe['slots_allocated']}")
 if abs(f1b["peak_activation_bytes"][0] * 8 - gpipe["peak_activation_bytes"][0] * 2) > 0:
     problems.append(f"stage 0 bytes 1f1b {f1b['peak_activation_bytes'][0]} != 2/8 of gpipe {gpipe['peak_activation_bytes'][0]}")
 # FLOPs per token of the tiny model from desc.cpp's formulas, worked by hand: 52.06 MFLOP per sequence of 64.

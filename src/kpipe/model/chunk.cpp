@@ -110,6 +110,35 @@ template <class T> const View2<T>& Chunk<T>::output(int slot) const {
   return blocks_.empty() ? s.embed_out : s.block_stash.back().out;
 }
 
+template <class T> void Chunk<T>::swap_output(int slot, View2<T>& spare) {
+  Slot& s = *slots_.at(slot);
+  View2<T>& out = blocks_.empty() ? s.embed_out : s.block_stash.back().out;
+  if (spare.extent(0) != out.extent(0) || spare.extent(1) != out.extent(1))
+    throw std::logic_error("Chunk::swap_output: the spare's extents differ");
+  std::swap(out, spare);
+}
+
+template <class T> void Chunk<T>::swap_input(int slot, View2<T>& spare) {
+  Slot& s = *slots_.at(slot);
+  if (spare.extent(0) != s.input.extent(0) || spare.extent(1) != s.input.extent(1))
+    throw std::logic_error("Chunk::swap_input: the spare's extents differ");
+  std::swap(s.input, spare);
+}
+
+template <class T> void Chunk<T>::swap_output_grad(int slot, View2<T>& spare) {
+  Slot& s = *slots_.at(slot);
+  if (spare.extent(0) != s.output_grad.extent(0) || spare.extent(1) != s.output_grad.extent(1))
+    throw std::logic_error("Chunk::swap_output_grad: the spare's extents differ");
+  std::swap(s.output_grad, spare);
+}
+
+template <class T> void Chunk<T>::swap_input_grad(int slot, View2<T>& spare) {
+  Slot& s = *slots_.at(slot);
+  if (spare.extent(0) != s.input_grad.extent(0) || spare.extent(1) != s.input_grad.extent(1))
+    throw std::logic_error("Chunk::swap_input_grad: the spare's extents differ");
+  std::swap(s.input_grad, spare);
+}
+
 // Chunk layer i's input activation: the chunk's input, or the previous layer's output.
 template <class T> View2<T> Chunk<T>::act_in(const Slot& s, int i) const {
   if (i == 0) return s.input;

@@ -42,6 +42,13 @@ template <class T> class Chunk {
   const View2<T>& output(int slot) const;        // not last: [N, C] activation for the next stage
   const View2<T>& output_grad(int slot) const;   // not last: [N, C] gradient from the next stage
   const View2<T>& input_grad(int slot) const;    // not first: [N, C] gradient for the previous stage
+  // Exchange the buffer behind input(slot), output_grad(slot), output(slot) or input_grad(slot) with
+  // `spare` ([N, C]): a send still reading the old buffer keeps it while the slot goes back to the pool with
+  // the spare in its place, and a receive posted ahead lands in a spare that moves in when it is used.
+  void swap_input(int slot, View2<T>& spare);
+  void swap_output_grad(int slot, View2<T>& spare);
+  void swap_output(int slot, View2<T>& spare);
+  void swap_input_grad(int slot, View2<T>& spare);
 
   void forward(const ExecSpace& space, int slot);
   // loss_scale = dL/d(per-token loss), e.g. 1 / tokens per mini-batch; used by the last chunk only.

@@ -97,10 +97,17 @@ template <class T> struct Trainer<T>::StepState {
   std::vector<std::vector<int>> slot;             // [chunk][micro-batch] -> slot, -1 when none
   std::vector<comm::Request> recv;                // per action index
   std::vector<bool> posted;                       // per action index
-  struct PendingSend { int chunk, slot; std::size_t delivered_after; comm::Request request; };
+  // A send in flight reads its slot's buffer, or, once the slot has been retired, a buffer detached from it.
+  struct PendingSend {
+    int chunk, slot;  // slot -1 once detached
+    bool gradient;
+    std::size_t delivered_after;
+    comm::Request request;
+    View2<T> detached;
+  };
   std::vector<PendingSend> sends;
-  struct Retired { int chunk, slot; };
-  std::vector<Retired> retired;                   // backward done, slot freed once its sends are delivered
+  // [chunk][micro-batch]: an activation or gradient received into a spare, until its F or B moves it in
+  std::vector<std::vector<View2<T>>> arrived_activation, arrived_gradient;
   std::vector<bool> last_touch;                   // per action index: the last use of its (chunk, micro-batch)
   std::vector<double> loss_sums;                  // per global micro-batch (last stage only)
   double busy = 0;
@@ -162,40 +169,63 @@ template <class T> int Trainer<T>::slot_for(StepState& st, int c, int mb) {
   return s;
 }
 
+// The micro-batch is done on this chunk: its slot goes back to the pool at once. A send that may still
+// read from the slot (not yet past its delivery point) takes the buffer with it, and a spare of the same
+// shape takes its place in the slot, so a slot never waits for the network, and the pool stays as small as
+// the stash (the spares are one [N, C] buffer per send in flight, not a whole stash each).
 template <class T> void Trainer<T>::retire(StepState& st, int c, int mb) {
-  st.retired.push_back({c, st.slot[c][mb]});
+  const int slot = st.slot[c][mb];
+  for (auto& send : st.sends) {
+    if (send.chunk != c || send.slot != slot || !send.request.active()) continue;
+    auto& chunk = *chunks_[c];
+    View2<T> spare = take_spare();
+    if (send.gradient)
+      chunk.swap_input_grad(slot, spare);
+    else
+      chunk.swap_output(slot, spare);
+    send.detached = spare;  // after the swap: the buffer the send reads
+    send.slot = -1;
+  }
+  chunks_[c]->release(slot);
   st.slot[c][mb] = -1;
 }
 
+// An [N, C] buffer from the spares (all chunks' activations have that shape), allocated when none is left:
+// the number allocated follows from the schedule alone, and after the first step it is enough.
+template <class T> View2<T> Trainer<T>::take_spare() {
+  if (spare_buffers_.empty()) {
+    const auto& chunk = *chunks_.front();
+    return View2<T>(uninitialized("kpipe::runtime::Trainer::message_buffer"), chunk.rows(), chunk.channels());
+  }
+  View2<T> spare = spare_buffers_.back();
+  spare_buffers_.pop_back();
+  return spare;
+}
+
 // After action `done` (list.size() at the end of the step): waits on the sends known to be delivered by
-// now (see delivery_points; the waits return at once), then gives back the retired slots no pending send
-// reads from. Only the schedule decides when a slot comes back, never how fast a peer happened to be.
+// now (see delivery_points; the waits return at once) and puts their detached buffers back among the
+// spares. Only the schedule decides when a buffer comes back, never how fast a peer happened to be, so the
+// number of buffers allocated is the same on every run.
 template <class T> void Trainer<T>::reclaim(StepState& st, std::size_t done) {
-  for (auto& s : st.sends)
+  for (auto& s : st.sends) {
     if (s.request.active() && s.delivered_after <= done &&
         !transport_->wait(s.request, config_.pipeline.recv_timeout_s))
       timeout(Action{}, done);
-  auto pending = [&](const typename StepState::Retired& r) {
-    for (const auto& s : st.sends)
-      if (s.chunk == r.chunk && s.slot == r.slot && s.request.active()) return true;
-    return false;
-  };
-  std::vector<typename StepState::Retired> still;
-  for (const auto& r : st.retired) {
-    if (pending(r))
-      still.push_back(r);
-    else
-      chunks_[r.chunk]->release(r.slot);
+    if (!s.request.active() && s.detached.data() != nullptr) {
+      spare_buffers_.push_back(s.detached);
+      s.detached = View2<T>();
+    }
   }
-  st.retired = std::move(still);
 }
 
 template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
   const Action& a = actions_[i];
   if (st.posted[i]) return;
-  auto& chunk = *chunks_[a.chunk];
-  const int slot = slot_for(st, a.chunk, a.microbatch);
-  const View2<T>& buffer = a.op == Op::recv_activation ? chunk.input(slot) : chunk.output_grad(slot);
+  // A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which
+  // the forward (activation) or backward (gradient) that uses it swaps into the slot. So a receive in
+  // flight holds one [N, C] buffer, never a whole stash slot.
+  auto& arrived = a.op == Op::recv_activation ? st.arrived_activation : st.arrived_gradient;
+  const View2<T> buffer = arrived[a.chunk][a.microbatch] = take_spare();
   const auto message = schedule::message_of(schedule_, grid_.stage, a);
   transport_->recv(buffer.data(), buffer.span() * sizeof(T), a.peer, schedule::message_tag(schedule_, message),
                    st.recv[i]);
@@ -245,7 +275,7 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       const int slot = st.slot[c][mb];
       const View2<T>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
       space_.fence();  // the buffer is complete before MPI reads it
-      st.sends.push_back({c, slot, delivered_after_[i], {}});
+      st.sends.push_back({c, slot, a.op == Op::send_gradient, delivered_after_[i], {}, {}});
       transport_->send(buffer.data(), buffer.span() * sizeof(T), a.peer,
                        schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a)),
                        st.sends.back().request);
@@ -254,6 +284,11 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     case Op::forward: {
       auto& chunk = *chunks_[c];
       const int slot = slot_for(st, c, mb);
+      if (View2<T>& received = st.arrived_activation[c][mb]; received.data() != nullptr) {
+        chunk.swap_input(slot, received);  // received now holds the slot's former input buffer
+        spare_buffers_.push_back(received);
+        received = View2<T>();
+      }
       if (chunk.first() || chunk.last()) load_tokens(c, slot, step_, mb);
       chunk.forward(space_, slot);
       if (chunk.last()) st.loss_sums[grid_.replica * local_microbatches_ + mb] = chunk.loss_sum(space_, slot);
@@ -268,6 +303,11 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     case Op::backward_input: {
       auto& chunk = *chunks_[c];
       const int slot = st.slot[c][mb];
+      if (View2<T>& received = st.arrived_gradient[c][mb]; received.data() != nullptr) {
+        chunk.swap_output_grad(slot, received);
+        spare_buffers_.push_back(received);
+        received = View2<T>();
+      }
       chunk.backward_input(space_, slot, loss_scale);
       if (local_prev)
         Kokkos::deep_copy(space_, chunks_[c - 1]->output_grad(st.slot[c - 1][mb]), chunk.input_grad(slot));
@@ -299,8 +339,8 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     }
   }
   if (observer_ && schedule::is_compute(a.op)) observer_(a, st.slot[c][mb]);
-  if (st.last_touch[i]) retire(st, c, mb);
   reclaim(st, i);
+  if (st.last_touch[i]) retire(st, c, mb);
 }
 
 template <class T> StepStats Trainer<T>::step() {
@@ -312,6 +352,8 @@ template <class T> StepStats Trainer<T>::step() {
   st.start = start;
   timeline_.clear();
   st.slot.assign(chunks_.size(), std::vector<int>(local_microbatches_, -1));
+  st.arrived_activation.assign(chunks_.size(), std::vector<View2<T>>(local_microbatches_));
+  st.arrived_gradient.assign(chunks_.size(), std::vector<View2<T>>(local_microbatches_));
   st.recv.assign(list.size(), comm::Request{});
   st.posted.assign(list.size(), false);
   st.last_touch.assign(list.size(), false);

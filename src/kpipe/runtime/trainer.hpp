@@ -79,6 +79,7 @@ template <class T> class Trainer {
   int slot_for(StepState& st, int chunk, int microbatch);
   void retire(StepState& st, int chunk, int microbatch);
   void reclaim(StepState& st, std::size_t done);
+  View2<T> take_spare();
   void load_tokens(int chunk, int slot, std::int64_t step, int microbatch);
   void reduce_across_replicas();
   void optimizer_step(StepStats& stats);
@@ -94,6 +95,7 @@ template <class T> class Trainer {
   std::vector<schedule::Action> actions_;
   std::size_t deferred_from_;  // actions_[deferred_from_..] run after that point (size() when none)
   std::vector<std::size_t> delivered_after_;  // per action: where its send is known delivered (delivery_points)
+  std::vector<View2<T>> spare_buffers_;       // [N, C] message buffers not in use (see retire, post_receive)
   std::vector<std::unique_ptr<model::Chunk<T>>> chunks_;
   std::unique_ptr<comm::Transport> transport_;          // along the pipeline
   std::unique_ptr<comm::Transport> replica_transport_;  // between replicas of this stage
