@@ -8,7 +8,7 @@ train=$1; shift
 source "$(dirname "$0")/checkpoint_common.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-run=(--pipeline-size 4 --microbatches 4 --batch 8 --steps 80 --model.n_layers 2 --model.seq_len 16
+run=(--pipeline-size 4 --microbatches 4 --batch 8 --steps 600 --model.n_layers 2 --model.seq_len 16
      --model.d_model 32 --model.n_heads 2 --train.log_every 1000)
 
 "$@" -n 4 "$train" "${run[@]}" --metrics "$dir/straight.jsonl" 2>/dev/null || fail "uninterrupted run failed"
@@ -23,7 +23,7 @@ rc=$?
 cat "$dir/a.err" | grep kpipe-train
 [ "$rc" -eq 75 ] || fail "exit code $rc, expected 75"
 stopped=$(steps_done "$dir/a.jsonl")
-[ "$stopped" -lt 80 ] || fail "the run finished before the signal arrived"
+[ "$stopped" -lt 600 ] || fail "the run finished before the signal arrived"
 count=$(ls -d "$dir"/ck/step-* 2>/dev/null | wc -l)
 [ "$count" -eq 1 ] || fail "$count checkpoint directories, expected 1: $(ls "$dir/ck")"
 [ "$(cat "$dir/ck/latest")" = "$(printf 'step-%08d' "$stopped")" ] || fail "latest = $(cat "$dir/ck/latest"), stopped after $stopped steps"
