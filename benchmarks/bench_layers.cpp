@@ -1,4 +1,6 @@
-// Memory-bound layer kernels at GPT-small-like widths: bytes each call must move, reported as GB/s.
+// Memory-bound layer kernels at the bench preset's sizes (one mini-batch of 16 sequences of 128 tokens,
+// d_model 256, MLP 1024, byte vocabulary): bytes each call must move, reported as GB/s. The layers whose
+// work is FLOPs have their own programs with GFLOP/s: kpipe_bench_linear, kpipe_bench_attention.
 //   OPENBLAS_NUM_THREADS=1 ./kpipe_bench_layers
 #include <benchmark/benchmark.h>
 
@@ -14,12 +16,12 @@
 namespace kpipe::nn {
 namespace {
 
-constexpr std::int64_t rows = 2048;      // tokens per micro-batch (2 sequences of 1024)
+constexpr std::int64_t rows = 2048;      // tokens per mini-batch (16 sequences of 128; m=1)
 constexpr std::int64_t channels = 256;   // d_model
 constexpr std::int64_t hidden = 1024;    // MLP width
-constexpr int seq = 1024;
-constexpr std::int64_t vocab = 50257;    // GPT-2's
-constexpr std::int64_t parameters = 6'500'000;
+constexpr int seq = 128;
+constexpr std::int64_t vocab = 256;      // bytes
+constexpr std::int64_t parameters = 6'500'000;  // about the bench preset's
 constexpr double word = sizeof(float);
 
 template <class V> void fill(const V& v, std::uint64_t seed) {
@@ -99,6 +101,20 @@ void BM_GeluBackward(benchmark::State& state) {
   report_bytes(state, word * 3 * rows * hidden);
 }
 
+// What the block runs after the MLP's first product: bias added in place, GeLU written (one pass).
+void BM_BiasGeluForward(benchmark::State& state) {
+  ExecSpace space;
+  View2<float> f("f", rows, hidden), g("g", rows, hidden);
+  View1<float> bias("bias", hidden);
+  fill(f, 5);
+  fill(bias, 14);
+  for (auto _ : state) {
+    bias_gelu_forward(space, bias, f, g);
+    space.fence();
+  }
+  report_bytes(state, word * (3 * rows * hidden + hidden));  // f read and written, g written, the bias
+}
+
 struct EmbeddingCase {
   Embedding<float> emb{View2<float>("token", vocab, channels), View2<float>("position", seq, channels),
                        View2<float>("dtoken", vocab, channels), View2<float>("dposition", seq, channels)};
@@ -156,6 +172,7 @@ BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerNormBackwardInput)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerNormBackwardWeight)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_GeluForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_BiasGeluForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_EmbeddingForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_EmbeddingBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();

@@ -1,5 +1,6 @@
 #include "kpipe/nn/block.hpp"
 
+#include "kpipe/core/elementwise.hpp"
 #include "kpipe/nn/gelu.hpp"
 
 namespace kpipe::nn {
@@ -43,8 +44,16 @@ void forward(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockSta
   attention_forward(space, b.shape, s.attn.qkv, s.attn, w.attn, s.att);
   forward_residual(space, b.proj, s.att, x, s.x2);
   forward(space, b.ln2, s.x2, s.h2, s.mean2, s.rstd2);
-  forward_product(space, b.fc, s.h2, s.f);
-  bias_gelu_forward(space, b.fc.bias, s.f, s.g);
+  if constexpr (host_kernels) {
+    // OpenBLAS clears C in a pass of its own when beta = 0, so writing the bias first and adding the
+    // product onto it (beta = 1) costs the same, and the GeLU pass then only reads f.
+    forward(space, b.fc, s.h2, s.f);
+    gelu_forward(space, s.f, s.g);
+  } else {
+    // cuBLAS writes C in the product's epilogue at beta = 0: the bias is cheapest added in the GeLU pass.
+    forward_product(space, b.fc, s.h2, s.f);
+    bias_gelu_forward(space, b.fc.bias, s.f, s.g);
+  }
   forward_residual(space, b.fc_proj, s.g, s.x2, s.out);
 }
 

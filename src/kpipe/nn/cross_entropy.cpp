@@ -1,5 +1,6 @@
 #include "kpipe/nn/cross_entropy.hpp"
 
+#include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
 #include "kpipe/nn/strided_max.hpp"
@@ -74,6 +75,17 @@ void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<co
   const View2<const T> x = logits;
   const View1<const Token> y = targets;
   const int cols = x.extent(1);
+  if constexpr (host_kernels) {
+    // One thread per row, each sweep a vectorized loop (see core/elementwise.hpp).
+    Kokkos::parallel_for("kpipe::nn::CrossEntropy::forward", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+      const T* KOKKOS_RESTRICT row = &x(i, 0);
+      const T max = lane_max<T>(cols, [&](std::int64_t j) { return row[j]; });
+      const T sum = lane_sum<T>(cols, [&](std::int64_t j) { return math::fast_exp(row[j] - max); });
+      const Token target = y(i);
+      losses(i) = valid_target(target, cols) ? max + math::log(sum) - row[target] : math::log(T(-1));
+    });
+    return;
+  }
   Kokkos::parallel_for("kpipe::nn::CrossEntropy::forward", RowPolicy(space, x.extent(0), Kokkos::AUTO),
                        KOKKOS_LAMBDA(const Row& team) {
                          const int i = team.league_rank();
@@ -96,6 +108,25 @@ void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const V
   const View2<const T> x = logits;
   const View1<const Token> y = targets;
   const int cols = x.extent(1);
+  if constexpr (host_kernels) {
+    Kokkos::parallel_for(
+        "kpipe::nn::CrossEntropy::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+          const T* const row = &x(i, 0);
+          T* const grad = &dlogits(i, 0);  // may be row itself (in place): each element is read, then written
+          const T max = lane_max<T>(cols, [&](std::int64_t j) { return row[j]; });
+          const T inv_sum = T(1) / lane_sum<T>(cols, [&](std::int64_t j) {
+                              const T e = math::fast_exp(row[j] - max);
+                              grad[j] = e;
+                              return e;
+                            });
+          const Token target = y(i);
+          for (int j = 0; j < cols; ++j) {
+            const T p = grad[j] * inv_sum;
+            grad[j] = scale * (j == target ? p - T(1) : p);
+          }
+        });
+    return;
+  }
   Kokkos::parallel_for("kpipe::nn::CrossEntropy::backward_input", RowPolicy(space, x.extent(0), Kokkos::AUTO),
                        KOKKOS_LAMBDA(const Row& team) {
                          const int i = team.league_rank();
