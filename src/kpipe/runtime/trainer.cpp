@@ -51,9 +51,13 @@ std::vector<std::size_t> delivery_points(const schedule::Schedule& s, int rank, 
     if (!schedule::is_send(list[i].op)) continue;
     const int peer = list[i].peer, sent = tag(rank, list[i]);
     const auto& theirs = s.actions[peer];
-    std::size_t k = 0;  // the peer's receive of this message...
-    while (k < theirs.size() && !(schedule::is_recv(theirs[k].op) && theirs[k].peer == rank && tag(peer, theirs[k]) == sent)) ++k;
-    while (k < theirs.size() && !(schedule::is_send(theirs[k].op) && theirs[k].peer == rank)) ++k;  // ...then its next send to us
+    auto receives_ours = [&](const Action& b) {
+      return schedule::is_recv(b.op) && b.peer == rank && tag(peer, b) == sent;
+    };
+    auto sends_to_us = [&](const Action& b) { return schedule::is_send(b.op) && b.peer == rank; };
+    std::size_t k = 0;
+    while (k < theirs.size() && !receives_ours(theirs[k])) ++k;  // the peer's receive of this message,
+    while (k < theirs.size() && !sends_to_us(theirs[k])) ++k;     // then its next send to us
     if (k == theirs.size()) continue;
     const int answer = tag(peer, theirs[k]);
     for (std::size_t j = i + 1; j < list.size(); ++j)
