@@ -12,6 +12,7 @@
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/partition/partition.hpp"
+#include "kpipe/schedule/delivery.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -37,36 +38,6 @@ schedule::Schedule make_schedule(const Config& c, int local_microbatches) {
   s = schedule::lower(s);
   schedule::validate(s);
   return s;
-}
-
-// For each send in `list` (this rank's actions), the index of the first later receive from the same peer
-// that the peer sends only after its own receive of ours has completed: once that receive is done, the send
-// has been delivered, so waiting on it there returns at once and cannot deadlock. The send's buffer goes
-// back to the pool at that point, which the schedule fixes: the pool's size does not depend on timing.
-// list.size() for sends with no such receive in the step (waited on at the end of the step).
-std::vector<std::size_t> delivery_points(const schedule::Schedule& s, int rank, const std::vector<Action>& list) {
-  auto tag = [&](int r, const Action& a) { return schedule::message_tag(s, schedule::message_of(s, r, a)); };
-  std::vector<std::size_t> points(list.size(), list.size());
-  for (std::size_t i = 0; i < list.size(); ++i) {
-    if (!schedule::is_send(list[i].op)) continue;
-    const int peer = list[i].peer, sent = tag(rank, list[i]);
-    const auto& theirs = s.actions[peer];
-    auto receives_ours = [&](const Action& b) {
-      return schedule::is_recv(b.op) && b.peer == rank && tag(peer, b) == sent;
-    };
-    auto sends_to_us = [&](const Action& b) { return schedule::is_send(b.op) && b.peer == rank; };
-    std::size_t k = 0;
-    while (k < theirs.size() && !receives_ours(theirs[k])) ++k;  // the peer's receive of this message,
-    while (k < theirs.size() && !sends_to_us(theirs[k])) ++k;     // then its next send to us
-    if (k == theirs.size()) continue;
-    const int answer = tag(peer, theirs[k]);
-    for (std::size_t j = i + 1; j < list.size(); ++j)
-      if (schedule::is_recv(list[j].op) && list[j].peer == peer && tag(rank, list[j]) == answer) {
-        points[i] = j;
-        break;
-      }
-  }
-  return points;
 }
 
 // Replicas after the first, under the ordered reduction: B becomes I, and the weight gradients (W, and the
@@ -133,7 +104,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   deferred_from_ = actions_.size();
   if (grid.data_parallel > 1 && pc.dp_reduction == "ordered" && grid.replica > 0)
     actions_ = defer_weight_gradients(actions_, deferred_from_);
-  delivered_after_ = delivery_points(schedule_, grid.stage, actions_);
+  delivered_after_ = schedule::delivery_points(schedule_, grid.stage, actions_);
 
   const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition);
   for (int c = 0; c < pc.chunks; ++c) {

@@ -94,7 +94,7 @@ template <class T> class Trainer {
   // reduction, where every weight gradient moves behind the point where the previous replica's sum arrives.
   std::vector<schedule::Action> actions_;
   std::size_t deferred_from_;  // actions_[deferred_from_..] run after that point (size() when none)
-  std::vector<std::size_t> delivered_after_;  // per action: where its send is known delivered (delivery_points)
+  std::vector<std::size_t> delivered_after_;  // per action: where its send is known delivered (schedule/delivery.hpp)
   std::vector<View2<T>> spare_buffers_;       // [N, C] message buffers not in use (see retire, post_receive)
   std::vector<std::unique_ptr<model::Chunk<T>>> chunks_;
   std::unique_ptr<comm::Transport> transport_;          // along the pipeline
