@@ -17,9 +17,9 @@ template <class T> struct Chunk<T>::Slot {
 };
 
 template <class T>
-Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences)
+Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences, bool gradients_per_slot)
     : desc_(&desc), first_(first), last_(last), rows_(std::int64_t(sequences) * desc.config.seq_len),
-      params_(desc, first, last) {
+      params_(desc, first, last), gradients_per_slot_(gradients_per_slot) {
   const auto& c = desc.config;
   if (first < 0 || last > int(desc.layers.size()) || first >= last)
     throw std::invalid_argument(fmt::format("chunk [{}, {}) outside the model's {} layers", first, last,
@@ -54,6 +54,10 @@ Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences)
     }
   }
   if (!blocks_.empty()) work_ = nn::allocate_work(blocks_.front());
+  if (!gradients_per_slot_) {
+    shared_grads_ = std::make_unique<Slot>();
+    allocate_grads(*shared_grads_);
+  }
 }
 
 template <class T> Chunk<T>::~Chunk() = default;
@@ -68,20 +72,24 @@ template <class T> std::unique_ptr<typename Chunk<T>::Slot> Chunk<T>::make_slot(
     s->input_grad = View2<T>(uninitialized("kpipe::model::Chunk::input_grad"), rows_, c);
   }
   if (first()) s->embed_out = View2<T>(uninitialized("kpipe::model::Chunk::embed_out"), rows_, c);
-  for (const auto& b : blocks_) {
-    s->block_stash.push_back(nn::allocate_stash(b));
-    s->block_grads.push_back(nn::allocate_grads(b));
-  }
+  for (const auto& b : blocks_) s->block_stash.push_back(nn::allocate_stash(b));
   if (last()) {
     s->targets = View1<Token>(uninitialized("kpipe::model::Chunk::targets"), rows_);
     s->head_stash = nn::allocate_stash(*head_, rows_);
-    s->head_grads = nn::allocate_grads(*head_, rows_);
   } else {
     s->output_grad = View2<T>(uninitialized("kpipe::model::Chunk::output_grad"), rows_, c);
   }
-  for (int i = 0; i + 1 < layers(); ++i)
-    s->dact.push_back(View2<T>(uninitialized("kpipe::model::Chunk::dact"), rows_, c));
+  if (gradients_per_slot_) allocate_grads(*s);
   return s;
+}
+
+// The buffers backward_input fills and backward_weight reads: each block's, the head's, and the
+// gradients between the chunk's layers.
+template <class T> void Chunk<T>::allocate_grads(Slot& s) const {
+  for (const auto& b : blocks_) s.block_grads.push_back(nn::allocate_grads(b));
+  if (last()) s.head_grads = nn::allocate_grads(*head_, rows_);
+  for (int i = 0; i + 1 < layers(); ++i)
+    s.dact.push_back(View2<T>(uninitialized("kpipe::model::Chunk::dact"), rows_, channels()));
 }
 
 template <class T> int Chunk<T>::acquire() {
@@ -147,13 +155,13 @@ template <class T> View2<T> Chunk<T>::act_in(const Slot& s, int i) const {
 }
 
 // Gradient w.r.t. chunk layer i's output.
-template <class T> View2<T> Chunk<T>::grad_out(const Slot& s, int i) const {
-  return i + 1 < layers() ? s.dact[i] : s.output_grad;
+template <class T> View2<T> Chunk<T>::grad_out(const Slot& s, const Slot& g, int i) const {
+  return i + 1 < layers() ? g.dact[i] : s.output_grad;
 }
 
 // Gradient w.r.t. chunk layer i's input.
-template <class T> View2<T> Chunk<T>::grad_in(const Slot& s, int i) const {
-  return i == 0 ? s.input_grad : s.dact[i - 1];
+template <class T> View2<T> Chunk<T>::grad_in(const Slot& s, const Slot& g, int i) const {
+  return i == 0 ? s.input_grad : g.dact[i - 1];
 }
 
 template <class T> void Chunk<T>::forward(const ExecSpace& space, int slot) {
@@ -170,16 +178,25 @@ template <class T> void Chunk<T>::forward(const ExecSpace& space, int slot) {
 template <class T> void Chunk<T>::backward_input(const ExecSpace& space, int slot, T loss_scale) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::backward_input");
   const Slot& s = *slots_.at(slot);
+  if (!gradients_per_slot_) {
+    // One shared set of gradient buffers: another micro-batch's I in between would overwrite what W reads.
+    if (awaiting_weights_ >= 0)
+      throw std::logic_error(fmt::format("Chunk::backward_input of slot {} before backward_weight of slot {}: "
+                                         "split backwards need gradients_per_slot",
+                                         slot, awaiting_weights_));
+    awaiting_weights_ = slot;
+  }
+  const Slot& g = grads_of(s);
   const int offset = first() ? 1 : 0;
   if (last()) {
     const int i = layers() - 1;
-    nn::backward_input(space, *head_, act_in(s, i), s.targets, loss_scale, *s.head_stash, *s.head_grads,
-                       grad_in(s, i));
+    nn::backward_input(space, *head_, act_in(s, i), s.targets, loss_scale, *s.head_stash, *g.head_grads,
+                       grad_in(s, g, i));
   }
   for (int b = int(blocks_.size()) - 1; b >= 0; --b) {
     const int i = b + offset;
-    nn::backward_input(space, blocks_[b], act_in(s, i), s.block_stash[b], s.block_grads[b], *work_, grad_out(s, i),
-                       grad_in(s, i));
+    nn::backward_input(space, blocks_[b], act_in(s, i), s.block_stash[b], g.block_grads[b], *work_,
+                       grad_out(s, g, i), grad_in(s, g, i));
   }
   Kokkos::Profiling::popRegion();
 }
@@ -187,13 +204,20 @@ template <class T> void Chunk<T>::backward_input(const ExecSpace& space, int slo
 template <class T> void Chunk<T>::backward_weight(const ExecSpace& space, int slot) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::backward_weight");
   const Slot& s = *slots_.at(slot);
+  if (!gradients_per_slot_) {
+    if (awaiting_weights_ != slot)
+      throw std::logic_error(fmt::format("Chunk::backward_weight of slot {}: the shared gradients hold slot {}'s",
+                                         slot, awaiting_weights_));
+    awaiting_weights_ = -1;
+  }
+  const Slot& g = grads_of(s);
   const int offset = first() ? 1 : 0;
-  if (last()) nn::backward_weight(space, *head_, act_in(s, layers() - 1), *s.head_stash, *s.head_grads);
+  if (last()) nn::backward_weight(space, *head_, act_in(s, layers() - 1), *s.head_stash, *g.head_grads);
   for (int b = int(blocks_.size()) - 1; b >= 0; --b) {
     const int i = b + offset;
-    nn::backward_weight(space, blocks_[b], act_in(s, i), s.block_stash[b], s.block_grads[b], grad_out(s, i));
+    nn::backward_weight(space, blocks_[b], act_in(s, i), s.block_stash[b], g.block_grads[b], grad_out(s, g, i));
   }
-  if (first()) nn::backward_weight(space, *embedding_, s.tokens, desc_->config.seq_len, grad_out(s, 0));
+  if (first()) nn::backward_weight(space, *embedding_, s.tokens, desc_->config.seq_len, grad_out(s, g, 0));
   Kokkos::Profiling::popRegion();
 }
 
@@ -214,7 +238,7 @@ template <class T> View2<const T> Chunk<T>::layer_output_grad(int slot, int laye
   const int i = layer - first_;
   if (i < 0 || i >= layers()) throw std::out_of_range(fmt::format("layer {} is not in this chunk", layer));
   if (last() && i == layers() - 1) return s.head_stash->logits;
-  return grad_out(s, i);
+  return grad_out(s, grads_of(s), i);
 }
 
 template class Chunk<float>;

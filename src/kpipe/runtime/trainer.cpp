@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -107,9 +108,15 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   delivered_after_ = schedule::delivery_points(schedule_, grid.stage, actions_);
 
   const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition);
+  // Gradient buffers per slot only where an I and its W run apart (split backwards, or the weight
+  // gradients deferred for the ordered reduction); with plain B one set per chunk serves every slot.
+  const bool split = std::any_of(actions_.begin(), actions_.end(), [](const Action& a) {
+    return a.op == Op::backward_input || a.op == Op::backward_weight;
+  });
   for (int c = 0; c < pc.chunks; ++c) {
     const auto& r = ranges.at(schedule_.virtual_stage(grid.stage, c));
-    chunks_.push_back(std::make_unique<model::Chunk<T>>(desc_, r.first, r.last, sequences_per_microbatch_));
+    chunks_.push_back(
+        std::make_unique<model::Chunk<T>>(desc_, r.first, r.last, sequences_per_microbatch_, /*gradients_per_slot=*/split));
     chunks_.back()->params().initialize(space_, tc.seed);
   }
   if (const char* stall = std::getenv("KPIPE_TEST_STALL")) {
