@@ -113,38 +113,34 @@ template <class T> const View1<Token>& Chunk<T>::targets(int slot) const { retur
 template <class T> const View2<T>& Chunk<T>::input(int slot) const { return slots_.at(slot)->input; }
 template <class T> const View2<T>& Chunk<T>::input_grad(int slot) const { return slots_.at(slot)->input_grad; }
 template <class T> const View2<T>& Chunk<T>::output_grad(int slot) const { return slots_.at(slot)->output_grad; }
-template <class T> const View2<T>& Chunk<T>::output(int slot) const {
-  const Slot& s = *slots_.at(slot);
+template <class T> const View2<T>& Chunk<T>::output(int slot) const { return output_of(*slots_.at(slot)); }
+
+// The chunk's last activation: the last block's output, or the embedding's in a chunk of the embedding alone.
+template <class T> View2<T>& Chunk<T>::output_of(Slot& s) const {
   return blocks_.empty() ? s.embed_out : s.block_stash.back().out;
 }
 
-template <class T> void Chunk<T>::swap_output(int slot, View2<T>& spare) {
-  Slot& s = *slots_.at(slot);
-  View2<T>& out = blocks_.empty() ? s.embed_out : s.block_stash.back().out;
-  if (spare.extent(0) != out.extent(0) || spare.extent(1) != out.extent(1))
-    throw std::logic_error("Chunk::swap_output: the spare's extents differ");
-  std::swap(out, spare);
+namespace {
+// Exchanges a slot's message buffer with a spare of the same extents.
+template <class T> void swap_buffer(const char* which, View2<T>& held, View2<T>& spare) {
+  if (spare.extent(0) != held.extent(0) || spare.extent(1) != held.extent(1))
+    throw std::logic_error(fmt::format("Chunk::swap_{}: the spare is [{}, {}], the slot's buffer [{}, {}]", which,
+                                       spare.extent(0), spare.extent(1), held.extent(0), held.extent(1)));
+  std::swap(held, spare);
 }
+}  // namespace
 
 template <class T> void Chunk<T>::swap_input(int slot, View2<T>& spare) {
-  Slot& s = *slots_.at(slot);
-  if (spare.extent(0) != s.input.extent(0) || spare.extent(1) != s.input.extent(1))
-    throw std::logic_error("Chunk::swap_input: the spare's extents differ");
-  std::swap(s.input, spare);
+  swap_buffer("input", slots_.at(slot)->input, spare);
 }
-
 template <class T> void Chunk<T>::swap_output_grad(int slot, View2<T>& spare) {
-  Slot& s = *slots_.at(slot);
-  if (spare.extent(0) != s.output_grad.extent(0) || spare.extent(1) != s.output_grad.extent(1))
-    throw std::logic_error("Chunk::swap_output_grad: the spare's extents differ");
-  std::swap(s.output_grad, spare);
+  swap_buffer("output_grad", slots_.at(slot)->output_grad, spare);
 }
-
+template <class T> void Chunk<T>::swap_output(int slot, View2<T>& spare) {
+  swap_buffer("output", output_of(*slots_.at(slot)), spare);
+}
 template <class T> void Chunk<T>::swap_input_grad(int slot, View2<T>& spare) {
-  Slot& s = *slots_.at(slot);
-  if (spare.extent(0) != s.input_grad.extent(0) || spare.extent(1) != s.input_grad.extent(1))
-    throw std::logic_error("Chunk::swap_input_grad: the spare's extents differ");
-  std::swap(s.input_grad, spare);
+  swap_buffer("input_grad", slots_.at(slot)->input_grad, spare);
 }
 
 // Chunk layer i's input activation: the chunk's input, or the previous layer's output.

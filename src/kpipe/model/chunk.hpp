@@ -72,6 +72,7 @@ template <class T> class Chunk {
   struct Slot;
   int layers() const { return last_ - first_; }
   View2<T> act_in(const Slot& s, int i) const;
+  View2<T>& output_of(Slot& s) const;
   // s: the micro-batch's slot; g: where its gradient buffers are (s itself, or the shared set)
   View2<T> grad_out(const Slot& s, const Slot& g, int i) const;
   View2<T> grad_in(const Slot& s, const Slot& g, int i) const;
