@@ -29,7 +29,7 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   // Per-action costs as each virtual stage measured them (stages differ: the first has the embedding, the
   // last the head, and a rank's chunks differ as well); the report's single figures are their means over
   // the stages that ran each kind.
-  const auto& schedule = trainer.schedule();
+  const auto& lowered = trainer.schedule();
   const int chunks = trainer.chunks();
   std::vector<double> own(4 * std::size_t(chunks)), all(4 * std::size_t(chunks) * p);
   for (int c = 0; c < chunks; ++c) {
@@ -37,11 +37,11 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
     std::copy(seconds.begin(), seconds.end(), own.begin() + 4 * c);
   }
   MPI_Allgather(own.data(), 4 * chunks, MPI_DOUBLE, all.data(), 4 * chunks, MPI_DOUBLE, grid.pipeline);
-  std::vector<schedule::Costs> costs(schedule.virtual_stages());
+  std::vector<schedule::Costs> costs(lowered.virtual_stages());
   std::array<double, 4> sum{}, ran{};
   for (int rank = 0; rank < p; ++rank) {
     for (int chunk = 0; chunk < chunks; ++chunk) {
-      const int k = schedule.virtual_stage(rank, chunk);
+      const int k = lowered.virtual_stage(rank, chunk);
       const double* c = &all[4 * (std::size_t(rank) * chunks + chunk)];
       costs[k].f = c[0];
       costs[k].b = c[1];
@@ -58,9 +58,9 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   r.cost_b = ran[1] > 0 ? sum[1] / ran[1] : 0;
   r.cost_i = ran[2] > 0 ? sum[2] / ran[2] : 0;
   r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
-  const auto sim = schedule::simulate(schedule, costs);
+  const auto sim = schedule::simulate(lowered, costs);
   r.simulated_bubble = sim.idle_fraction;
-  r.predicted_stash = schedule::peak_stash(trainer.schedule());
+  r.predicted_stash = schedule::peak_stash(lowered);
   for (int k = 0; k < p; ++k) {
     r.measured_mean += r.measured_bubble[k] / p;
     r.simulated_mean += r.simulated_bubble[k] / p;

@@ -73,13 +73,14 @@ template <class T> struct Trainer<T>::StepState {
   std::vector<std::vector<int>> slot;             // [chunk][micro-batch] -> slot, -1 when none
   std::vector<comm::Request> recv;                // per action index
   std::vector<bool> posted;                       // per action index
-  // A send in flight reads its slot's buffer, or, once the slot has been retired, a buffer detached from it.
+  // A send in flight reads its slot's buffer, or, once the slot has been retired, the buffer it took along.
   struct PendingSend {
-    int chunk, slot;  // slot -1 once detached
+    int chunk, slot;
     bool gradient;
     std::size_t delivered_after;
     comm::Request request;
-    View2<T> detached;
+    View2<T> detached;  // empty while the send reads from its slot
+    bool reads_slot(int c, int s) const { return chunk == c && slot == s && detached.data() == nullptr; }
   };
   std::vector<PendingSend> sends;
   // [chunk][micro-batch]: an activation or gradient received into a spare, until its F or B moves it in
@@ -158,7 +159,7 @@ template <class T> int Trainer<T>::slot_for(StepState& st, int c, int mb) {
 template <class T> void Trainer<T>::retire(StepState& st, int c, int mb) {
   const int slot = st.slot[c][mb];
   for (auto& send : st.sends) {
-    if (send.chunk != c || send.slot != slot || !send.request.active()) continue;
+    if (!send.reads_slot(c, slot) || !send.request.active()) continue;
     auto& chunk = *chunks_[c];
     View2<T> spare = take_spare();
     if (send.gradient)
@@ -166,7 +167,6 @@ template <class T> void Trainer<T>::retire(StepState& st, int c, int mb) {
     else
       chunk.swap_output(slot, spare);
     send.detached = spare;  // after the swap: the buffer the send reads
-    send.slot = -1;
   }
   chunks_[c]->release(slot);
   st.slot[c][mb] = -1;
@@ -182,6 +182,15 @@ template <class T> View2<T> Trainer<T>::take_spare() {
   View2<T> spare = spare_buffers_.back();
   spare_buffers_.pop_back();
   return spare;
+}
+
+// A buffer a receive landed in (empty when nothing was received for it) goes into the slot through `swap`,
+// and the slot's former buffer becomes a spare.
+template <class T> template <class Swap> void Trainer<T>::move_in(View2<T>& received, const Swap& swap) {
+  if (received.data() == nullptr) return;
+  swap(received);  // received now holds the slot's former buffer
+  spare_buffers_.push_back(received);
+  received = View2<T>();
 }
 
 // After action `done` (list.size() at the end of the step): waits on the sends known to be delivered by
@@ -266,11 +275,7 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     case Op::forward: {
       auto& chunk = *chunks_[c];
       const int slot = slot_for(st, c, mb);
-      if (View2<T>& received = st.arrived_activation[c][mb]; received.data() != nullptr) {
-        chunk.swap_input(slot, received);  // received now holds the slot's former input buffer
-        spare_buffers_.push_back(received);
-        received = View2<T>();
-      }
+      move_in(st.arrived_activation[c][mb], [&](View2<T>& b) { chunk.swap_input(slot, b); });
       if (chunk.first() || chunk.last()) load_tokens(c, slot, step_, mb);
       chunk.forward(space_, slot);
       if (chunk.last()) st.loss_sums[grid_.replica * local_microbatches_ + mb] = chunk.loss_sum(space_, slot);
@@ -285,11 +290,7 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     case Op::backward_input: {
       auto& chunk = *chunks_[c];
       const int slot = st.slot[c][mb];
-      if (View2<T>& received = st.arrived_gradient[c][mb]; received.data() != nullptr) {
-        chunk.swap_output_grad(slot, received);
-        spare_buffers_.push_back(received);
-        received = View2<T>();
-      }
+      move_in(st.arrived_gradient[c][mb], [&](View2<T>& b) { chunk.swap_output_grad(slot, b); });
       chunk.backward_input(space_, slot, loss_scale);
       if (local_prev)
         Kokkos::deep_copy(space_, chunks_[c - 1]->output_grad(st.slot[c - 1][mb]), chunk.input_grad(slot));
@@ -441,20 +442,6 @@ template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
                        p.moment2(), p.decay_mask());
     p.zero_grads(space_);
   }
-}
-
-template <class T> std::array<double, 4> Trainer<T>::mean_action_seconds() const {
-  std::array<double, 4> mean{};
-  for (int k = 0; k < 4; ++k) {
-    double seconds = 0;
-    long count = 0;
-    for (std::size_t c = 0; c < chunks_.size(); ++c) {
-      seconds += action_seconds_[c][k];
-      count += action_count_[c][k];
-    }
-    mean[k] = count > 0 ? seconds / double(count) : 0.0;
-  }
-  return mean;
 }
 
 template <class T> std::array<double, 4> Trainer<T>::mean_action_seconds(int chunk) const {

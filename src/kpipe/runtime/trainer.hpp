@@ -63,10 +63,9 @@ template <class T> class Trainer {
   model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
   const model::Chunk<T>& chunk(int c) const { return *chunks_.at(c); }
   int peak_stash() const { return peak_stash_; }  // measured on this rank since construction
-  // Mean seconds of one F, B, I, W on one chunk of this rank (index by Op), over the steps after the first;
-  // 0 for kinds that did not run.
-  std::array<double, 4> mean_action_seconds() const;
-  std::array<double, 4> mean_action_seconds(int chunk) const;  // the same for one chunk of this rank
+  // Mean seconds of one F, B, I, W on chunk `chunk` of this rank (index by Op), over the steps after the
+  // first; 0 for kinds that did not run.
+  std::array<double, 4> mean_action_seconds(int chunk) const;
   // Every action of the last step on this rank, in the order run.
   const std::vector<TimedAction>& last_timeline() const { return timeline_; }
   void set_observer(ActionObserver observer) { observer_ = std::move(observer); }
@@ -80,6 +79,7 @@ template <class T> class Trainer {
   void retire(StepState& st, int chunk, int microbatch);
   void reclaim(StepState& st, std::size_t done);
   View2<T> take_spare();
+  template <class Swap> void move_in(View2<T>& received, const Swap& swap);
   void load_tokens(int chunk, int slot, std::int64_t step, int microbatch);
   void reduce_across_replicas();
   void optimizer_step(StepStats& stats);
