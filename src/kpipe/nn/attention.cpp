@@ -22,6 +22,12 @@ namespace attention_detail {
 constexpr int causal_block = 64;
 static_assert(causal_block % simd_lanes == 0, "the softmax sweeps whole vectors inside a causal block");
 
+// Row i of a causal T x T block holds n = i + 1 live entries; the host softmax sweeps run over whole vectors,
+// up to the next multiple of simd_lanes (or the row's end), which causal_scores has filled.
+KOKKOS_INLINE_FUNCTION std::int64_t whole_vectors(std::int64_t n, std::int64_t seq) {
+  return math::min<std::int64_t>(seq, (n + simd_lanes - 1) / simd_lanes * simd_lanes);
+}
+
 using Range = std::pair<std::int64_t, std::int64_t>;
 
 // One head of a [B, H, T, x] tensor as a [T, x] matrix. Subviews of a LayoutRight view that keep the
@@ -107,10 +113,9 @@ template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& p
         KOKKOS_LAMBDA(std::int64_t r) {
           T* KOKKOS_RESTRICT p = base + r * seq;
           const std::int64_t n = r % seq + 1;
-          // Sweeps run over whole vectors up to `padded`: the scores there were computed (causal_scores
-          // fills whole blocks, and a block's end is a multiple of simd_lanes or the row's end), masked
-          // lanes count as nothing, and the exponential sweep writes them the zeros they get anyway.
-          const std::int64_t padded = math::min<std::int64_t>(seq, (n + simd_lanes - 1) / simd_lanes * simd_lanes);
+          // Whole vectors up to `padded`: masked lanes count as nothing, and the exponential sweep writes
+          // them the zeros they get anyway.
+          const std::int64_t padded = whole_vectors(n, seq);
           // max(scale * x) = scale * max(x), scale > 0
           const T row_max = lane_max<T>(padded, [&](std::int64_t j) { return j < n ? p[j] : p[0]; }) * scale;
           const T sum = lane_sum<T>(padded, [&](std::int64_t j) {
@@ -173,7 +178,7 @@ void causal_softmax_backward(const ExecSpace& space, const View4<T>& probs, cons
           // probs are exact zeros in [n, padded) (the forward wrote them), so whole vectors up to padded
           // add nothing to the dot product and give zeros there.
           const std::int64_t n = r % seq + 1;
-          const std::int64_t padded = math::min<std::int64_t>(seq, (n + simd_lanes - 1) / simd_lanes * simd_lanes);
+          const std::int64_t padded = whole_vectors(n, seq);
           const T dot = lane_sum<T>(padded, [&](std::int64_t j) { return j < n ? g[j] * p[j] : T(0); });
           for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? scale * p[j] * (g[j] - dot) : T(0);
           for (std::int64_t j = padded; j < seq; ++j) g[j] = T(0);

@@ -88,10 +88,9 @@ void backward_input(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In
           const T mean_g = lane_sum<T>(cols, [&](std::int64_t j) { return dyr[j] * g[j]; }) * inv_cols;
           const T mean_g_xhat =
               lane_sum<T>(cols, [&](std::int64_t j) { return dyr[j] * g[j] * (xr[j] - mu) * r; }) * inv_cols;
-          if (accumulate) {
-            for (int j = 0; j < cols; ++j) dxr[j] += r * (dyr[j] * g[j] - mean_g - (xr[j] - mu) * r * mean_g_xhat);
-          } else {
-            for (int j = 0; j < cols; ++j) dxr[j] = r * (dyr[j] * g[j] - mean_g - (xr[j] - mu) * r * mean_g_xhat);
+          for (int j = 0; j < cols; ++j) {
+            const T d = r * (dyr[j] * g[j] - mean_g - (xr[j] - mu) * r * mean_g_xhat);
+            dxr[j] = accumulate ? dxr[j] + d : d;  // a select, not beta * dx + d (0 * NaN is NaN)
           }
         });
     return;
