@@ -333,7 +333,7 @@ def markdown(res):
             "| PyTorch GFLOP/s |",
             "|---|---:|---:|---:|---|---:|"]
     for label, tr, kr in rows:
-        rounds = [t["step_seconds_median"] / k_["step_seconds_median"] for k_, t in zip(kr["repeats"], tr["repeats"])]
+        rounds = tr["ratio_by_round"]
         out.append(f"| {label} | {kr['tokens_per_s']:.0f} | {tr['tokens_per_s']:.0f} | "
                    f"{kr['tokens_per_s'] / tr['tokens_per_s']:.2f} | {tr['paired_ratio']:.2f} "
                    f"({min(rounds):.2f}-{max(rounds):.2f}) | {tr['gflop_per_s']:.1f} |")
@@ -401,8 +401,8 @@ def main():
         k = {r["name"]: r for r in res["kpipe"]}
         for key, _, _, partner in torch_runs:
             pairs = zip(k[partner]["repeats"], res["pytorch"][key]["repeats"])
-            res["pytorch"][key]["paired_ratio"] = statistics.median(
-                t["step_seconds_median"] / kr["step_seconds_median"] for kr, t in pairs)
+            ratios = [t["step_seconds_median"] / kr["step_seconds_median"] for kr, t in pairs]
+            res["pytorch"][key].update(ratio_by_round=ratios, paired_ratio=statistics.median(ratios))
     res["loadavg_after"] = loadavg()
     (out / "results.json").write_text(json.dumps(res, indent=1) + "\n")
     table = markdown(res)
