@@ -1,9 +1,9 @@
 // No allocation on the hot path: after the first step (the stash slots are allocated on first use), a
 // training step allocates nothing through Kokkos, for every schedule, on every rank of a pipeline as deep
 // as the world (1, 2, 4 ranks). Counted through Kokkos Tools' allocation callback, not assumed. With several
-// ranks this holds because message buffers come back at points the schedule fixes (Trainer's delivery
-// points), not when a send happens to complete, so oversubscribed ranks running at uneven speeds allocate
-// no more in one step than in another.
+// ranks this holds because message buffers come back at points the schedule fixes (the delivery points of
+// schedule/delivery.hpp), not when a send happens to complete, so oversubscribed ranks running at uneven
+// speeds allocate no more in one step than in another.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
