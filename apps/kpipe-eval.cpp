@@ -3,7 +3,7 @@
 // the checkpoint (its config attribute); the pipeline layout is this run's:
 //   mpiexec -n 4 kpipe-eval runs/ckpt/step-00000100 --data corpus.h5 --pipeline-size 4
 // Prints the loss with 9 significant digits on stdout (rank 0); details on stderr. The result is the same
-// on every layout (forward passes are bit-identical across layouts, DESIGN.md invariant 1).
+// on every layout (forward passes are bit-identical across layouts, docs/architecture.md, property 1).
 #include <fmt/format.h>
 #include <mpi.h>
 

@@ -1,4 +1,4 @@
-// Schedule-independence (DESIGN.md invariant 1): every pipeline layout of the world reproduces, bit for
+// Schedule-independence (docs/architecture.md, property 1): every pipeline layout of the world reproduces, bit for
 // bit, the losses and weights of one rank running the same micro-batches. The reference runs on
 // MPI_COMM_SELF inside the same process, so every rank checks itself.
 #include <gtest/gtest.h>

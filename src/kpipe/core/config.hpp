@@ -56,8 +56,8 @@ struct PipelineConfig {
   std::string partition = "uniform";  // uniform | balanced
   double recv_timeout_s = 300;  // a receive waiting longer than this aborts the run with a message
   // How replicas combine gradients. "ordered": replica r adds its micro-batches' weight gradients onto
-  // replica r-1's sum, in global micro-batch order, so the result is bit for bit one rank's (DESIGN.md
-  // invariant 1), at the price of running the weight-gradient work of replicas one after another.
+  // replica r-1's sum, in global micro-batch order, so the result is bit for bit one rank's
+  // (docs/architecture.md, property 1), at the price of running the weight-gradient work of replicas one after another.
   // "allreduce": MPI_Allreduce of each replica's sum; faster, equal to one rank's up to rounding.
   std::string dp_reduction = "ordered";
 };

@@ -1,7 +1,7 @@
 #pragma once
 // Counter-based random numbers (Philox-4x32-10, Salmon et al., SC'11). A value is a pure function of
 // (key, counter), so element i of a parameter gets the same number whichever rank, stage or device
-// computes it: this is what makes initialization independent of the pipeline layout (DESIGN.md inv. 1).
+// computes it: this is what makes initialization independent of the pipeline layout (docs/architecture.md, property 1).
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 #pragma once
 // What the pipeline did, measured, beside what the simulator predicts for the same schedule with the
-// per-action costs this run measured (DESIGN.md invariant 2: the runtime measures what the simulator
+// per-action costs this run measured (docs/architecture.md, property 2: the runtime measures what the simulator
 // predicts).
 #include <vector>
 

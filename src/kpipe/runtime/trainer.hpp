@@ -3,7 +3,7 @@
 // partition gives it) and walks its list of the lowered schedule every step: receives posted ahead,
 // forward, stash, send onward; receive the gradient, backward, send it back, free the stash; then the
 // optimizer step. With one rank the schedule is F0 B0 F1 B1 ...: the plain gradient-accumulation loop
-// that every layout must match bit for bit (DESIGN.md invariant 1).
+// that every layout must match bit for bit (docs/architecture.md, property 1).
 #include <array>
 #include <cstdint>
 #include <functional>

@@ -2,7 +2,7 @@
 // Schedule generators. Each returns compute actions only (F, B or I/W, and S last on every rank);
 // lower() adds the messages. On every (rank, chunk) the weight gradients (B, or W when split) come in
 // increasing micro-batch order, so gradients accumulate in the same order as on one rank and every
-// schedule gives bit-identical weights (DESIGN.md, invariant 1).
+// schedule gives bit-identical weights (docs/architecture.md, property 1).
 //
 // Arguments: ranks = pipeline.pipeline_size, microbatches = train.microbatches, chunks = pipeline.chunks;
 // bad values throw InputError naming the key.
