@@ -1,6 +1,9 @@
 #include "kpipe/schedule/generate.hpp"
 
 #include <algorithm>
+#include <deque>
+#include <stdexcept>
+#include <utility>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/lower.hpp"
@@ -129,6 +132,110 @@ Schedule zero_bubble_h1(int ranks, int microbatches) {
   return s;
 }
 
+// A list scheduler on a model clock with f = i = w = 1 per chunk (the setting ZB-V is built for): whenever a
+// rank is free it runs, among the actions whose inputs are there, an I (the oldest micro-batch first: the
+// previous stage waits for it), else a forward (a micro-batch already on this rank first, so it reaches the
+// loss sooner; a new one only while fewer than p micro-batches are between their chunk-0 forward and
+// chunk-0 W here), else the oldest pending W, which fills what would be idle time. The rank with the earliest
+// such action goes first. Each rank thus holds at most p micro-batches' worth of activations (2p chunk
+// activations of half a stage each), 1F1B's bound on its first rank; on the model clock every rank idles
+// only for the (p - 1) forwards before the first activation reaches the turn of the V.
+Schedule zero_bubble_v(int ranks, int microbatches) {
+  require_shape(ranks, microbatches, 2);
+  Schedule s = empty_schedule(ranks, microbatches, 2);
+  s.placement = Placement::v;
+  const int p = ranks, m = microbatches, stages = s.virtual_stages();
+  constexpr double never = 1e300;
+  std::vector<double> forward_end(std::size_t(m) * stages, never), input_end(std::size_t(m) * stages, never);
+  auto at = [&](int mb, int vstage) { return std::size_t(mb) * stages + vstage; };
+  struct RankState {
+    double free = 0;
+    int next_forward[2] = {0, 0}, next_input[2] = {0, 0};
+    std::deque<std::pair<int, double>> pending_weights[2];  // (micro-batch, end of its I), oldest first
+    int admitted = 0;  // micro-batches between their chunk-0 F and chunk-0 W on this rank
+    int remaining = 0;
+  };
+  std::vector<RankState> state(p);
+  for (auto& r : state) r.remaining = 6 * m;
+  struct Choice {
+    double time = never;
+    Op op = Op::forward;
+    int chunk = 0, microbatch = 0;
+  };
+  // The action rank r runs next and when, by the priorities above (time = never: nothing can run).
+  auto choose = [&](int r) {
+    const RankState& st = state[r];
+    struct Candidate {
+      Choice choice;
+      int priority;  // I 0, F 1, W 2
+      double order;  // within a priority: smaller first
+    };
+    std::vector<Candidate> candidates;
+    for (int c : {1, 0}) {
+      const int k = s.virtual_stage(r, c);
+      if (const int j = st.next_input[c]; j < m && forward_end[at(j, k)] < never) {
+        const double ready = std::max(forward_end[at(j, k)], k + 1 < stages ? input_end[at(j, k + 1)] : 0.0);
+        candidates.push_back({{ready, Op::backward_input, c, j}, 0, j * 2.0 + (1 - c)});
+      }
+      if (const int j = st.next_forward[c]; j < m && (c == 1 || st.admitted < p)) {
+        const double ready = k > 0 ? forward_end[at(j, k - 1)] : 0.0;
+        candidates.push_back({{ready, Op::forward, c, j}, 1, (1 - c) * double(m) + j});
+      }
+      if (!st.pending_weights[c].empty()) {
+        const auto [j, ready] = st.pending_weights[c].front();
+        candidates.push_back({{ready, Op::backward_weight, c, j}, 2, ready});
+      }
+    }
+    double earliest = never;
+    for (const auto& x : candidates) earliest = std::min(earliest, std::max(st.free, x.choice.time));
+    Choice best;
+    int best_priority = 3;
+    double best_order = 0;
+    for (const auto& x : candidates) {
+      if (earliest == never || std::max(st.free, x.choice.time) > earliest) continue;
+      if (x.priority < best_priority || (x.priority == best_priority && x.order < best_order)) {
+        best = x.choice;
+        best.time = earliest;
+        best_priority = x.priority;
+        best_order = x.order;
+      }
+    }
+    return best;
+  };
+  for (int left = 6 * m * p; left > 0; --left) {
+    int rank = -1;
+    Choice next;
+    for (int r = 0; r < p; ++r) {
+      if (state[r].remaining == 0) continue;
+      const Choice c = choose(r);
+      if (c.time < next.time || (c.time == next.time && rank >= 0 && state[r].free < state[rank].free)) {
+        next = c;
+        rank = r;
+      }
+    }
+    if (rank < 0) throw std::logic_error("zero_bubble_v: no rank can run an action (a bug in the generator)");
+    RankState& st = state[rank];
+    const int k = s.virtual_stage(rank, next.chunk), j = next.microbatch;
+    st.free = next.time + 1;
+    --st.remaining;
+    s.actions[rank].push_back(compute(next.op, j, next.chunk));
+    if (next.op == Op::forward) {
+      forward_end[at(j, k)] = st.free;
+      ++st.next_forward[next.chunk];
+      if (next.chunk == 0) ++st.admitted;
+    } else if (next.op == Op::backward_input) {
+      input_end[at(j, k)] = st.free;
+      ++st.next_input[next.chunk];
+      st.pending_weights[next.chunk].push_back({j, st.free});
+    } else {
+      st.pending_weights[next.chunk].pop_front();
+      if (next.chunk == 0) --st.admitted;
+    }
+  }
+  end_with_step(s);
+  return s;
+}
+
 Schedule split_backward(const Schedule& s) {
   if (is_lowered(s)) return lower(split_backward(strip_messages(s)));
   Schedule out = s;
@@ -149,7 +256,7 @@ Schedule split_backward(const Schedule& s) {
 }
 
 const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1"};
+  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
   return names;
 }
 
@@ -165,8 +272,13 @@ Schedule generate(const std::string& name, int ranks, int microbatches, int chun
     require_one_chunk("zb-h1", ranks, microbatches, chunks);
     return zero_bubble_h1(ranks, microbatches);
   }
-  throw InputError(fmt::format("pipeline.schedule = '{}': unknown schedule (naive, gpipe, 1f1b, interleaved, zb-h1)",
-                               name));
+  if (name == "zb-v") {
+    require(chunks == 2, "pipeline.chunks = {}: schedule 'zb-v' runs two chunks per rank (pipeline.chunks = 2)",
+            chunks);
+    return zero_bubble_v(ranks, microbatches);
+  }
+  throw InputError(fmt::format(
+      "pipeline.schedule = '{}': unknown schedule (naive, gpipe, 1f1b, interleaved, zb-h1, zb-v)", name));
 }
 
 }  // namespace kpipe::schedule
