@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -19,6 +20,8 @@
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/trace.hpp"
+#include "kpipe/memory/meter.hpp"
+#include "kpipe/runtime/memory_report.hpp"
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
 #include "kpipe/runtime/signals.hpp"
@@ -39,6 +42,7 @@ int train(const kpipe::Config& config, int rank) {
   auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
   const auto corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
   runtime::MetricsWriter metrics(rank == 0 ? config.output.metrics : std::string());
+  memory::Meter meter;  // every Kokkos allocation from here on, by category, beside the plan's prediction
   runtime::Trainer<float> trainer(config, corpus, grid);
   // Checkpoints: resume (checkpoint.resume), write every checkpoint.every steps, and on SIGUSR1/SIGTERM.
   io::validate_checkpoint_config(config.checkpoint);
@@ -134,7 +138,14 @@ int train(const kpipe::Config& config, int rank) {
                report.measured_mean, report.simulated_mean, 1e3 * report.cost_f, 1e3 * report.cost_b,
                1e3 * report.cost_i, 1e3 * report.cost_w, ranks);
   }
+  const auto memory = runtime::memory_report(trainer, meter);
+  if (rank == 0)
+    fmt::print(stderr, "memory per rank, MiB predicted/measured (recompute {}, {} micro-batches in flight at most):\n{}\n",
+               config.memory.recompute, *std::max_element(report.predicted_stash.begin(), report.predicted_stash.end()),
+               runtime::format_memory_report(memory));
   runtime::FinalMetrics final;
+  final.memory_predicted = memory.predicted;
+  final.memory_measured = memory.measured;
   final.measured_bubble = report.measured_mean;
   final.simulated_bubble = report.simulated_mean;
   final.steps = trainer.next_step();
