@@ -21,6 +21,7 @@
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/memory/meter.hpp"
+#include "kpipe/runtime/layer_profile.hpp"
 #include "kpipe/runtime/memory_report.hpp"
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
@@ -68,7 +69,9 @@ int train(const kpipe::Config& config, int rank) {
 
   const auto start = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
-  double busy = 0, pipeline_seconds = 0;  // over the steps after the first (which allocates)
+  double busy = 0, pipeline_seconds = 0, optimizer_seconds = 0;  // over the steps after the first (which allocates)
+  int counted_steps = 0;
+  const bool profiling = !config.output.profile.empty();
   const int first_step = int(trainer.next_step());  // > 0 when resumed
   for (int s = first_step; s < config.train.steps; ++s) {
     if (tracer) tracer->begin_step(s);
@@ -85,7 +88,10 @@ int train(const kpipe::Config& config, int rank) {
     if (s > first_step || config.train.steps == first_step + 1) {
       busy += stats.busy_seconds;
       pipeline_seconds += stats.pipeline_seconds;
+      optimizer_seconds += stats.optimizer_seconds;
+      ++counted_steps;
     }
+    if (profiling && s == first_step) trainer.profile_layers(true);  // the first step allocates: not timed
     metrics.write_step(stats);
     if (config.train.max_skipped_steps > 0 && skipped_in_a_row >= config.train.max_skipped_steps) {
       if (rank == 0)
@@ -138,10 +144,15 @@ int train(const kpipe::Config& config, int rank) {
                report.measured_mean, report.simulated_mean, 1e3 * report.cost_f, 1e3 * report.cost_b,
                1e3 * report.cost_i, 1e3 * report.cost_w, ranks);
   }
+  if (profiling) {
+    trainer.profile_layers(false);
+    runtime::write_layer_profile(trainer, config.output.profile, optimizer_seconds / std::max(counted_steps, 1),
+                                 counted_steps);
+    if (rank == 0) fmt::print(stderr, "kpipe-train: layer profile written: {}\n", config.output.profile);
+  }
   const auto memory = runtime::memory_report(trainer, meter);
   if (rank == 0)
-    fmt::print(stderr, "memory per rank, MiB predicted/measured (recompute {}, {} micro-batches in flight at most):\n{}\n",
-               config.memory.recompute, *std::max_element(report.predicted_stash.begin(), report.predicted_stash.end()),
+    fmt::print(stderr, "memory per rank, MiB predicted/measured (memory.recompute = {}):\n{}\n", config.memory.recompute,
                runtime::format_memory_report(memory));
   runtime::FinalMetrics final;
   final.memory_predicted = memory.predicted;

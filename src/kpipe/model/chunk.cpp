@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <stdexcept>
 
 #include "kpipe/memory/category.hpp"
@@ -192,14 +193,30 @@ template <class T> const typename Chunk<T>::Backward& Chunk<T>::backward_of(int 
   return *backward_sets_[set];
 }
 
+template <class T>
+template <class F>
+void Chunk<T>::timed(const ExecSpace& space, int chunk_layer, int kind, const F& f) const {
+  if (!layer_times_) return f();
+  space.fence();
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  space.fence();
+  auto& entry = (*layer_times_)[chunk_layer];
+  entry.seconds[kind] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++entry.calls[kind];
+}
+
 template <class T> void Chunk<T>::forward(const ExecSpace& space, int slot) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::forward");
   const Slot& s = *slots_.at(slot);
   const int offset = first() ? 1 : 0;
-  if (first()) nn::forward(space, *embedding_, s.tokens, desc_->config.seq_len, s.embed_out);
+  if (first()) timed(space, 0, 0, [&] { nn::forward(space, *embedding_, s.tokens, desc_->config.seq_len, s.embed_out); });
   for (std::size_t b = 0; b < blocks_.size(); ++b)
-    nn::forward(space, blocks_[b], act_in(s, int(b) + offset), stash_of(s, nullptr, int(b)), *work_);
-  if (last()) nn::forward(space, *head_, act_in(s, layers() - 1), s.targets, *s.head_stash);
+    timed(space, int(b) + offset, 0, [&] {
+      nn::forward(space, blocks_[b], act_in(s, int(b) + offset), stash_of(s, nullptr, int(b)), *work_);
+    });
+  if (last())
+    timed(space, layers() - 1, 0, [&] { nn::forward(space, *head_, act_in(s, layers() - 1), s.targets, *s.head_stash); });
   Kokkos::Profiling::popRegion();
 }
 
@@ -221,15 +238,20 @@ template <class T> void Chunk<T>::backward_input(const ExecSpace& space, int slo
   const int offset = first() ? 1 : 0;
   if (last()) {
     const int i = layers() - 1;
-    nn::backward_input(space, *head_, act_in(s, i), s.targets, loss_scale, *s.head_stash, *g.head_grads,
-                       grad_in(s, g, i));
+    timed(space, i, 1, [&] {
+      nn::backward_input(space, *head_, act_in(s, i), s.targets, loss_scale, *s.head_stash, *g.head_grads,
+                         grad_in(s, g, i));
+    });
   }
   for (int b = int(blocks_.size()) - 1; b >= 0; --b) {
     const int i = b + offset;
     const nn::BlockStash<T> stash = stash_of(s, &g, b);
-    nn::recompute(space, blocks_[b], recompute_, act_in(s, i), stash, *work_);
-    nn::backward_input(space, blocks_[b], act_in(s, i), stash, g.block_grads[b], *work_, grad_out(s, g, i),
-                       grad_in(s, g, i));
+    if (recompute_ != nn::Recompute::none)
+      timed(space, i, 3, [&] { nn::recompute(space, blocks_[b], recompute_, act_in(s, i), stash, *work_); });
+    timed(space, i, 1, [&] {
+      nn::backward_input(space, blocks_[b], act_in(s, i), stash, g.block_grads[b], *work_, grad_out(s, g, i),
+                         grad_in(s, g, i));
+    });
   }
   Kokkos::Profiling::popRegion();
 }
@@ -239,12 +261,18 @@ template <class T> void Chunk<T>::backward_weight(const ExecSpace& space, int sl
   const Slot& s = *slots_.at(slot);
   const Backward& g = backward_of(slot, "backward_weight");
   const int offset = first() ? 1 : 0;
-  if (last()) nn::backward_weight(space, *head_, act_in(s, layers() - 1), *s.head_stash, *g.head_grads);
+  if (last())
+    timed(space, layers() - 1, 2,
+          [&] { nn::backward_weight(space, *head_, act_in(s, layers() - 1), *s.head_stash, *g.head_grads); });
   for (int b = int(blocks_.size()) - 1; b >= 0; --b) {
     const int i = b + offset;
-    nn::backward_weight(space, blocks_[b], act_in(s, i), stash_of(s, &g, b), g.block_grads[b], grad_out(s, g, i));
+    timed(space, i, 2, [&] {
+      nn::backward_weight(space, blocks_[b], act_in(s, i), stash_of(s, &g, b), g.block_grads[b], grad_out(s, g, i));
+    });
   }
-  if (first()) nn::backward_weight(space, *embedding_, s.tokens, desc_->config.seq_len, grad_out(s, g, 0));
+  if (first())
+    timed(space, 0, 2,
+          [&] { nn::backward_weight(space, *embedding_, s.tokens, desc_->config.seq_len, grad_out(s, g, 0)); });
   backward_holder_[backward_of_slot_[slot]] = -1;  // free; its contents stay readable until it is taken again
   Kokkos::Profiling::popRegion();
 }

@@ -12,6 +12,7 @@
 // With plain backwards (each backward_input followed by its backward_weight) one set of backward buffers
 // serves every micro-batch; split backwards (zero-bubble schedules) hold one per micro-batch between its I
 // and its W. What recomputation drops and only backward_input reads lives in one scratch per chunk.
+#include <array>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -73,6 +74,14 @@ template <class T> class Chunk {
   // Last chunk: the sum of the slot's per-token losses (after forward).
   double loss_sum(const ExecSpace& space, int slot) const;
 
+  // Profiling (kpipe-train --output.profile): while set, every layer's forward, backward_input, backward_weight
+  // and recomputation runs fenced and timed, its seconds and calls added to (*times)[layer - first].
+  struct LayerTimes {
+    std::array<double, 4> seconds{};  // forward, backward_input (without recomputation), backward_weight, recompute
+    std::array<long, 4> calls{};
+  };
+  void set_layer_times(std::vector<LayerTimes>* times) { layer_times_ = times; }
+
   // For observers (activation traces), global layer index `layer` of this chunk: its output [N, C] (the
   // head's: the logits [N, V], valid after forward until backward_input), and the gradient w.r.t. that
   // output (valid after backward_input until another slot's backward_input takes the buffers; for the head,
@@ -112,6 +121,8 @@ template <class T> class Chunk {
   std::vector<std::unique_ptr<Backward>> backward_sets_;
   std::vector<int> backward_holder_;  // per set: the slot whose backward_input took it, -1 when free
   std::vector<int> backward_of_slot_; // per slot: its set since its backward_input (kept after release for observers)
+  std::vector<LayerTimes>* layer_times_ = nullptr;
+  template <class F> void timed(const ExecSpace& space, int chunk_layer, int kind, const F& f) const;
 };
 
 }  // namespace kpipe::model

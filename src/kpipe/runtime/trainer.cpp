@@ -247,8 +247,10 @@ template <class T> StepStats Trainer<T>::step() {
   double loss = 0;
   for (double l : st.loss_sums) loss += l;
   stats.loss = loss / double(stats.tokens);
+  const double optimizer_start = now();
   optimizer_step(stats);  // skips the update when the loss or the gradient is not finite
   space_.fence();
+  stats.optimizer_seconds = now() - optimizer_start;
   stats.busy_seconds = st.busy;
   stats.seconds = now() - start;
   ++step_;
@@ -291,6 +293,25 @@ template <class T> std::array<double, 4> Trainer<T>::mean_action_seconds(int chu
   const auto& count = action_count_.at(chunk);
   for (int k = 0; k < 4; ++k) mean[k] = count[k] > 0 ? seconds[k] / double(count[k]) : 0.0;
   return mean;
+}
+
+template <class T> void Trainer<T>::profile_layers(bool on) {
+  if (on && layer_times_.empty())
+    for (auto& chunk : chunks_)
+      layer_times_.emplace_back(chunk->params().last_layer() - chunk->params().first_layer());
+  for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->set_layer_times(on ? &layer_times_[c] : nullptr);
+}
+
+template <class T> std::vector<std::array<double, 4>> Trainer<T>::layer_seconds() const {
+  std::vector<std::array<double, 4>> seconds(desc_.layers.size(), std::array<double, 4>{});
+  for (std::size_t c = 0; c < layer_times_.size(); ++c) {
+    const int first = chunks_[c]->params().first_layer();
+    for (std::size_t i = 0; i < layer_times_[c].size(); ++i)
+      for (int k = 0; k < 4; ++k)
+        if (layer_times_[c][i].calls[k] > 0)
+          seconds[first + i][k] = layer_times_[c][i].seconds[k] / double(layer_times_[c][i].calls[k]);
+  }
+  return seconds;
 }
 
 template <class T> double Trainer<T>::evaluate() {

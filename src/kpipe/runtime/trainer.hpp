@@ -30,6 +30,7 @@ struct StepStats {
   double seconds = 0;        // wall time of the step on this rank
   double busy_seconds = 0;   // time this rank spent in F, B, I, W
   double pipeline_seconds = 0;  // time from the step's start to the end of its schedule (before the optimizer)
+  double optimizer_seconds = 0; // the optimizer's update on this rank
   std::int64_t tokens = 0;   // tokens in the mini-batch (all replicas)
   bool skipped = false;      // loss or gradient not finite: no update, on every rank alike
 };
@@ -80,6 +81,11 @@ template <class T> class Trainer {
   std::array<double, 4> mean_action_seconds(int chunk) const;
   // Every action of the last step on this rank, in the order run.
   const std::vector<TimedAction>& last_timeline() const { return timeline_; }
+  // Profiling (output.profile): while on, every layer's work is fenced and timed (chunk.hpp).
+  void profile_layers(bool on);
+  // Mean seconds per call of this rank's layers, by global layer index (zeros for others' layers): forward,
+  // backward_input, backward_weight, recompute.
+  std::vector<std::array<double, 4>> layer_seconds() const;
   void set_observer(ActionObserver observer) { observer_ = std::move(observer); }
 
  private:
@@ -110,6 +116,7 @@ template <class T> class Trainer {
   int stash_ = 0, peak_stash_ = 0;
   std::vector<std::array<double, 4>> action_seconds_;  // [chunk] F, B, I, W, summed over the steps after the first
   std::vector<std::array<long, 4>> action_count_;
+  std::vector<std::vector<typename model::Chunk<T>::LayerTimes>> layer_times_;  // per chunk, while profiling
   std::vector<TimedAction> timeline_;
   ActionObserver observer_;
   double test_stall_seconds_ = 0;  // test hook KPIPE_TEST_STALL="rank:seconds": that rank sleeps before step 0

@@ -1,0 +1,40 @@
+#pragma once
+// The step-time model: what each action of a configuration costs, per virtual stage, for the simulator.
+// Layer times come from a profile kpipe-train measured (profile.hpp) or from the model's FLOPs at an
+// assumed rate; messages cost latency + bytes / bandwidth; the optimizer step a time per parameter.
+// Recomputation costs the forward time of what it recomputes: measured when the profile ran with the same
+// mode, else the block's forward time times the recomputed part's share of the block's forward FLOPs.
+#include <array>
+#include <optional>
+#include <vector>
+
+#include "kpipe/core/config.hpp"
+#include "kpipe/model/desc.hpp"
+#include "kpipe/nn/block.hpp"
+#include "kpipe/planner/profile.hpp"
+#include "kpipe/schedule/simulate.hpp"
+
+namespace kpipe::planner {
+
+struct Machine {
+  double flops_per_second = 1e11;     // per rank, without a profile
+  std::optional<Profile> profile;     // measured layer times (its widths must be the model's)
+  double latency = 5e-6;              // seconds per message
+  double bytes_per_second = 1e10;     // per link
+  double optimizer_seconds_per_parameter = 2e-9;  // without a profile
+};
+
+// Share of a block's forward FLOPs that recomputation in `mode` runs again.
+double recompute_share(const ModelConfig& model, nn::Recompute mode);
+
+// Per layer, seconds per sequence: forward, backward_input, backward_weight, recompute (blocks only).
+std::vector<std::array<double, 4>> layer_seconds(const model::ModelDesc& desc, const Machine& machine,
+                                                 nn::Recompute mode);
+
+// Costs per virtual stage of `schedule` (a replica's) under `config`: its layers (the configured partition)
+// x sequences per micro-batch, messages of one activation, the running sum of the stage's gradients, and the
+// optimizer step of each rank's parameters (on its chunk 0's virtual stage, which the step is charged to).
+std::vector<schedule::Costs> stage_costs(const Config& config, const model::ModelDesc& desc,
+                                         const schedule::Schedule& schedule, const Machine& machine);
+
+}  // namespace kpipe::planner
