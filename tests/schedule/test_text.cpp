@@ -33,6 +33,7 @@ TEST(Text, EveryGeneratedScheduleRoundTrips) {
           schedules.push_back(split_backward(one_f_one_b(p, m)));
         }
         if (v == 1 || m % p == 0) schedules.push_back(interleaved(p, m, v));
+        if (v == 2) schedules.push_back(zero_bubble_v(p, m));  // its placement line comes along
         for (const Schedule& s : schedules) {
           EXPECT_EQ(parse(to_text(s)), s) << to_text(s);
           EXPECT_EQ(parse(to_text(lower(s))), lower(s)) << to_text(lower(s));

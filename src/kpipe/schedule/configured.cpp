@@ -23,7 +23,17 @@ Replicated configured_schedule(const Config& c) {
   validate(s);
   Replicated r = p.dp_reduction == "ordered" ? order_reduction(s, p.data_parallel, p.dp_reduction_group)
                                              : allreduce_replicas(s, p.data_parallel);
-  validate(r);
+  try {
+    validate(r);
+  } catch (const InputError& e) {
+    // With several chunks per rank, groups longer than one micro-batch can make the chunks' sums wait on
+    // each other; say which key to change.
+    if (r.ordered && r.group > 1)
+      throw InputError(fmt::format("pipeline.dp_reduction_group = {} with {} chunks per rank: {} (groups of 1 never "
+                                   "wait on each other)",
+                                   r.group, p.chunks, e.what()));
+    throw;
+  }
   return r;
 }
 

@@ -132,16 +132,22 @@ Schedule zero_bubble_h1(int ranks, int microbatches) {
   return s;
 }
 
-// A list scheduler on a model clock with f = i = w = 1 per chunk (the setting ZB-V is built for): whenever a
-// rank is free it runs, among the actions whose inputs are there, an I (the oldest micro-batch first: the
-// previous stage waits for it), else a forward (a micro-batch already on this rank first, so it reaches the
-// loss sooner; a new one only while fewer than p micro-batches are between their chunk-0 forward and
-// chunk-0 W here), else the oldest pending W, which fills what would be idle time. The rank with the earliest
-// such action goes first. Each rank thus holds at most p micro-batches' worth of activations (2p chunk
-// activations of half a stage each), 1F1B's bound on its first rank; on the model clock every rank idles
-// only for the (p - 1) forwards before the first activation reaches the turn of the V.
-Schedule zero_bubble_v(int ranks, int microbatches) {
-  require_shape(ranks, microbatches, 2);
+// ZB-V's list scheduler, on a model clock with f = i = w = 1 per chunk (the setting ZB-V is built for):
+// whenever a rank is free it runs, among the actions whose inputs are there, an I (the oldest micro-batch
+// first: the previous stage waits for it), else a forward (a micro-batch already on this rank first, so it
+// reaches the loss sooner; a new one only if the admission rule lets it in), else the oldest pending W,
+// which fills what would be idle time. The rank with the earliest such action goes first. Both admission
+// rules keep a rank's activations within 2p chunk activations (p micro-batches' worth, 1F1B's bound on its
+// first rank):
+//  - by micro-batches: fewer than p between their chunk-0 forward and chunk-0 W on this rank;
+//  - by activations: those held, plus a chunk-1 activation for each micro-batch here that has yet to come
+//    back, plus the two the new one will need, at most 2p.
+// Returns the schedule and its makespan on the model clock.
+namespace {
+
+enum class Admission { microbatches, activations };
+
+std::pair<Schedule, double> list_schedule_v(int ranks, int microbatches, Admission admission) {
   Schedule s = empty_schedule(ranks, microbatches, 2);
   s.placement = Placement::v;
   const int p = ranks, m = microbatches, stages = s.virtual_stages();
@@ -152,7 +158,9 @@ Schedule zero_bubble_v(int ranks, int microbatches) {
     double free = 0;
     int next_forward[2] = {0, 0}, next_input[2] = {0, 0};
     std::deque<std::pair<int, double>> pending_weights[2];  // (micro-batch, end of its I), oldest first
-    int admitted = 0;  // micro-batches between their chunk-0 F and chunk-0 W on this rank
+    int admitted = 0;   // micro-batches between their chunk-0 F and chunk-0 W on this rank
+    int held = 0;       // chunk activations between their F and W
+    int returning = 0;  // micro-batches past their chunk-0 F whose chunk-1 F is still to come
     int remaining = 0;
   };
   std::vector<RankState> state(p);
@@ -161,6 +169,9 @@ Schedule zero_bubble_v(int ranks, int microbatches) {
     double time = never;
     Op op = Op::forward;
     int chunk = 0, microbatch = 0;
+  };
+  auto admits = [&](const RankState& st) {
+    return admission == Admission::microbatches ? st.admitted < p : st.held + st.returning + 2 <= 2 * p;
   };
   // The action rank r runs next and when, by the priorities above (time = never: nothing can run).
   auto choose = [&](int r) {
@@ -177,7 +188,7 @@ Schedule zero_bubble_v(int ranks, int microbatches) {
         const double ready = std::max(forward_end[at(j, k)], k + 1 < stages ? input_end[at(j, k + 1)] : 0.0);
         candidates.push_back({{ready, Op::backward_input, c, j}, 0, j * 2.0 + (1 - c)});
       }
-      if (const int j = st.next_forward[c]; j < m && (c == 1 || st.admitted < p)) {
+      if (const int j = st.next_forward[c]; j < m && (c == 1 || admits(st))) {
         const double ready = k > 0 ? forward_end[at(j, k - 1)] : 0.0;
         candidates.push_back({{ready, Op::forward, c, j}, 1, (1 - c) * double(m) + j});
       }
@@ -202,6 +213,7 @@ Schedule zero_bubble_v(int ranks, int microbatches) {
     }
     return best;
   };
+  double makespan = 0;
   for (int left = 6 * m * p; left > 0; --left) {
     int rank = -1;
     Choice next;
@@ -217,23 +229,38 @@ Schedule zero_bubble_v(int ranks, int microbatches) {
     RankState& st = state[rank];
     const int k = s.virtual_stage(rank, next.chunk), j = next.microbatch;
     st.free = next.time + 1;
+    makespan = std::max(makespan, st.free);
     --st.remaining;
     s.actions[rank].push_back(compute(next.op, j, next.chunk));
     if (next.op == Op::forward) {
       forward_end[at(j, k)] = st.free;
       ++st.next_forward[next.chunk];
-      if (next.chunk == 0) ++st.admitted;
+      ++st.held;
+      if (next.chunk == 0) ++st.admitted, ++st.returning;
+      else --st.returning;
     } else if (next.op == Op::backward_input) {
       input_end[at(j, k)] = st.free;
       ++st.next_input[next.chunk];
       st.pending_weights[next.chunk].push_back({j, st.free});
     } else {
       st.pending_weights[next.chunk].pop_front();
+      --st.held;
       if (next.chunk == 0) --st.admitted;
     }
   }
   end_with_step(s);
-  return s;
+  return {s, makespan};
+}
+
+}  // namespace
+
+// The shorter of the two admission rules' schedules (on the model clock; the first on a tie): with m a
+// multiple of p both reach the bound 6m + (p - 1), otherwise the better one is within p of it.
+Schedule zero_bubble_v(int ranks, int microbatches) {
+  require_shape(ranks, microbatches, 2);
+  auto by_microbatches = list_schedule_v(ranks, microbatches, Admission::microbatches);
+  auto by_activations = list_schedule_v(ranks, microbatches, Admission::activations);
+  return by_activations.second < by_microbatches.second ? by_activations.first : by_microbatches.first;
 }
 
 Schedule split_backward(const Schedule& s) {

@@ -81,7 +81,7 @@ namespace {
 // The running sum on one (replica, rank): for each chunk, which group's sum it holds as it reads its list.
 void check_sum_order(const Replicated& r, int replica, int rank) {
   const Schedule& s = r.replicas[replica];
-  const int d = r.replica_count(), groups = r.groups();
+  const int groups = r.groups();
   const auto& list = s.actions[rank];
   std::vector<int> holding(s.chunks, replica == 0 ? 0 : -1), added(s.chunks, 0);
   for (std::size_t i = 0; i < list.size(); ++i) {

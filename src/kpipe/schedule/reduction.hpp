@@ -13,6 +13,9 @@
 // opens a group becomes I, rs, W: the input gradient goes upstream before the wait. The last group's holder
 // (replica d-1) broadcasts the final sum. The price is traffic: m/g transfers of the chunk's gradients per
 // step, against an allreduce's two; and a replica trails the one before it by about g W's and a transfer.
+// With one chunk per rank any g is free of deadlock; with several, the chunks' sums can wait on each other
+// once g > 1 (validate() finds it); g = 1 never does: a replica waits only for the replica before it at the
+// same place in its list, or (the first replica) for the last one at an earlier place.
 //
 // "allreduce" (allreduce_replicas): every replica runs the pipeline's lists as they are on contiguous
 // micro-batches (replica r: r*m/d ..), and the replicas' sums are added by MPI_Allreduce after the lists:
