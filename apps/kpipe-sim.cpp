@@ -26,6 +26,7 @@
 #include "kpipe/schedule/configured.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/render.hpp"
 #include "kpipe/schedule/simulate.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -45,6 +46,8 @@ struct Options {
   bool print_schedule = false, lowered = false, no_gantt = false;
   std::string svg;
   int width = 160;
+  int replicas = 1, dp_group = 1;  // data-parallel replicas of the schedule, ordered reduction's group
+  bool allreduce = false;
 };
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", 100 * fraction); }
@@ -88,7 +91,9 @@ std::string in_option_terms(std::string message) {
                                                        {"pipeline.schedule ", "--schedule "},
                                                        {"pipeline.pipeline_size", "--stages"},
                                                        {"train.microbatches", "--microbatches"},
-                                                       {"pipeline.chunks", "--chunks"}};
+                                                       {"pipeline.chunks", "--chunks"},
+                                                       {"pipeline.dp_reduction_group", "--dp-group"},
+                                                       {"pipeline.data_parallel", "--replicas"}};
   for (const auto& [key, option] : names)
     for (auto at = message.find(key); at != std::string::npos; at = message.find(key, at))
       message.replace(at, std::string(key).size(), option);
@@ -98,26 +103,39 @@ std::string in_option_terms(std::string message) {
 int run(const Options& o, const CLI::App& app) {
   const Schedule s = make_schedule(o, app);
   validate(s);
-  const SimResult sim = simulate(s, o.costs);
-  const std::string name = o.schedule_file.empty() ? o.schedule + (o.split ? " (split backward)" : "") : o.schedule_file;
+  // With replicas, every replica's lists (the ordered reduction's pass, or an allreduce after them).
+  const bool replicated = o.replicas > 1;
+  const Replicated world = !replicated ? Replicated{{s}, false, 1}
+                           : o.allreduce ? allreduce_replicas(s, o.replicas)
+                                         : order_reduction(s, o.replicas, o.dp_group);
+  const SimResult sim = replicated ? simulate(world, std::vector<Costs>(s.ranks, o.costs)) : simulate(s, o.costs);
+  std::string name = o.schedule_file.empty() ? o.schedule + (o.split ? " (split backward)" : "") : o.schedule_file;
+  if (replicated)
+    name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
+                        : fmt::format(" x {} replicas (ordered, groups of {})", o.replicas, o.dp_group);
 
   std::printf("schedule %s: %s, %s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
               plural(s.microbatches, "micro-batch", "micro-batches").c_str(), plural(s.chunks, "chunk", "chunks").c_str());
   const Costs& c = o.costs;
-  std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g\n", c.f,
-              c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes);
+  std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n", c.f,
+              c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
+              replicated ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
   if (o.print_schedule) {
-    std::printf("\n%s", to_text(o.lowered ? lower(s) : s).c_str());
+    for (int replica = 0; replica < world.replica_count(); ++replica) {
+      if (replicated) std::printf("\n# replica %d", replica);
+      std::printf("\n%s", to_text(o.lowered ? lower(world.replicas[replica]) : world.replicas[replica]).c_str());
+    }
   }
   if (!o.no_gantt) {
     GanttOptions gantt;
     gantt.max_width = o.width;
     std::printf("\n%s", gantt_text(sim.timeline, s.chunks, gantt).c_str());
   }
-  std::printf("\n%-6s %10s %10s %8s %11s\n", "rank", "busy", "idle", "bubble", "peak stash");
-  for (int r = 0; r < s.ranks; ++r)
-    std::printf("%-6d %10.4g %10.4g %8s %11d\n", r, sim.busy[r], sim.makespan - sim.busy[r],
+  std::printf("\n%-6s %10s %10s %8s %11s\n", replicated ? "rank*" : "rank", "busy", "idle", "bubble", "peak stash");
+  for (std::size_t r = 0; r < sim.busy.size(); ++r)
+    std::printf("%-6zu %10.4g %10.4g %8s %11d\n", r, sim.busy[r], sim.makespan - sim.busy[r],
                 percent(sim.idle_fraction[r]).c_str(), sim.peak_stash[r]);
+  if (replicated) std::printf("(* world rank = replica x %d + rank)\n", s.ranks);
   std::printf("makespan %.6g, bubble %s (mean idle fraction)\n", sim.makespan, percent(sim.bubble).c_str());
 
   if (!o.svg.empty()) {
@@ -310,6 +328,13 @@ int main(int argc, char** argv) {
   app.add_option("--latency", o.costs.latency, "time from a send to its arrival")->check(non_negative)->capture_default_str();
   app.add_option("--per-byte", o.costs.per_byte, "transfer time per byte")->check(non_negative)->capture_default_str();
   app.add_option("--activation-bytes", o.costs.activation_bytes, "bytes of one activation message")
+      ->check(non_negative)->capture_default_str();
+  app.add_option("--replicas", o.replicas, "data-parallel replicas of the schedule, side by side")
+      ->check(at_least_one)->capture_default_str();
+  app.add_option("--dp-group", o.dp_group, "ordered reduction: consecutive micro-batches per hop of the running sum")
+      ->check(at_least_one)->capture_default_str();
+  app.add_flag("--allreduce", o.allreduce, "replicas reduce by allreduce after their lists (not ordered)");
+  app.add_option("--gradient-bytes", o.costs.gradient_bytes, "bytes of a chunk's weight gradients (the running sum)")
       ->check(non_negative)->capture_default_str();
   app.add_flag("--print-schedule", o.print_schedule, "print the schedule in text form");
   app.add_flag("--lowered", o.lowered, "with --print-schedule: include the sends and receives");
