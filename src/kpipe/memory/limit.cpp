@@ -77,9 +77,9 @@ Limit resolve_limit(const std::string& setting, MPI_Comm world) {
   MPI_Allreduce(&mine[1], &least[1], 1, MPI_LONG_LONG, MPI_MAX, world);
   if (least[0] == std::numeric_limits<long long>::max())
     return {std::nullopt, "memory.limit_per_rank = auto (the available memory is unknown here: no limit)"};
-  return {least[0], fmt::format("memory.limit_per_rank = auto ({}: the memory available on the {}, shared by up to {} "
-                                "ranks)",
-                                format_bytes(least[0]), here.what, least[1])};
+  return {least[0], fmt::format("memory.limit_per_rank = auto ({}: the memory available on the {}{})",
+                                format_bytes(least[0]), here.what,
+                                least[1] > 1 ? fmt::format(", shared by {} ranks", least[1]) : "")};
 }
 
 void enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
