@@ -44,10 +44,12 @@ class Kpipe(CMakePackage, CudaPackage):
     depends_on("tomlplusplus@3:")
     depends_on("cli11@2:")
 
-    # Kokkos 4.4 or later, Kokkos 5 included. Kokkos 5 builds in C++20 only and kpipe compiles as C++20
-    # (checked against Kokkos 4.6 with -std=c++20 and Kokkos' 4.x deprecated API disabled, which is what
-    # Kokkos 5 removes); cmake_args() passes Kokkos' C++ standard on. Kokkos Kernels' recipe pins its
-    # Kokkos to the same version, and kpipe's matrix products need its BLAS component.
+    # Kokkos 4.4 or later, Kokkos 5 included. Kokkos 5 builds in C++20 only and kpipe compiles as C++20:
+    # checked against Kokkos 4.6 with -std=c++20 (builds, tests pass) and with Kokkos' deprecated 4.x API
+    # switched off, which is what Kokkos 5 removes; no Kokkos 5 could be built offline. cmake_args()
+    # passes Kokkos' C++ standard on. Kokkos Kernels' recipe pins its Kokkos to the same version, and
+    # kpipe's matrix products need its BLAS component. fmt 12.1 and CLI11 2.6.1, the newest that Spack
+    # picks, were checked the same way (Debian 12 has fmt 9.1 and CLI11 2.1).
     depends_on("kokkos@4.4:")
     depends_on("kokkos-kernels@4.4: +blas")
     depends_on("kokkos+openmp", when="+openmp")
@@ -122,7 +124,13 @@ class Kpipe(CMakePackage, CudaPackage):
         """find_package(kpipe) from the install prefix: configure, build and run a small program"""
         source = join_path(self.test_suite.current_test_cache_dir, self.consumer_dir)
         build = join_path(self.test_suite.current_test_cache_dir, "consumer-build")
-        prefixes = [self.prefix] + [d.prefix for d in self.spec.traverse(root=False, deptype="link")]
+        # Kokkos and Kokkos Kernels named first and by their own roots: an external dependency installed
+        # in /usr (an MPI, a CMake) must not let a system Kokkos shadow the one kpipe was built with.
+        kokkos, kernels = self.spec["kokkos"].prefix, self.spec["kokkos-kernels"].prefix
+        prefixes = [self.prefix, kokkos, kernels]
+        for dep in self.spec.traverse(root=False, deptype="link"):
+            if dep.prefix not in prefixes:
+                prefixes.append(dep.prefix)
         # The compilers Spack sets up for tests (test_requires_compiler); nvcc_wrapper for CUDA, as kpipe.
         cc, cxx = os.environ.get("CC", "cc"), os.environ.get("CXX", "c++")
         if self.spec.satisfies("+cuda"):
@@ -132,6 +140,8 @@ class Kpipe(CMakePackage, CudaPackage):
         cmake(
             "-S", source, "-B", build,
             self.define("CMAKE_PREFIX_PATH", prefixes),
+            self.define("Kokkos_ROOT", kokkos),
+            self.define("KokkosKernels_ROOT", kernels),
             self.define("CMAKE_C_COMPILER", cc),
             self.define("CMAKE_CXX_COMPILER", cxx),
         )
