@@ -96,6 +96,10 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)) {
   const auto& tc = config.train;
   const auto& pc = config.pipeline;
+  // Every id indexes the embedding and the head: the data's vocabulary must fit the model's.
+  require(corpus.vocab() <= config.model.vocab,
+          "model.vocab = {}: the data ({}) has a vocabulary of {} ({} tokens)", config.model.vocab, corpus.source,
+          corpus.vocab(), data::to_string(corpus.tokenizer.kind()));
   require(tc.microbatches % grid.data_parallel == 0,
           "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", tc.microbatches,
           grid.data_parallel);
