@@ -72,7 +72,7 @@ int train(kpipe::Config config, int rank) {
     if (tracer) tracer->begin_step(s);
     const auto stats = trainer.step();
     if (tracer) tracer->end_step();
-    if (timeline) timeline->record(s);
+    if (timeline) timeline->record(stats);
     // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
     // after train.max_skipped_steps in a row (every rank sees the same stats, so every rank stops).
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
