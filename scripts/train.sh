@@ -28,7 +28,7 @@ if mpiexec --version 2>/dev/null | grep -qi "open mpi\|openrte"; then
 fi
 
 # The step count decides when the one checkpoint is written (after the last step): take the user's if given.
-steps=600
+steps=1200
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case "${args[i]}" in
