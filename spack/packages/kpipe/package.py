@@ -40,6 +40,9 @@ class Kpipe(CMakePackage, CudaPackage):
             self.define_from_variant("KPIPE_ENABLE_CUDA_AWARE_MPI", "cuda_aware_mpi"),
             # Spack's compiler wrappers carry the target's flags (target=...): no -march=native on top.
             self.define("KPIPE_ENABLE_NATIVE_ARCH", False),
+            # The BPE tokenizer needs SentencePiece, which this recipe does not depend on: never pick up a
+            # system copy by accident (byte tokens only; BPE token files are refused with a message).
+            self.define("KPIPE_ENABLE_SENTENCEPIECE", "OFF"),
         ]
         if self.spec.satisfies("+cuda"):
             # Kokkos' nvcc_wrapper compiles the kernels' lambdas for the device.
