@@ -32,19 +32,23 @@ g2=$("${mpiexec[@]}" -n 2 "$generate" "$dir/ck" --prompt "count: 1" --tokens 80 
 for i in $(seq 400); do
   echo "line $i: the quick brown fox jumps over the lazy dog, and the dog sleeps ($((i * 7 % 100)))."
 done >"$dir/text.txt"
-"$prepare" "$dir/text.txt" --tokenizer bpe --vocab-size 300 -o "$dir/bpe.h5" >"$dir/prepare.txt" 2>&1 \
-  || fail "kpipe-prepare --tokenizer bpe: $(cat "$dir/prepare.txt")"
-"${mpiexec[@]}" -n 2 "$train" "${model[@]}" --pipeline-size 2 --steps 30 --data "$dir/bpe.h5" \
-  --checkpoint-dir "$dir/bpe" --checkpoint-every 30 >/dev/null 2>"$dir/train.txt" \
-  || { cat "$dir/train.txt"; fail "training (bpe)"; }
-grep -q "sentencepiece" "$dir/train.txt" || fail "the BPE run does not say its tokenizer: $(head -1 "$dir/train.txt")"
-b1=$("${mpiexec[@]}" -n 1 "$generate" "$dir/bpe" --prompt "line 7: the" --tokens 40 --seed 3 2>"$dir/err1") \
-  || fail "bpe, 1 rank: $(cat "$dir/err1")"
-b2=$("${mpiexec[@]}" -n 2 "$generate" "$dir/bpe" --prompt "line 7: the" --tokens 40 --seed 3 2>/dev/null)
-echo "bpe, seed 3, 1 rank:    $(printf '%s' "$b1" | head -c 120 | tr '\n' '|')"
-[ -n "$b1" ] && [ "$b1" = "$b2" ] || fail "bpe: 1 and 2 ranks differ"
-grep -q "sentencepiece tokenizer" "$dir/err1" || fail "bpe: not decoded by the checkpoint's tokenizer"
-printf '%s' "$b1" | grep -q '▁\|<unk>' && fail "bpe: raw pieces in the text: $b1"
+"$prepare" "$dir/text.txt" --tokenizer bpe --vocab-size 300 -o "$dir/bpe.h5" >"$dir/prepare.txt" 2>&1
+if grep -q "without SentencePiece" "$dir/prepare.txt"; then
+  echo "skipping BPE: $(cat "$dir/prepare.txt")"
+else
+  [ -s "$dir/bpe.h5" ] || fail "kpipe-prepare --tokenizer bpe: $(cat "$dir/prepare.txt")"
+  "${mpiexec[@]}" -n 2 "$train" "${model[@]}" --pipeline-size 2 --steps 30 --data "$dir/bpe.h5" \
+    --checkpoint-dir "$dir/bpe" --checkpoint-every 30 >/dev/null 2>"$dir/train.txt" \
+    || { cat "$dir/train.txt"; fail "training (bpe)"; }
+  grep -q "sentencepiece" "$dir/train.txt" || fail "the BPE run does not say its tokenizer: $(head -1 "$dir/train.txt")"
+  b1=$("${mpiexec[@]}" -n 1 "$generate" "$dir/bpe" --prompt "line 7: the" --tokens 40 --seed 3 2>"$dir/err1") \
+    || fail "bpe, 1 rank: $(cat "$dir/err1")"
+  b2=$("${mpiexec[@]}" -n 2 "$generate" "$dir/bpe" --prompt "line 7: the" --tokens 40 --seed 3 2>/dev/null)
+  echo "bpe, seed 3, 1 rank:    $(printf '%s' "$b1" | head -c 120 | tr '\n' '|')"
+  [ -n "$b1" ] && [ "$b1" = "$b2" ] || fail "bpe: 1 and 2 ranks differ"
+  grep -q "sentencepiece tokenizer" "$dir/err1" || fail "bpe: not decoded by the checkpoint's tokenizer"
+  printf '%s' "$b1" | grep -q '▁\|<unk>' && fail "bpe: raw pieces in the text: $b1"
+fi
 
 # Bad input: exit 2, one line, on every rank (2 ranks).
 expect() {
