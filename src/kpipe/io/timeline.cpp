@@ -64,7 +64,7 @@ void TimelineWriter::append(const StepRow& row) {
   h5::append(g, "grad_norm", std::vector<double>{row.grad_norm});
   h5::append(g, "seconds", std::vector<double>{row.seconds});
   h5::append(g, "tokens", std::vector<std::int64_t>{row.tokens});
-  H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+  // No flush of its own: the step's actions, appended next, flush the file once for both.
 }
 
 void TimelineWriter::append(const std::vector<TimelineRow>& rows) {
@@ -277,8 +277,8 @@ template <class T> void TimelineRecorder<T>::record(std::int64_t step) {
 }
 
 template <class T> void TimelineRecorder<T>::record(const runtime::StepStats& stats) {
-  record(stats.step);
   if (writer_) writer_->append(StepRow{stats.step, stats.loss, stats.lr, stats.grad_norm, stats.seconds, stats.tokens});
+  record(stats.step);
 }
 
 template class TimelineRecorder<float>;

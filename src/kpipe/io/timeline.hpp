@@ -44,7 +44,7 @@ class TimelineWriter {
  public:
   TimelineWriter(const std::string& path, const TimelineInfo& info);
   void append(const std::vector<TimelineRow>& rows);
-  void append(const StepRow& row);
+  void append(const StepRow& row);  // not flushed until the next append of actions (or the close)
 
  private:
   std::string path_;
