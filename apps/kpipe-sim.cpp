@@ -4,6 +4,10 @@
 //   kpipe-sim --schedule 1f1b --stages 4 --microbatches 8
 //   kpipe-sim --schedule interleaved --stages 4 --microbatches 8 --chunks 2 --cost-f 0.5 --cost-b 1 --svg t.svg
 //   kpipe-sim --schedule-file my.sched --print-schedule
+//   kpipe-sim --schedule 1f1b --stages 4 --preset small --vocab 8192 --partition balanced
+// With --preset, each stage's costs come from the partitioned model's FLOPs (GFLOP per micro-batch of
+// --sequences sequences, --recompute's recomputation included; planner/costs.hpp, the cost model that
+// --memory and --recommend use), so the embedding and the LM head weigh what they weigh.
 // With a training configuration (kpipe-train's options) instead of a bare schedule:
 //   kpipe-sim --memory [kpipe-train options]    every rank's predicted memory by category, and the step time
 //   kpipe-sim --recommend --ranks N --memory-per-rank SIZE [model options]   the fastest layouts that fit
@@ -21,6 +25,7 @@
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/memory/plan.hpp"
+#include "kpipe/partition/configured.hpp"
 #include "kpipe/planner/costs.hpp"
 #include "kpipe/planner/recommend.hpp"
 #include "kpipe/schedule/configured.hpp"
@@ -48,6 +53,8 @@ struct Options {
   int width = 160;
   int replicas = 1, dp_group = 1;  // data-parallel replicas of the schedule, ordered reduction's group
   bool allreduce = false;
+  std::string preset, partition = "balanced", recompute = "none";  // --preset: costs from the model
+  int vocab = 0, sequences = 1;
 };
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", 100 * fraction); }
@@ -93,22 +100,56 @@ std::string in_option_terms(std::string message) {
                                                        {"train.microbatches", "--microbatches"},
                                                        {"pipeline.chunks", "--chunks"},
                                                        {"pipeline.dp_reduction_group", "--dp-group"},
-                                                       {"pipeline.data_parallel", "--replicas"}};
+                                                       {"pipeline.data_parallel", "--replicas"},
+                                                       {"memory.recompute", "--recompute"}};
   for (const auto& [key, option] : names)
     for (auto at = message.find(key); at != std::string::npos; at = message.find(key, at))
       message.replace(at, std::string(key).size(), option);
   return message;
 }
 
+// Per virtual stage, from the model's FLOPs (the planner's cost model at 1 GFLOP/s, so in GFLOP); prints the
+// partition and what each stage holds.
+std::vector<Costs> model_costs(const Options& o, const Replicated& world) {
+  const Schedule& s = world.replicas.front();
+  ModelConfig model = preset(o.preset).model;
+  if (o.vocab > 0) model.vocab = o.vocab;
+  const model::ModelDesc desc = model::describe(model);
+  const partition::InFlight in_flight = partition::in_flight(world, o.sequences);
+  const auto ranges = partition::partition_layers(desc, s.ranks, s.chunks, o.partition, in_flight);
+  planner::Machine gflops;
+  gflops.flops_per_second = 1e9;
+  const auto costs =
+      planner::stage_costs(desc, planner::layer_seconds(desc, gflops, nn::parse_recompute(o.recompute)), ranges,
+                           o.sequences, o.costs);
+  const auto memory = partition::stage_memory(partition::layer_memory(desc, s.ranks, s.chunks, in_flight), ranges);
+  std::printf("model %s: %d blocks, d_model %d, seq_len %d, vocabulary %d; %s partition, %d sequence%s per "
+              "micro-batch%s\n", o.preset.c_str(), model.n_layers, model.d_model, model.seq_len, model.vocab,
+              o.partition.c_str(), o.sequences, o.sequences == 1 ? "" : "s",
+              o.recompute == "none" ? "" : fmt::format(", recompute {}", o.recompute).c_str());
+  std::printf("%-6s %-5s %-10s %10s %10s %10s %12s\n", "stage", "rank", "layers", "F GFLOP", "B GFLOP", "R GFLOP",
+              "memory MB");
+  for (std::size_t k = 0; k < ranges.size(); ++k)
+    std::printf("%-6zu %-5d %-10s %10.4g %10.4g %10.4g %12.1f\n", k, s.rank_of(int(k)),
+                fmt::format("{}-{}", ranges[k].first, ranges[k].last - 1).c_str(), costs[k].f, costs[k].b, costs[k].r,
+                memory[k] * 4 / 1e6);  // float32 scalars
+  return costs;
+}
+
 int run(const Options& o, const CLI::App& app) {
   const Schedule s = make_schedule(o, app);
   validate(s);
+  const bool from_model = !o.preset.empty();
+  require(from_model || (app.count("--vocab") == 0 && app.count("--partition") == 0 && app.count("--sequences") == 0 &&
+                         app.count("--recompute") == 0),
+          "--vocab, --partition, --sequences and --recompute need --preset (costs from a model)");
   // With replicas, every replica's lists (the ordered reduction's pass, or an allreduce after them).
   const bool replicated = o.replicas > 1;
   const Replicated world = !replicated ? Replicated{{s}, false, 1}
                            : o.allreduce ? allreduce_replicas(s, o.replicas)
                                          : order_reduction(s, o.replicas, o.dp_group);
-  const SimResult sim = replicated ? simulate(world, std::vector<Costs>(s.ranks, o.costs)) : simulate(s, o.costs);
+  const std::vector<Costs> costs = from_model ? model_costs(o, world) : std::vector<Costs>(s.ranks, o.costs);
+  const SimResult sim = replicated ? simulate(world, costs) : simulate(s, costs);
   std::string name = o.schedule_file.empty() ? o.schedule + (o.split ? " (split backward)" : "") : o.schedule_file;
   if (replicated)
     name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
@@ -117,9 +158,13 @@ int run(const Options& o, const CLI::App& app) {
   std::printf("schedule %s: %s, %s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
               plural(s.microbatches, "micro-batch", "micro-batches").c_str(), plural(s.chunks, "chunk", "chunks").c_str());
   const Costs& c = o.costs;
-  std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n", c.f,
-              c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
-              replicated ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
+  if (from_model)
+    std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
+                c.step, c.latency, c.per_byte, c.activation_bytes);
+  else
+    std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n",
+                c.f, c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
+                replicated ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
   if (o.print_schedule) {
     for (int replica = 0; replica < world.replica_count(); ++replica) {
       if (replicated) std::printf("\n# replica %d", replica);
@@ -215,7 +260,7 @@ int run_memory(const Config& config, const PlanOptions& o) {
   const auto desc = model::describe(config.model);
   const auto replicated = schedule::configured_schedule(config);
   const auto ranks = memory::plan_ranks(config, desc, replicated);
-  const auto costs = planner::stage_costs(config, desc, replicated.replicas.front(), machine_of(o));
+  const auto costs = planner::stage_costs(config, desc, replicated, machine_of(o));
   const auto sim = schedule::simulate(replicated, costs);
   std::printf("layout %s on %d ranks: predicted step %.4g s, bubble %s (%s)\n", planner::layout_name(config).c_str(),
               int(ranks.size()), sim.makespan, percent(sim.bubble).c_str(), costs_source(o).c_str());
@@ -336,6 +381,13 @@ int main(int argc, char** argv) {
   app.add_flag("--allreduce", o.allreduce, "replicas reduce by allreduce after their lists (not ordered)");
   app.add_option("--gradient-bytes", o.costs.gradient_bytes, "bytes of a chunk's weight gradients (the running sum)")
       ->check(non_negative)->capture_default_str();
+  app.add_option("--preset", o.preset, "costs from this model's FLOPs: tiny, small or bench (partitioned over the stages)");
+  app.add_option("--vocab", o.vocab, "with --preset: its vocabulary (e.g. a BPE model's 8192)")->check(at_least_one);
+  app.add_option("--partition", o.partition, "with --preset: uniform or balanced")->capture_default_str();
+  app.add_option("--recompute", o.recompute, "with --preset: none, attention, mlp or block (its cost from the FLOPs)")
+      ->capture_default_str();
+  app.add_option("--sequences", o.sequences, "with --preset: sequences per micro-batch")->check(at_least_one)
+      ->capture_default_str();
   app.add_flag("--print-schedule", o.print_schedule, "print the schedule in text form");
   app.add_flag("--lowered", o.lowered, "with --print-schedule: include the sends and receives");
   app.add_flag("--no-gantt", o.no_gantt, "leave out the text Gantt chart");

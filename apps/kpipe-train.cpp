@@ -38,10 +38,11 @@ std::string duration(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
 }
 
-int train(const kpipe::Config& config, int rank) {
+int train(kpipe::Config config, int rank) {
   using namespace kpipe;
   auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
   const auto corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
+  data::fit_vocabulary(config.model, corpus);  // the data's vocabulary (a BPE token file's, say) sizes the model
   runtime::MetricsWriter metrics(rank == 0 ? config.output.metrics : std::string());
   memory::Meter meter;  // every Kokkos allocation from here on, by category, beside the plan's prediction
   runtime::Trainer<float> trainer(config, corpus, grid);
@@ -63,9 +64,10 @@ int train(const kpipe::Config& config, int rank) {
   int skipped_in_a_row = 0;
   const auto& desc = trainer.desc();
   if (rank == 0)
-    fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, batch {} x {} micro-batches, data: {}\n",
-               desc.num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len,
-               config.train.batch, config.train.microbatches, corpus.source);
+    fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, vocabulary {} ({}), batch {} x {} "
+               "micro-batches, data: {}\n",
+               desc.num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len, config.model.vocab,
+               data::to_string(corpus.tokenizer.kind()), config.train.batch, config.train.microbatches, corpus.source);
 
   const auto start = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
@@ -77,7 +79,7 @@ int train(const kpipe::Config& config, int rank) {
     if (tracer) tracer->begin_step(s);
     const auto stats = trainer.step();
     if (tracer) tracer->end_step();
-    if (timeline) timeline->record(s);
+    if (timeline) timeline->record(stats);
     // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
     // after train.max_skipped_steps in a row (every rank sees the same stats, so every rank stops).
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;

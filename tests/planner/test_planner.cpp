@@ -59,12 +59,29 @@ TEST(Planner, CostsFromFlopsAndFromAProfile) {
   // Per virtual stage: the stage's layers x sequences per micro-batch; the step charged to chunk 0.
   Config two = c;
   two.pipeline.pipeline_size = 2;
-  const auto s = schedule::configured_schedule(two).replicas.front();
-  const auto costs = stage_costs(two, desc, s, measured);
+  const auto costs = stage_costs(two, desc, schedule::configured_schedule(two), measured);
   ASSERT_EQ(costs.size(), 2u);
   EXPECT_DOUBLE_EQ(costs[0].f, 2 * (0.0001 + 4 * 0.004));  // embedding and 4 blocks, 2 sequences
   EXPECT_DOUBLE_EQ(costs[0].b, costs[0].i + costs[0].w);
   EXPECT_DOUBLE_EQ(costs[0].activation_bytes, 2.0 * 128 * 256 * 4);
+  // From FLOPs at 1 GFLOP/s (kpipe-sim --preset), a range's costs are its layers' GFLOP per micro-batch and its
+  // gradient bytes its parameters'.
+  const std::vector<partition::LayerRange> ranges{{0, 3}, {3, int(desc.layers.size())}};
+  const auto gflop = stage_costs(desc, layers, ranges, 4);
+  double f = 0, i = 0, w = 0, parameters = 0;
+  for (int l = 0; l < 3; ++l) {
+    f += desc.layers[l].forward_flops;
+    i += desc.layers[l].backward_input_flops;
+    w += desc.layers[l].backward_weight_flops;
+    parameters += double(desc.layers[l].num_params());
+  }
+  EXPECT_DOUBLE_EQ(gflop[0].f, 4 * f / 1e9);
+  EXPECT_DOUBLE_EQ(gflop[0].i, 4 * i / 1e9);
+  EXPECT_DOUBLE_EQ(gflop[0].w, 4 * w / 1e9);
+  EXPECT_DOUBLE_EQ(gflop[0].b, gflop[0].i + gflop[0].w);
+  EXPECT_EQ(gflop[0].r, 0.0);
+  EXPECT_DOUBLE_EQ(gflop[0].gradient_bytes, 4 * parameters);
+  EXPECT_GT(gflop[1].f, gflop[0].f);  // the head's products
   // Widths that differ from the profile's are refused, naming them.
   Config wide = c;
   wide.model.d_model = 512;

@@ -104,11 +104,43 @@ TEST_F(KpipeSim, RecommendsLayoutsThatFit) {
   EXPECT_NE(none.output.find(" ranks it fits: "), std::string::npos) << none.output;
 }
 
+double makespan(const std::string& output) {
+  const auto at = output.find("makespan ");
+  return at == std::string::npos ? -1 : std::stod(output.substr(at + 9));
+}
+
+TEST_F(KpipeSim, CostsFromAModelFollowItsVocabulary) {
+  // The small preset on 2 stages: with bytes the balanced partition splits the blocks evenly; with a BPE
+  // vocabulary of 8192 the LM head takes a stage of its own, and the uniform partition (two blocks beside
+  // the head) is predicted far slower than the balanced one.
+  const std::string base = "--schedule 1f1b --stages 2 --microbatches 4 --preset small --sequences 4 --no-gantt";
+  const Outcome bytes = run(base + " --vocab 256");
+  ASSERT_EQ(bytes.status, 0) << bytes.output;
+  EXPECT_NE(bytes.output.find("0      0     0-2"), std::string::npos) << bytes.output;
+  EXPECT_NE(bytes.output.find("1      1     3-5"), std::string::npos) << bytes.output;
+  const Outcome bpe = run(base + " --vocab 8192");
+  ASSERT_EQ(bpe.status, 0) << bpe.output;
+  EXPECT_NE(bpe.output.find("0      0     0-4"), std::string::npos) << bpe.output;
+  EXPECT_NE(bpe.output.find("1      1     5-5"), std::string::npos) << bpe.output;
+  const Outcome uniform = run(base + " --vocab 8192 --partition uniform");
+  ASSERT_EQ(uniform.status, 0) << uniform.output;
+  EXPECT_GT(makespan(uniform.output), 1.2 * makespan(bpe.output)) << uniform.output << bpe.output;
+  EXPECT_GT(makespan(bpe.output), 1.5 * makespan(bytes.output)) << "the head's FLOPs count";
+  // Recomputation is priced by the same cost model: every block's recomputed forward, paid before its backward.
+  const Outcome block = run(base + " --vocab 256 --recompute block");
+  ASSERT_EQ(block.status, 0) << block.output;
+  EXPECT_NE(block.output.find("recompute block"), std::string::npos) << block.output;
+  EXPECT_GT(makespan(block.output), 1.1 * makespan(bytes.output)) << block.output;
+  EXPECT_LT(makespan(block.output), 1.5 * makespan(bytes.output)) << block.output;
+}
+
 TEST_F(KpipeSim, BadInputIsOneLineAndExitCodeTwo) {
   for (const char* arguments : {"--schedule zigzag", "--schedule interleaved --chunks 2 --microbatches 6",
                                 "--stages 0", "--cost-b -2", "--no-such-option", "--schedule-file /nonexistent/x",
                                 "--recommend --ranks 2 --memory-per-rank lots", "--recommend --memory-per-rank 1GiB",
-                                "--memory --model.d_model 250", "--recommend --memory --ranks 2 --memory-per-rank 1G"}) {
+                                "--memory --model.d_model 250", "--recommend --memory --ranks 2 --memory-per-rank 1G",
+                                "--vocab 8192", "--preset huge", "--preset small --partition greedy",
+                                "--recompute block", "--preset small --recompute everything"}) {
     const Outcome r = run(arguments);
     EXPECT_EQ(r.status, 2) << arguments;
     EXPECT_EQ(r.output.rfind("kpipe-sim: error: ", 0), 0u) << r.output;

@@ -96,6 +96,9 @@ class Kpipe(CMakePackage, CudaPackage):
             # Kokkos' C++ standard (17 or 20 for Kokkos 4, 20 for Kokkos 5) for kpipe's own sources.
             self.define("CMAKE_CXX_STANDARD", spec["kokkos"].variants["cxxstd"].value),
             self.define("Kokkos_ROOT", spec["kokkos"].prefix),
+            # The BPE tokenizer needs SentencePiece, which this recipe does not depend on: never pick up a
+            # system copy by accident (byte tokens only; BPE token files are refused with a message).
+            self.define("KPIPE_ENABLE_SENTENCEPIECE", "OFF"),
         ]
         if spec.satisfies("+cuda"):
             # Every kpipe source goes through nvcc_wrapper, which compiles the kernels' lambdas for the GPU.

@@ -4,7 +4,7 @@
 
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/nn/block.hpp"
-#include "kpipe/partition/partition.hpp"
+#include "kpipe/partition/configured.hpp"
 #include "kpipe/schedule/buffers.hpp"
 
 namespace kpipe::memory {
@@ -59,7 +59,7 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
   const int sequences = config.train.batch / config.train.microbatches;
   const std::int64_t rows = std::int64_t(sequences) * config.model.seq_len;
   const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
-  const auto ranges = partition::partition_layers(desc, pc.pipeline_size, pc.chunks, pc.partition);
+  const auto ranges = partition::configured_partition(config, desc, replicated);
   const auto buffers = schedule::plan_buffers(s, stage, s.actions.at(stage));
 
   RankMemory r;

@@ -1,7 +1,7 @@
 #include "kpipe/planner/costs.hpp"
 
 #include "kpipe/core/error.hpp"
-#include "kpipe/partition/partition.hpp"
+#include "kpipe/partition/configured.hpp"
 
 namespace kpipe::planner {
 
@@ -45,34 +45,44 @@ std::vector<std::array<double, 4>> layer_seconds(const model::ModelDesc& desc, c
   return seconds;
 }
 
-std::vector<schedule::Costs> stage_costs(const Config& config, const model::ModelDesc& desc,
-                                         const schedule::Schedule& s, const Machine& machine) {
-  const auto& pc = config.pipeline;
-  const double sequences = double(config.train.batch) / config.train.microbatches;
-  const auto layers = layer_seconds(desc, machine, nn::parse_recompute(config.memory.recompute));
-  const auto ranges = partition::partition_layers(desc, pc.pipeline_size, pc.chunks, pc.partition);
-  const double per_parameter =
-      machine.profile ? machine.profile->optimizer : machine.optimizer_seconds_per_parameter;
-  std::vector<schedule::Costs> costs(s.virtual_stages());
-  std::vector<double> rank_parameters(s.ranks, 0);
-  for (int k = 0; k < s.virtual_stages(); ++k) {
-    schedule::Costs& c = costs[k];
+std::vector<schedule::Costs> stage_costs(const model::ModelDesc& desc, const std::vector<std::array<double, 4>>& layers,
+                                         const std::vector<partition::LayerRange>& ranges, double sequences,
+                                         const schedule::Costs& base) {
+  std::vector<schedule::Costs> costs;
+  for (const auto& range : ranges) {
+    schedule::Costs c = base;
     c.f = c.i = c.w = c.r = 0;
     double parameters = 0;
-    for (int l = ranges[k].first; l < ranges[k].last; ++l) {
-      c.f += layers[l][0] * sequences;
-      c.i += layers[l][1] * sequences;
-      c.w += layers[l][2] * sequences;
-      c.r += layers[l][3] * sequences;
-      parameters += double(desc.layers[l].num_params());
+    for (int l = range.first; l < range.last; ++l) {
+      c.f += layers.at(std::size_t(l))[0] * sequences;
+      c.i += layers[std::size_t(l)][1] * sequences;
+      c.w += layers[std::size_t(l)][2] * sequences;
+      c.r += layers[std::size_t(l)][3] * sequences;
+      parameters += double(desc.layers.at(std::size_t(l)).num_params());
     }
     c.b = c.i + c.w;
-    c.latency = machine.latency;
-    c.per_byte = 1.0 / machine.bytes_per_second;
-    c.activation_bytes = sequences * config.model.seq_len * config.model.d_model * sizeof(float);
     c.gradient_bytes = parameters * sizeof(float);
-    rank_parameters[s.rank_of(k)] += parameters;
+    costs.push_back(c);
   }
+  return costs;
+}
+
+std::vector<schedule::Costs> stage_costs(const Config& config, const model::ModelDesc& desc,
+                                         const schedule::Replicated& replicated, const Machine& machine) {
+  const schedule::Schedule& s = replicated.replicas.front();
+  const double sequences = double(config.train.batch) / config.train.microbatches;
+  schedule::Costs base;
+  base.latency = machine.latency;
+  base.per_byte = 1.0 / machine.bytes_per_second;
+  base.activation_bytes = sequences * config.model.seq_len * config.model.d_model * sizeof(float);
+  const auto ranges = partition::configured_partition(config, desc, replicated);
+  auto costs = stage_costs(desc, layer_seconds(desc, machine, nn::parse_recompute(config.memory.recompute)), ranges,
+                           sequences, base);
+  // The optimizer step of each rank's parameters, charged to its chunk 0.
+  const double per_parameter =
+      machine.profile ? machine.profile->optimizer : machine.optimizer_seconds_per_parameter;
+  std::vector<double> rank_parameters(s.ranks, 0);
+  for (int k = 0; k < s.virtual_stages(); ++k) rank_parameters[s.rank_of(k)] += costs[k].gradient_bytes / sizeof(float);
   for (int r = 0; r < s.ranks; ++r) costs[s.virtual_stage(r, 0)].step = rank_parameters[r] * per_parameter;
   return costs;
 }

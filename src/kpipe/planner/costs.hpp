@@ -4,6 +4,8 @@
 // assumed rate; messages cost latency + bytes / bandwidth; the optimizer step a time per parameter.
 // Recomputation costs the forward time of what it recomputes: measured when the profile ran with the same
 // mode, else the block's forward time times the recomputed part's share of the block's forward FLOPs.
+// It is kpipe's one cost model: kpipe-sim --memory and --recommend price configurations with it, and
+// kpipe-sim --preset prices a bare schedule's stages with it (FLOPs at 1 GFLOP/s: costs in GFLOP).
 #include <array>
 #include <optional>
 #include <vector>
@@ -11,7 +13,9 @@
 #include "kpipe/core/config.hpp"
 #include "kpipe/model/desc.hpp"
 #include "kpipe/nn/block.hpp"
+#include "kpipe/partition/partition.hpp"
 #include "kpipe/planner/profile.hpp"
+#include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/simulate.hpp"
 
 namespace kpipe::planner {
@@ -31,10 +35,18 @@ double recompute_share(const ModelConfig& model, nn::Recompute mode);
 std::vector<std::array<double, 4>> layer_seconds(const model::ModelDesc& desc, const Machine& machine,
                                                  nn::Recompute mode);
 
-// Costs per virtual stage of `schedule` (a replica's) under `config`: its layers (the configured partition)
-// x sequences per micro-batch, messages of one activation, the running sum of the stage's gradients, and the
-// optimizer step of each rank's parameters (on its chunk 0's virtual stage, which the step is charged to).
+// Per virtual stage (one per range of layers): the sums of its layers' seconds x `sequences` per
+// micro-batch, f, i, w, r and b = i + w, and its weight gradients' bytes (gradient_bytes: the ordered
+// reduction's running sum, float elements); latency, bandwidth, activation bytes and step from `base`.
+std::vector<schedule::Costs> stage_costs(const model::ModelDesc& desc, const std::vector<std::array<double, 4>>& layers,
+                                         const std::vector<partition::LayerRange>& ranges, double sequences,
+                                         const schedule::Costs& base = {});
+
+// Costs per virtual stage of `config` running `schedule` (schedule/configured.hpp): its layers (the
+// configured partition, partition/configured.hpp) x sequences per micro-batch, messages of one activation,
+// the running sum of the stage's gradients, and the optimizer step of each rank's parameters (on its chunk
+// 0's virtual stage, which the step is charged to).
 std::vector<schedule::Costs> stage_costs(const Config& config, const model::ModelDesc& desc,
-                                         const schedule::Schedule& schedule, const Machine& machine);
+                                         const schedule::Replicated& schedule, const Machine& machine);
 
 }  // namespace kpipe::planner

@@ -63,7 +63,7 @@ template <class Visit> int search_layouts(const Config& base, int ranks, const M
                 candidate.heaviest_rank = stage;
               }
             }
-            const auto costs = stage_costs(c, desc, replicated.replicas.front(), machine);
+            const auto costs = stage_costs(c, desc, replicated, machine);
             const auto sim = schedule::detail::run_world(lowered, replicated.ordered, costs).result;
             candidate.step_seconds = sim.makespan;
             candidate.bubble = sim.bubble;

@@ -12,7 +12,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/nn/optimizer.hpp"
-#include "kpipe/partition/partition.hpp"
+#include "kpipe/partition/configured.hpp"
 #include "kpipe/memory/category.hpp"
 #include "kpipe/memory/limit.hpp"
 #include "kpipe/runtime/buffers.hpp"
@@ -45,6 +45,10 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)) {
   const auto& tc = config.train;
   const auto& pc = config.pipeline;
+  // Every id indexes the embedding and the head: the data's vocabulary must fit the model's.
+  require(corpus.vocab() <= config.model.vocab,
+          "model.vocab = {}: the data ({}) has a vocabulary of {} ({} tokens)", config.model.vocab, corpus.source,
+          corpus.vocab(), data::to_string(corpus.tokenizer.kind()));
   require(tc.microbatches % grid.data_parallel == 0,
           "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", tc.microbatches,
           grid.data_parallel);
@@ -57,7 +61,9 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank).
   memory::enforce_limit(config, desc_, replicated_, grid.world);
 
-  const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition);
+  // The balanced partition weighs each stage's memory with what the schedule keeps in flight there; the
+  // memory plan (and the limit just enforced) used the same partition.
+  const auto ranges = partition::configured_partition(config, desc_, replicated_);
   const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
   std::vector<model::Chunk<T>*> chunks;
   for (int c = 0; c < pc.chunks; ++c) {
