@@ -87,11 +87,12 @@ TEST(Memory, PredictionEqualsMeasurementForEverySchedule) {
   for (const std::string recompute : {"attention", "mlp"})
     expect_prediction_equals_measurement(config_for("zb-h1", n, 1, recompute), "zb-h1 recompute=" + recompute);
   // The balanced partition (it weighs memory with the schedule's peak in flight): the plan uses the trainer's.
-  for (const std::string schedule : {"gpipe", "1f1b", "zb-v"}) {
-    Config c = config_for(schedule, n, 1, "none");
-    c.pipeline.partition = "balanced";
-    expect_prediction_equals_measurement(c, schedule + " balanced p=" + std::to_string(n));
-  }
+  for (const std::string schedule : {"gpipe", "1f1b", "zb-v"})
+    for (const std::string recompute : {"none", "block"}) {
+      Config c = config_for(schedule, n, 1, recompute);
+      c.pipeline.partition = "balanced";
+      expect_prediction_equals_measurement(c, schedule + " balanced recompute=" + recompute + " p=" + std::to_string(n));
+    }
 }
 
 TEST(Memory, PredictionEqualsMeasurementWithReplicas) {

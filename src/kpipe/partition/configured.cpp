@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kpipe/nn/block.hpp"
 #include "kpipe/schedule/validate.hpp"
 
 namespace kpipe::partition {
@@ -20,7 +21,17 @@ std::vector<LayerRange> configured_partition(const Config& config, const model::
                                              const schedule::Replicated& schedule) {
   const auto& pc = config.pipeline;
   const int sequences = config.train.batch / config.train.microbatches;
-  return partition_layers(desc, pc.pipeline_size, pc.chunks, pc.partition, in_flight(schedule, sequences));
+  InFlight held = in_flight(schedule, sequences);
+  // Under recomputation a block keeps only part of its stash (nn/block.hpp's kept fields).
+  const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
+  if (recompute != nn::Recompute::none) {
+    const auto& m = config.model;
+    const nn::AttentionShape one{1, m.seq_len, m.n_heads, m.d_model / m.n_heads};
+    const double block = double(nn::stash_elements(nn::kept_fields(recompute), one, m.mlp_ratio * m.d_model));
+    for (const auto& layer : desc.layers)
+      held.kept_per_sequence.push_back(layer.kind == model::LayerKind::block ? block : double(layer.stash_elems));
+  }
+  return partition_layers(desc, pc.pipeline_size, pc.chunks, pc.partition, held);
 }
 
 }  // namespace kpipe::partition
