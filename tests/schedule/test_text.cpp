@@ -70,7 +70,7 @@ TEST(Text, CommentsBlankLinesAndInference) {
 
 TEST(Text, ErrorsNameLineAndToken) {
   EXPECT_EQ(parse_error("F0 B0 S\n\nF0 X1 S\n"),
-            "schedule line 3 token 2 'X1': unknown action (F, B, I, W, S, sa, ra, sg, rg, ss, rs)");
+            "schedule line 3 token 2 'X1': unknown action (F, B, I, W, U, S, sa, ra, sg, rg, ss, rs)");
   EXPECT_EQ(parse_error("F0 B S\n"), "schedule line 1 token 2 'B': expected a micro-batch number");
   EXPECT_EQ(parse_error("F0 B0.x S\n"), "schedule line 1 token 2 'B0.x': expected a chunk number after '.'");
   EXPECT_EQ(parse_error("F0 sa0 S\n"), "schedule line 1 token 2 'sa0': expected '>' and the receiving rank");
@@ -98,7 +98,7 @@ TEST(Text, ReadsFiles) {
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "pipeline.schedule_file = '" + path + "' line 2 token 4 'Q1': unknown action (F, B, "
-                                     "I, W, S, sa, ra, sg, rg, ss, rs)");
+                                     "I, W, U, S, sa, ra, sg, rg, ss, rs)");
   }
   {
     std::ofstream out(path);

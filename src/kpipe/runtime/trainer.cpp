@@ -196,6 +196,7 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       reduction_->send(*chunks_[c], a);
       break;
     case Op::step: break;  // after the list: see step()
+    case Op::update: break;  // asynchronous schedules: configured_schedule() refuses them for training (not yet run)
   }
   if (schedule::is_comm(a.op)) {
     const auto& chunk = *chunks_[c];

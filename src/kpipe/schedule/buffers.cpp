@@ -26,17 +26,25 @@ struct Pool {
 
 BufferPlan plan_buffers(const Schedule& s, int rank, const std::vector<Action>& list) {
   const std::size_t n = list.size();
-  const int chunks = s.chunks, m = s.microbatches;
+  const int chunks = s.chunks, m = s.microbatch_count();
   BufferPlan plan;
   plan.post_before.resize(n);
   plan.last_touch.assign(n, false);
   plan.delivered_after = delivery_points(s, rank, list);
+  // Asynchronous lists hold several steps: what a step posts and waits for stays within it (a send not
+  // known delivered earlier is waited on at its step's end S), so that every step is run on its own.
+  std::vector<std::size_t> step_end(n, n);
+  for (std::size_t i = n, end = n; i-- > 0;) {
+    if (list[i].op == Op::step) end = i;
+    step_end[i] = end;
+  }
   for (std::size_t i = 0; i < n; ++i) {
+    if (is_send(list[i].op) && s.asynchronous()) plan.delivered_after[i] = std::min(plan.delivered_after[i], step_end[i]);
     if (is_recv(list[i].op)) plan.post_before[i].push_back(i);  // a receive not posted ahead is posted here
     if (!is_compute(list[i].op)) continue;
     std::size_t next = i + 1;
-    while (next < n && !is_compute(list[next].op)) ++next;
-    for (std::size_t k = i + 1; k < n && k <= next + 2; ++k)
+    while (next < n && !is_compute(list[next].op) && list[next].op != Op::step) ++next;
+    for (std::size_t k = i + 1; k < n && k <= next + 2 && k < step_end[i]; ++k)
       if (is_recv(list[k].op)) plan.post_before[i].push_back(k);
   }
   {

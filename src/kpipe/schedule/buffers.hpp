@@ -10,6 +10,9 @@
 //    its slot goes back to the pool, and a send that still reads from the slot takes its buffer along, a
 //    spare taking its place; the buffer becomes a spare again at the send's delivery point.
 // A step ends with every send delivered and every buffer back, so each step needs what the first did.
+// Asynchronous lists (several steps, no flush) keep micro-batches in flight across step boundaries: their
+// slots and received buffers stay, but each step posts only its own receives and waits for its own sends by
+// its end S, so every step runs on its own and a long run repeats the pools of the lists' steps.
 #include <cstddef>
 #include <vector>
 
@@ -20,7 +23,8 @@ namespace kpipe::schedule {
 struct BufferPlan {
   std::vector<std::vector<std::size_t>> post_before;  // per position: receives to post before running it
   std::vector<bool> last_touch;                       // per position: the last action of its (chunk, micro-batch)
-  std::vector<std::size_t> delivered_after;           // per position: a send's delivery point (list size otherwise)
+  std::vector<std::size_t> delivered_after;           // per position: a send's delivery point (list size otherwise;
+                                                      // asynchronous: at the latest its step's S)
   std::vector<int> slots;          // per chunk: activation slots its pool reaches
   std::vector<int> backward_sets;  // per chunk: sets of backward buffers its pool reaches
   int message_buffers = 0;         // spare [N, C] buffers allocated

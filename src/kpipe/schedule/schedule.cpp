@@ -20,6 +20,16 @@ bool is_weight_gradient(Op op) { return op == Op::backward || op == Op::backward
 
 const char* to_string(Placement placement) { return placement == Placement::v ? "v" : "interleaved"; }
 
+const char* to_string(Updates updates) {
+  switch (updates) {
+    case Updates::flush: return "flush";
+    case Updates::pipedream: return "pipedream";
+    case Updates::vertical_sync: return "vertical-sync";
+    case Updates::two_bw: return "2bw";
+  }
+  return "?";
+}
+
 bool is_lowered(const Schedule& s) {
   for (const auto& list : s.actions)
     for (const auto& a : list)
@@ -44,9 +54,17 @@ Message message_of(const Schedule& s, int rank, const Action& comm) {
   return m;
 }
 
+int tag_period(const Schedule& s) {
+  // Asynchronous: a rank runs at most p micro-batches ahead of another (1F1B's warm-up), and receives are
+  // posted a few actions ahead; 2 (m + p) leaves room for both.
+  return s.asynchronous() ? 2 * (s.microbatches + s.ranks) : s.microbatches;
+}
+
+int message_tags(const Schedule& s) { return 2 * tag_period(s) * s.chunks; }
+
 int message_tag(const Schedule& s, const Message& message) {
   const int dst_chunk = s.chunk_of(message.dst_vstage);
-  return (message.microbatch * s.chunks + dst_chunk) * 2 + (message.gradient ? 1 : 0);
+  return ((message.microbatch % tag_period(s)) * s.chunks + dst_chunk) * 2 + (message.gradient ? 1 : 0);
 }
 
 }  // namespace kpipe::schedule

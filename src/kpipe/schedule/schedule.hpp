@@ -7,6 +7,12 @@
 // stage and a micro-batch turns around on rank p-1 without a message. Generators (generate.hpp) write
 // compute actions only; lower() (lower.hpp) adds the sends and receives; validate() (validate.hpp) checks
 // either form before anything runs; passes (reduction.hpp) rewrite a schedule into another one.
+//
+// Synchronous schedules (Updates::flush) hold one optimizer step: every micro-batch's forward and backward,
+// then S, the step, which applies the accumulated gradients (the flush). Asynchronous ones (PipeDream,
+// asynchronous.hpp) never flush: their lists hold several steps, each ending in S, a step boundary that
+// applies nothing; updates are actions of their own (U) that produce a new weight version, and every F, B,
+// I and W names the weight version it reads (versions.hpp checks the rules).
 #include <cstdint>
 #include <vector>
 
@@ -17,7 +23,7 @@ enum class Op : std::uint8_t {
   backward,         // B: full backward (input and weight gradients)
   backward_input,   // I: gradient with respect to the chunk's input (on the critical path)
   backward_weight,  // W: gradient with respect to the chunk's weights (off the critical path)
-  step,             // S: optimizer step, once, last
+  step,             // S: optimizer step, once, last (asynchronous schedules: a step boundary, one per step)
   send_activation,  // forward output to the rank of the next virtual stage
   recv_activation,  // forward input from the rank of the previous virtual stage
   send_gradient,    // input gradient to the rank of the previous virtual stage
@@ -28,6 +34,18 @@ enum class Op : std::uint8_t {
   // q's holder receives it before group q's W's.
   send_sum,
   recv_sum,
+  // Asynchronous schedules: the optimizer update of one chunk's weights. `microbatch` is the last micro-batch
+  // whose weight gradient it applies (PipeDream: that one alone; 2BW: the window it ends), `version` the
+  // weight version it produces, from the newest one.
+  update,
+};
+
+// How and when weights change (asynchronous.hpp says what each asynchronous rule is).
+enum class Updates : std::uint8_t {
+  flush,          // synchronous: one optimizer step after every micro-batch of the step (S)
+  pipedream,      // an update after every backward; a forward reads the newest version (weight stashing)
+  vertical_sync,  // the same updates; a micro-batch reads, on every stage, the version stage 0 read for it
+  two_bw,         // PipeDream-2BW: an update per window of m micro-batches, read with a delay of one version
 };
 
 enum class Placement : std::uint8_t { interleaved, v };
@@ -47,19 +65,32 @@ struct Action {
   // the data: a send of chunk c's activation feeds virtual stage c*p + r + 1 on the peer.
   int chunk = 0;
   int peer = -1;  // messages only: the other rank (for the running sum: the other replica)
+  // Asynchronous schedules: the weight version F, B, I and W read, the version U produces (numbered from
+  // the newest version when the lists begin, 0; older ones held then are negative). 0 in synchronous ones.
+  int version = 0;
   friend bool operator==(const Action& a, const Action& b) {
-    return a.op == b.op && a.microbatch == b.microbatch && a.chunk == b.chunk && a.peer == b.peer;
+    return a.op == b.op && a.microbatch == b.microbatch && a.chunk == b.chunk && a.peer == b.peer &&
+           a.version == b.version;
   }
   friend bool operator!=(const Action& a, const Action& b) { return !(a == b); }
 };
 
 struct Schedule {
   int ranks = 1;
-  int microbatches = 1;
+  int microbatches = 1;  // per step
   int chunks = 1;
   Placement placement = Placement::interleaved;
   std::vector<std::vector<Action>> actions;  // one list per rank
+  Updates updates = Updates::flush;
+  // Asynchronous schedules: the steps the lists hold (micro-batches are numbered 0 .. steps * microbatches - 1
+  // across them) and, per rank, the weight versions held when the lists begin: versions 1 - n .. 0 (n = 1 for
+  // a fresh run; a run resumed from a checkpoint starts with the versions its micro-batches in flight read).
+  int steps = 1;
+  std::vector<int> versions_at_start;  // empty: 1 on every rank
 
+  bool asynchronous() const { return updates != Updates::flush; }
+  int microbatch_count() const { return microbatches * steps; }  // micro-batch indices are below this
+  int initial_versions(int rank) const { return versions_at_start.empty() ? 1 : versions_at_start.at(rank); }
   int virtual_stages() const { return ranks * chunks; }
   int virtual_stage(int rank, int chunk) const {
     return chunk * ranks + (reversed(chunk) ? ranks - 1 - rank : rank);
@@ -75,7 +106,8 @@ struct Schedule {
 
   friend bool operator==(const Schedule& a, const Schedule& b) {
     return a.ranks == b.ranks && a.microbatches == b.microbatches && a.chunks == b.chunks &&
-           a.placement == b.placement && a.actions == b.actions;
+           a.placement == b.placement && a.actions == b.actions && a.updates == b.updates && a.steps == b.steps &&
+           a.versions_at_start == b.versions_at_start;
   }
   friend bool operator!=(const Schedule& a, const Schedule& b) { return !(a == b); }
 };
@@ -84,6 +116,7 @@ struct Schedule {
 bool is_lowered(const Schedule& s);
 
 const char* to_string(Placement placement);  // "interleaved", "v"
+const char* to_string(Updates updates);      // "flush", "pipedream", "vertical-sync", "2bw"
 
 // What a message carries and where it goes, from either end's action.
 struct Message {
@@ -94,8 +127,12 @@ struct Message {
 };
 Message message_of(const Schedule& s, int rank, const Action& comm);
 
-// A tag that tells apart every message between one pair of ranks within one step:
-// 0 <= tag < 2 * microbatches * chunks.
+// A tag that tells apart every message between one pair of ranks that can be under way at once:
+// 0 <= tag < message_tags(s). Synchronous schedules: every message of the step (2 * microbatches * chunks
+// tags). Asynchronous ones, whose messages cross step boundaries and whose micro-batches are numbered over
+// many steps: the micro-batch modulo tag_period(s), which is more than the micro-batches ever in flight.
 int message_tag(const Schedule& s, const Message& message);
+int tag_period(const Schedule& s);
+int message_tags(const Schedule& s);
 
 }  // namespace kpipe::schedule

@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
+#include "kpipe/schedule/versions.hpp"
 
 namespace kpipe::schedule {
 
@@ -50,6 +53,7 @@ double duration(Op op, const Costs& costs) {
     case Op::backward_input: return costs.i + costs.r;
     case Op::backward_weight: return costs.w;
     case Op::step: return costs.step;
+    case Op::update: return costs.step;
     default: return 0;
   }
 }
@@ -60,7 +64,7 @@ WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const st
   const Schedule& s = replicas.front();
   const int d = int(replicas.size()), p = s.ranks, stages = s.virtual_stages(), last = stages - 1;
   const int world = d * p;
-  const std::size_t n = std::size_t(s.microbatches) * stages;
+  const std::size_t n = std::size_t(s.microbatch_count()) * stages;
   auto at = [&](int replica, int microbatch, int vstage) {
     return std::size_t(replica) * n + std::size_t(microbatch) * stages + vstage;
   };
@@ -80,6 +84,9 @@ WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const st
   std::vector<double> sum_ready(std::size_t(stages) * groups, not_yet), sum_received(std::size_t(stages) * groups, not_yet);
   std::vector<std::vector<int>> last_sent(world, std::vector<int>(s.chunks, -1));  // group of the latest sum sent
   std::vector<double> rank_free(world, 0), at_step(world, not_yet);
+  // Asynchronous: when each rank reached each update (by its U's micro-batch and chunk), for the replicas'
+  // reduction before it.
+  std::vector<std::map<std::pair<int, int>, double>> at_update(world);
   std::vector<std::size_t> pc(world, 0);
   auto list_of = [&](int w) -> const std::vector<Action>& { return replicas[w / p].actions[w % p]; };
 
@@ -87,6 +94,7 @@ WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const st
   SimResult& result = run.result;
   result.busy.assign(world, 0);
   result.timeline.resize(world);
+  result.step_ends.resize(world);
 
   // The final reduction before a stage's optimizer step: broadcast of the last sum, or an allreduce.
   auto reduction_time = [&](int rank) {
@@ -132,7 +140,22 @@ WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const st
                                fmt::format("the receipt of the gradient sum for group {} it sent", sent)));
         return t;
       }
+      case Op::update: {
+        // Every replica of this stage has reached the same update (when each did is kept).
+        if (d == 1) return 0.0;
+        double t = 0;
+        const std::pair<int, int> key{a.microbatch, a.chunk};
+        for (int other = 0; other < d; ++other) {
+          const auto& seen = at_update[other * p + r];
+          const auto it = seen.find(key);
+          if (it == seen.end())
+            return wait(not_yet, fmt::format("replica {} of rank {} to reach update U{}", other, r, a.microbatch));
+          t = std::max(t, it->second);
+        }
+        return t + reduction_time(r) / s.chunks;
+      }
       case Op::step: {
+        if (s.asynchronous()) return 0.0;  // a step boundary: nothing to wait for
         // Every replica of this stage has reached its step (when each did is kept: it may have run it since).
         double t = 0;
         for (int other = 0; other < d; ++other) {
@@ -157,11 +180,12 @@ WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const st
       const auto& list = list_of(w);
       for (; pc[w] < list.size(); ++pc[w]) {
         const Action& a = list[pc[w]];
+        if (a.op == Op::update) at_update[w].emplace(std::make_pair(a.microbatch, a.chunk), rank_free[w]);
         const double ready = input_time(w, a, nullptr);
         if (ready == not_yet) break;
         const int k = s.virtual_stage(r, a.chunk);
         const double start = std::max(rank_free[w], ready);
-        const double end = start + duration(a.op, stage_costs[k]);
+        const double end = start + (a.op == Op::step && s.asynchronous() ? 0.0 : duration(a.op, stage_costs[k]));
         rank_free[w] = end;
         if (a.op == Op::forward) forward_end[at(replica, a.microbatch, k)] = end;
         if (is_backward(a.op)) backward_end[at(replica, a.microbatch, k)] = end;
@@ -172,10 +196,11 @@ WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const st
           last_sent[w][a.chunk] = a.microbatch;
         }
         if (a.op == Op::recv_sum) sum_received[std::size_t(k) * groups + a.microbatch] = end;
-        if (is_compute(a.op) || a.op == Op::step) {
+        if (is_compute(a.op) || a.op == Op::step || a.op == Op::update) {
           result.busy[w] += end - start;
           result.timeline[w].push_back(Span{a, start, end});
         }
+        if (a.op == Op::step) result.step_ends[w].push_back(end);
         progress = true;
       }
     }
@@ -195,7 +220,30 @@ WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const st
   for (const auto& replica : replicas) {
     const auto peaks = peak_stash(replica);
     result.peak_stash.insert(result.peak_stash.end(), peaks.begin(), peaks.end());
+    const auto versions = versions_held(replica);
+    result.versions_held.insert(result.versions_held.end(), versions.begin(), versions.end());
   }
+  // The steady state: asynchronous lists from their template step to the one before the last (a shorter
+  // run: its middle steps, or all of it); synchronous ones, the step.
+  result.steady_first = 0;
+  result.steady_last = s.steps - 1;
+  if (s.asynchronous() && s.steps >= 3) {
+    result.steady_first = std::min(Horizon{p, s.microbatches}.template_step(), s.steps - 2);
+    result.steady_last = s.steps - 2;
+  }
+  result.steady_idle_fraction.assign(world, 0.0);
+  for (int w = 0; w < world; ++w) {
+    const auto& ends = result.step_ends[w];
+    if (!s.asynchronous() || int(ends.size()) != s.steps) {  // synchronous, or stuck (the validator's dry run)
+      result.steady_idle_fraction[w] = result.idle_fraction[w];
+      continue;
+    }
+    const double from = result.steady_first > 0 ? ends[result.steady_first - 1] : 0.0, to = ends[result.steady_last];
+    double busy = 0;
+    for (const Span& span : result.timeline[w]) busy += std::max(0.0, std::min(span.end, to) - std::max(span.start, from));
+    result.steady_idle_fraction[w] = to > from ? 1.0 - busy / (to - from) : 0.0;
+  }
+  for (double f : result.steady_idle_fraction) result.steady_bubble += f / world;
   return run;
 }
 

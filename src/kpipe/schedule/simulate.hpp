@@ -14,6 +14,12 @@
 // every replica of that stage has reached it, after the final reduction: a broadcast of the last sum
 // (ordered) or an allreduce, each modelled as ceil(log2 replicas) (resp. twice that) transfers of the
 // gradients.
+//
+// Asynchronous schedules (asynchronous.hpp) run their lists of several steps through: S is a step boundary
+// that costs nothing, each update U costs `step` (the optimizer on one chunk) and, with replicas, starts when
+// every replica of the stage has reached the same update, after the reduction (as S above). Their figures of
+// interest are the steady state's: steady_idle_fraction and steady_bubble cover the steps that repeat,
+// between the warm-up and the last step's drain (asynchronous.hpp's Horizon::template_step on).
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -31,7 +37,7 @@ struct Costs {
   double i = 1;        // backward for the input
   double w = 1;        // backward for the weights
   double r = 0;        // recomputation of what the forward dropped, paid by every B and I (memory.recompute)
-  double step = 0;     // optimizer step
+  double step = 0;     // optimizer step (asynchronous schedules: each update U)
   double latency = 0;  // per message
   double per_byte = 0; // per byte of a message
   double activation_bytes = 0;  // size of an activation (and of its gradient)
@@ -49,7 +55,15 @@ struct SimResult {
   std::vector<double> idle_fraction; // 1 - busy / makespan, per rank
   double bubble = 0;                 // mean idle fraction
   std::vector<int> peak_stash;       // see validate.hpp's peak_stash
-  std::vector<std::vector<Span>> timeline;  // per rank: its compute actions and step, in order
+  std::vector<std::vector<Span>> timeline;  // per rank: its compute actions, updates and step(s), in order
+  // Per rank: when each step ended (its S). Synchronous schedules: one step.
+  std::vector<std::vector<double>> step_ends;
+  // The steady state: per rank the idle fraction from the end of step `steady_first - 1` (or the start) to
+  // the end of step `steady_last`, and its mean. Synchronous schedules: the whole step, as above.
+  int steady_first = 0, steady_last = 0;
+  std::vector<double> steady_idle_fraction;
+  double steady_bubble = 0;
+  std::vector<int> versions_held;    // per rank: the most weight versions one chunk holds (versions.hpp)
 };
 
 // Validates the schedule first (InputError when invalid); costs must be non-negative.

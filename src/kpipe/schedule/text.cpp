@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 
 namespace kpipe::schedule {
 
@@ -24,6 +25,7 @@ const char* compute_letter(Op op) {
     case Op::recv_gradient: return "rg";
     case Op::send_sum: return "ss";
     case Op::recv_sum: return "rs";
+    case Op::update: return "U";
   }
   return "?";
 }
@@ -42,6 +44,11 @@ class TokenReader {
     if (peek() != c) return false;
     ++pos_;
     return true;
+  }
+  int signed_number(const char* what) {
+    const bool negative = accept('-');
+    const int value = number(what);
+    return negative ? -value : value;
   }
   int number(const char* what) {
     if (!std::isdigit(static_cast<unsigned char>(peek()))) fail(fmt::format("expected {}", what));
@@ -79,8 +86,10 @@ Action parse_token(const std::string& token, const std::string& where) {
     a.op = Op::backward_input;
   } else if (in.accept('W')) {
     a.op = Op::backward_weight;
+  } else if (in.accept('U')) {
+    a.op = Op::update;
   } else {
-    in.fail("unknown action (F, B, I, W, S, sa, ra, sg, rg, ss, rs)");
+    in.fail("unknown action (F, B, I, W, U, S, sa, ra, sg, rg, ss, rs)");
   }
   a.microbatch = in.number(is_reduction(a.op) ? "a reduction group" : "a micro-batch number");
   if (in.accept('.')) a.chunk = in.number("a chunk number after '.'");
@@ -92,6 +101,7 @@ Action parse_token(const std::string& token, const std::string& where) {
       in.fail(fmt::format("expected '{}' and the {} {}", arrow, sends ? "receiving" : "sending", who));
     a.peer = in.number(who);
   }
+  if ((is_compute(a.op) || a.op == Op::update) && in.accept('@')) a.version = in.signed_number("a weight version after '@'");
   if (!in.done()) in.fail("unexpected characters at the end");
   return a;
 }
@@ -115,6 +125,7 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
   std::vector<std::vector<Located>> places;  // where each action came from, for range errors
   std::istringstream lines(text);
   int line_no = 0, max_mb = -1, max_chunk = -1;
+  bool resumed = false;
   for (std::string line; std::getline(lines, line);) {
     ++line_no;
     line = line.substr(0, line.find('#'));
@@ -125,6 +136,24 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
               "{} line {}: 'placement v' or 'placement interleaved', alone on a line before the first rank's",
               source, line_no);
       s.placement = tokens[1] == "v" ? Placement::v : Placement::interleaved;
+      continue;
+    }
+    if (tokens[0] == "updates") {  // "updates pipedream | vertical-sync | 2bw": an asynchronous schedule
+      const bool known = tokens.size() == 2 && (tokens[1] == "pipedream" || tokens[1] == "vertical-sync" ||
+                                                tokens[1] == "2bw" || tokens[1] == "flush");
+      require(s.actions.empty() && known,
+              "{} line {}: 'updates pipedream', 'updates vertical-sync' or 'updates 2bw', alone on a line before the "
+              "first rank's",
+              source, line_no);
+      s.updates = tokens[1] == "flush" ? Updates::flush
+                  : tokens[1] == "2bw" ? Updates::two_bw
+                                       : updates_of("pipedream", tokens[1] == "vertical-sync");
+      continue;
+    }
+    if (tokens[0] == "resumed") {
+      require(s.actions.empty() && tokens.size() == 1, "{} line {}: 'resumed', alone on a line before the first rank's",
+              source, line_no);
+      resumed = true;
       continue;
     }
     s.actions.emplace_back();
@@ -141,16 +170,24 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
     }
   }
   require(!s.actions.empty(), "{}: no actions (one line of actions per rank)", source);
+  require(!resumed || s.asynchronous(), "{}: 'resumed' belongs to an asynchronous schedule ('updates ...')", source);
   s.ranks = int(s.actions.size());
-  s.microbatches = microbatches > 0 ? microbatches : std::max(max_mb + 1, 1);
+  if (s.asynchronous()) {
+    s.steps = int(std::count_if(s.actions[0].begin(), s.actions[0].end(), [](const Action& a) { return a.op == Op::step; }));
+    require(s.steps >= 1, "{}: an asynchronous schedule ends every step with S (rank 0 has none)", source);
+  }
+  s.microbatches = microbatches > 0 ? microbatches : std::max((max_mb + 1 + s.steps - 1) / s.steps, 1);
   s.chunks = chunks > 0 ? chunks : std::max(max_chunk + 1, 1);
+  if (resumed)
+    for (int r = 0; r < s.ranks; ++r) s.versions_at_start.push_back(versions_bound(s.updates, s.ranks, r));
   for (int r = 0; r < s.ranks; ++r) {
     for (std::size_t i = 0; i < s.actions[r].size(); ++i) {
       const Action& a = s.actions[r][i];
       const Located& at = places[r][i];
       const std::string where = fmt::format("{} line {} token {} '{}'", source, at.line, at.token, at.text);
-      require(is_reduction(a.op) || a.microbatch < s.microbatches,
-              "{}: micro-batch {} out of range (train.microbatches = {})", where, a.microbatch, s.microbatches);
+      require(is_reduction(a.op) || a.microbatch < s.microbatch_count(),
+              "{}: micro-batch {} out of range (train.microbatches = {}{})", where, a.microbatch, s.microbatches,
+              s.steps > 1 ? fmt::format(" per step, {} steps", s.steps) : std::string());
       require(a.chunk < s.chunks, "{}: chunk {} out of range (pipeline.chunks = {})", where, a.chunk, s.chunks);
       require(!is_comm(a.op) || a.peer < s.ranks, "{}: rank {} out of range ({} ranks, one per line)", where,
               a.peer, s.ranks);
@@ -161,21 +198,26 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
 
 }  // namespace
 
-std::string to_token(const Action& a, int chunks) {
+std::string to_token(const Action& a, int chunks, bool versions) {
   if (a.op == Op::step) return "S";
   std::string token = fmt::format("{}{}", compute_letter(a.op), a.microbatch);
   if (chunks > 1) token += fmt::format(".{}", a.chunk);
   if (is_send(a.op) || a.op == Op::send_sum) token += fmt::format(">{}", a.peer);
   if (is_recv(a.op) || a.op == Op::recv_sum) token += fmt::format("<{}", a.peer);
+  if (versions && (is_compute(a.op) || a.op == Op::update)) token += fmt::format("@{}", a.version);
   return token;
 }
 
 std::string to_text(const Schedule& s) {
   std::string text = s.placement == Placement::v ? "placement v\n" : "";
+  if (s.asynchronous()) text += fmt::format("updates {}\n", to_string(s.updates));
+  if (s.asynchronous() && !s.versions_at_start.empty() &&
+      std::any_of(s.versions_at_start.begin(), s.versions_at_start.end(), [](int n) { return n > 1; }))
+    text += "resumed\n";
   for (const auto& list : s.actions) {
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (i > 0) text += ' ';
-      text += to_token(list[i], s.chunks);
+      text += to_token(list[i], s.chunks, s.asynchronous());
     }
     text += '\n';
   }

@@ -5,6 +5,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/text.hpp"
+#include "kpipe/schedule/versions.hpp"
 
 namespace kpipe::schedule {
 
@@ -26,7 +27,8 @@ struct Seen {
 };
 
 std::string where(const Schedule& s, int rank, std::size_t position) {
-  return fmt::format("schedule rank {} position {} ({})", rank, position, to_token(s.actions[rank][position], s.chunks));
+  return fmt::format("schedule rank {} position {} ({})", rank, position,
+                     to_token(s.actions[rank][position], s.chunks, s.asynchronous()));
 }
 
 [[noreturn]] void fail_at(const Schedule& s, int rank, std::size_t position, const std::string& why) {
@@ -43,6 +45,10 @@ void check_shape(const Schedule& s) {
   require(s.microbatches >= 1, "schedule: {} micro-batches (train.microbatches must be at least 1)", s.microbatches);
   require(s.chunks >= 1, "schedule: {} chunks (pipeline.chunks must be at least 1)", s.chunks);
   require(int(s.actions.size()) == s.ranks, "schedule: {} action lists for {} ranks", s.actions.size(), s.ranks);
+  require(s.steps >= 1 && (s.asynchronous() || s.steps == 1), "schedule: {} steps in the lists of a {} schedule", s.steps,
+          to_string(s.updates));
+  require(s.versions_at_start.empty() || int(s.versions_at_start.size()) == s.ranks,
+          "schedule: versions at the start given for {} of {} ranks", s.versions_at_start.size(), s.ranks);
   for (int r = 0; r < s.ranks; ++r) {
     for (std::size_t i = 0; i < s.actions[r].size(); ++i) {
       const Action& a = s.actions[r][i];
@@ -53,8 +59,8 @@ void check_shape(const Schedule& s) {
         if (a.microbatch < 0 || a.peer < 0) fail_at(s, r, i, "negative reduction group or replica");
         continue;
       }
-      if (a.microbatch < 0 || a.microbatch >= s.microbatches)
-        fail_at(s, r, i, fmt::format("micro-batch {} out of range ({} micro-batches)", a.microbatch, s.microbatches));
+      if (a.microbatch < 0 || a.microbatch >= s.microbatch_count())
+        fail_at(s, r, i, fmt::format("micro-batch {} out of range ({} micro-batches)", a.microbatch, s.microbatch_count()));
       if (a.chunk < 0 || a.chunk >= s.chunks)
         fail_at(s, r, i, fmt::format("chunk {} out of range ({} chunks)", a.chunk, s.chunks));
       if (is_comm(a.op) && (a.peer < 0 || a.peer >= s.ranks))
@@ -84,15 +90,19 @@ void check_peer(const Schedule& s, int rank, std::size_t position, int neighbour
 void check_rank(const Schedule& s, int r, bool lowered) {
   const Grid grid{s.virtual_stages()};
   const int last = s.virtual_stages() - 1;
-  Seen seen(std::size_t(s.microbatches) * s.virtual_stages());
+  Seen seen(std::size_t(s.microbatch_count()) * s.virtual_stages());
   std::vector<int> last_weight_mb(s.chunks, -1);  // micro-batch of the latest weight gradient per chunk
   const auto& list = s.actions[r];
   for (std::size_t i = 0; i < list.size(); ++i) {
     const Action& a = list[i];
     if (a.op == Op::step) {
-      if (i + 1 != list.size()) fail_at(s, r, i, "optimizer step before the end of the rank's actions");
+      // A synchronous step ends the list; asynchronous lists hold a step boundary S per step (versions.cpp
+      // counts them).
+      if (i + 1 != list.size() && !s.asynchronous())
+        fail_at(s, r, i, "optimizer step before the end of the rank's actions");
       continue;
     }
+    if (a.op == Op::update) continue;  // versions.cpp checks updates
     if (is_reduction(a.op)) continue;  // between replicas: checked by validate(Replicated)
     const int k = s.virtual_stage(r, a.chunk), at = grid.index(a.microbatch, k);
     const bool from_other_rank = k > 0 && s.rank_of(k - 1) != r;
@@ -165,12 +175,13 @@ void check_rank(const Schedule& s, int r, bool lowered) {
         seen.recv_gradient[at] = 1;
         break;
       case Op::step:
+      case Op::update:
       case Op::send_sum:
       case Op::recv_sum: break;
     }
   }
   require(!list.empty() && list.back().op == Op::step, "schedule rank {}: no optimizer step S at the end", r);
-  for (int j = 0; j < s.microbatches; ++j) {
+  for (int j = 0; j < s.microbatch_count(); ++j) {
     for (int c = 0; c < s.chunks; ++c) {
       const int at = grid.index(j, s.virtual_stage(r, c));
       const Action a{Op::forward, j, c, -1};
@@ -185,7 +196,7 @@ void check_rank(const Schedule& s, int r, bool lowered) {
 // Every send has exactly one receive and every receive one send (each end is unique on its rank already).
 void check_matching(const Schedule& s) {
   const Grid grid{s.virtual_stages()};
-  const std::size_t n = std::size_t(s.microbatches) * s.virtual_stages();
+  const std::size_t n = std::size_t(s.microbatch_count()) * s.virtual_stages();
   std::vector<char> sent[2] = {std::vector<char>(n), std::vector<char>(n)};
   std::vector<char> received[2] = {std::vector<char>(n), std::vector<char>(n)};
   for (int r = 0; r < s.ranks; ++r) {
@@ -213,7 +224,7 @@ void check_matching(const Schedule& s) {
 void dry_run(const Schedule& s, bool lowered) {
   const Grid grid{s.virtual_stages()};
   const int last = s.virtual_stages() - 1;
-  const std::size_t n = std::size_t(s.microbatches) * s.virtual_stages();
+  const std::size_t n = std::size_t(s.microbatch_count()) * s.virtual_stages();
   std::vector<char> forward_done(n), backward_done(n), sent_activation(n), sent_gradient(n);
   std::vector<std::size_t> pc(s.ranks, 0);
 
@@ -256,7 +267,7 @@ void dry_run(const Schedule& s, bool lowered) {
   for (int r = 0; r < s.ranks; ++r) {
     if (pc[r] == s.actions[r].size()) continue;
     blocked += fmt::format("{}rank {} position {} ({}) waits for {}", blocked.empty() ? "" : "; ", r, pc[r],
-                           to_token(s.actions[r][pc[r]], s.chunks), waits_for(r, s.actions[r][pc[r]]));
+                           to_token(s.actions[r][pc[r]], s.chunks, s.asynchronous()), waits_for(r, s.actions[r][pc[r]]));
   }
   require(blocked.empty(), "schedule deadlock: {}", blocked);
 }
@@ -267,6 +278,7 @@ void validate(const Schedule& s) {
   check_shape(s);
   const bool lowered = is_lowered(s);
   for (int r = 0; r < s.ranks; ++r) check_rank(s, r, lowered);
+  validate_versions(s);
   if (lowered) check_matching(s);
   dry_run(s, lowered);
 }
