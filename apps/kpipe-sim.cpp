@@ -5,6 +5,10 @@
 //   kpipe-sim --schedule interleaved --stages 4 --microbatches 8 --chunks 2 --cost-f 0.5 --cost-b 1 --svg t.svg
 //   kpipe-sim --schedule-file my.sched --print-schedule
 //   kpipe-sim --schedule 1f1b --stages 4 --preset small --vocab 8192 --partition balanced
+//   kpipe-sim --schedule pipedream --stages 4 --microbatches 4 --steps 6 [--vertical-sync] --svg pd.svg
+// Asynchronous schedules (pipedream, 2bw) never flush: --steps steps are simulated through, each ending at a
+// step boundary, and the figures of interest are the steady state's (between the warm-up and the drain) and
+// the weight versions each rank holds.
 // With --preset, each stage's costs come from the partitioned model's FLOPs (GFLOP per micro-batch of
 // --sequences sequences, --recompute's recomputation included; planner/costs.hpp, the cost model that
 // --memory and --recommend use), so the embedding and the LM head weigh what they weigh.
@@ -28,6 +32,7 @@
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/planner/costs.hpp"
 #include "kpipe/planner/recommend.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/configured.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
@@ -36,6 +41,7 @@
 #include "kpipe/schedule/simulate.hpp"
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
+#include "kpipe/schedule/versions.hpp"
 
 namespace {
 
@@ -45,6 +51,8 @@ using namespace kpipe::schedule;
 struct Options {
   std::string schedule = "1f1b";
   int stages = 4, microbatches = 8, chunks = 1;
+  int steps = 0;               // asynchronous schedules: steps simulated (0: the validated horizon's)
+  bool vertical_sync = false;  // pipedream: every stage reads the version stage 0 read
   bool split = false;
   std::string schedule_file;
   Costs costs;
@@ -62,6 +70,18 @@ std::string percent(double fraction) { return fmt::format("{:.1f}%", 100 * fract
 std::string plural(int n, const char* one, const char* many) { return fmt::format("{} {}", n, n == 1 ? one : many); }
 
 Schedule make_schedule(const Options& o, const CLI::App& app) {
+  const bool asynchronous_name = is_asynchronous_name(o.schedule);
+  require(!o.vertical_sync || (o.schedule == "pipedream" && o.schedule_file.empty()),
+          "--vertical-sync needs --schedule pipedream (got --schedule {})", o.schedule);
+  require(app.count("--steps") == 0 || asynchronous_name,
+          "--steps = {}: only asynchronous schedules (pipedream, 2bw) span several steps", o.steps);
+  if (o.schedule_file.empty() && asynchronous_name) {
+    require(app.count("--chunks") == 0 || o.chunks == 1,
+            "--chunks = {}: asynchronous schedules run one chunk per rank (the version rule is per stage)", o.chunks);
+    require(!o.split, "--split-backward: asynchronous schedules run whole backwards (B)");
+    const int steps = o.steps > 0 ? o.steps : Horizon{o.stages, o.microbatches}.steps();
+    return asynchronous(updates_of(o.schedule, o.vertical_sync), o.stages, o.microbatches, {steps, false});
+  }
   if (o.schedule_file.empty()) {
     // zb-v runs two chunks per rank: that is the default for it.
     const int chunks = o.schedule == "zb-v" && app.count("--chunks") == 0 ? 2 : o.chunks;
@@ -150,13 +170,17 @@ int run(const Options& o, const CLI::App& app) {
                                          : order_reduction(s, o.replicas, o.dp_group);
   const std::vector<Costs> costs = from_model ? model_costs(o, world) : std::vector<Costs>(s.ranks, o.costs);
   const SimResult sim = replicated ? simulate(world, costs) : simulate(s, costs);
-  std::string name = o.schedule_file.empty() ? o.schedule + (o.split ? " (split backward)" : "") : o.schedule_file;
+  std::string name = o.schedule_file.empty()
+                         ? o.schedule + (o.split ? " (split backward)" : "") + (o.vertical_sync ? " --vertical-sync" : "")
+                         : o.schedule_file;
   if (replicated)
     name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
                         : fmt::format(" x {} replicas (ordered, groups of {})", o.replicas, o.dp_group);
 
-  std::printf("schedule %s: %s, %s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
-              plural(s.microbatches, "micro-batch", "micro-batches").c_str(), plural(s.chunks, "chunk", "chunks").c_str());
+  std::printf("schedule %s: %s, %s%s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
+              plural(s.microbatches, "micro-batch", "micro-batches").c_str(),
+              s.asynchronous() ? fmt::format(" per step, {} without a flush", plural(s.steps, "step", "steps")).c_str() : "",
+              plural(s.chunks, "chunk", "chunks").c_str());
   const Costs& c = o.costs;
   if (from_model)
     std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
@@ -176,17 +200,44 @@ int run(const Options& o, const CLI::App& app) {
     gantt.max_width = o.width;
     std::printf("\n%s", gantt_text(sim.timeline, s.chunks, gantt).c_str());
   }
-  std::printf("\n%-6s %10s %10s %8s %11s\n", replicated ? "rank*" : "rank", "busy", "idle", "bubble", "peak stash");
-  for (std::size_t r = 0; r < sim.busy.size(); ++r)
-    std::printf("%-6zu %10.4g %10.4g %8s %11d\n", r, sim.busy[r], sim.makespan - sim.busy[r],
-                percent(sim.idle_fraction[r]).c_str(), sim.peak_stash[r]);
+  if (!s.asynchronous()) {
+    std::printf("\n%-6s %10s %10s %8s %11s\n", replicated ? "rank*" : "rank", "busy", "idle", "bubble", "peak stash");
+    for (std::size_t r = 0; r < sim.busy.size(); ++r)
+      std::printf("%-6zu %10.4g %10.4g %8s %11d\n", r, sim.busy[r], sim.makespan - sim.busy[r],
+                  percent(sim.idle_fraction[r]).c_str(), sim.peak_stash[r]);
+  } else {
+    // No flush: the whole run's bubble is warm-up and drain; the steady state's is what a long run sees.
+    // Memory per rank: the activations stashed (micro-batches in flight) and the weight versions held.
+    std::printf("\n%-6s %10s %10s %8s %14s %11s %9s %7s\n", replicated ? "rank*" : "rank", "busy", "idle", "bubble",
+                "steady bubble", "peak stash", "versions", "theory");
+    for (std::size_t r = 0; r < sim.busy.size(); ++r)
+      std::printf("%-6zu %10.4g %10.4g %8s %14s %11d %9d %7d\n", r, sim.busy[r], sim.makespan - sim.busy[r],
+                  percent(sim.idle_fraction[r]).c_str(), percent(sim.steady_idle_fraction[r]).c_str(),
+                  sim.peak_stash[r], sim.versions_held[r],
+                  versions_bound(s.updates, s.ranks, int(r) % s.ranks));
+  }
   if (replicated) std::printf("(* world rank = replica x %d + rank)\n", s.ranks);
   std::printf("makespan %.6g, bubble %s (mean idle fraction)\n", sim.makespan, percent(sim.bubble).c_str());
+  if (s.asynchronous()) {
+    const auto& ends = sim.step_ends.front();
+    const double from = sim.steady_first > 0 ? ends[sim.steady_first - 1] : 0.0;
+    std::printf("steady state: steps %d to %d, %.6g per step, bubble %s; the %s rule holds at most p - s, p or 2 "
+                "weight versions (pipedream, vertical-sync, 2bw): the versions column\n",
+                sim.steady_first, sim.steady_last,
+                (ends[sim.steady_last] - from) / double(sim.steady_last - sim.steady_first + 1),
+                percent(sim.steady_bubble).c_str(), to_string(s.updates));
+  }
 
   if (!o.svg.empty()) {
     SvgOptions svg;
     svg.title = fmt::format("{}: p = {}, m = {}{}; makespan {:.4g}, bubble {}", name, s.ranks, s.microbatches,
                             s.chunks > 1 ? fmt::format(", v = {}", s.chunks) : "", sim.makespan, percent(sim.bubble));
+    if (s.asynchronous()) {
+      std::string versions;
+      for (int v : sim.versions_held) versions += fmt::format("{}{}", versions.empty() ? "" : "/", v);
+      svg.title = fmt::format("{}: p = {}, m = {}, {} steps, no flush; steady bubble {}; weight versions per rank {}",
+                              name, s.ranks, s.microbatches, s.steps, percent(sim.steady_bubble), versions);
+    }
     std::ofstream out(o.svg);
     require(bool(out), "--svg = '{}': cannot write", o.svg);
     out << timeline_svg(sim.timeline, s.chunks, svg);
@@ -357,7 +408,11 @@ int main(int argc, char** argv) {
     }
   Options o;
   CLI::App app{"kpipe-sim: generate or read a pipeline schedule, validate it, simulate one step and show its timeline"};
-  app.add_option("--schedule", o.schedule, "naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v")->capture_default_str();
+  app.add_option("--schedule", o.schedule, "naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v | pipedream | 2bw")
+      ->capture_default_str();
+  app.add_flag("--vertical-sync", o.vertical_sync, "pipedream: a micro-batch reads, on every stage, stage 0's version");
+  app.add_option("--steps", o.steps, "pipedream, 2bw: steps to simulate (default: warm-up, steady state, drain)")
+      ->check(at_least_one);
   app.add_option("--stages", o.stages, "pipeline ranks p")->check(at_least_one)->capture_default_str();
   app.add_option("--microbatches", o.microbatches, "micro-batches m per step")->check(at_least_one)->capture_default_str();
   app.add_option("--chunks", o.chunks, "model chunks v per rank (interleaved; zb-v: 2)")->check(at_least_one)->capture_default_str();

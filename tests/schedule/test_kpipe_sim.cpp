@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -48,6 +49,52 @@ TEST_F(KpipeSim, PrintsGanttBubbleMakespanAndStash) {
     EXPECT_EQ(number, std::to_string(rank));
     EXPECT_EQ(busy + " " + idle + " " + bubble, "24 9 27.3%");
     EXPECT_EQ(stash, 4 - rank);
+  }
+}
+
+// Asynchronous schedules: no bubble in the steady state, the versions each rank holds against the theory,
+// step boundaries and updates drawn; bad combinations exit 2 with one line.
+TEST_F(KpipeSim, PipeDreamHasNoSteadyBubbleAndHoldsPMinusSVersions) {
+  const std::string svg = ::testing::TempDir() + "kpipe_sim_pipedream.svg";
+  const Outcome r = run("--schedule pipedream --stages 4 --microbatches 4 --cost-b 2 --cost-step 0.25 --svg '" + svg + "'");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("4 micro-batches per step, 5 steps without a flush"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("steady state: steps 2 to 3, 13 per step, bubble 0.0%"), std::string::npos) << r.output;
+  std::istringstream table(r.output.substr(r.output.find("theory\n") + 7));
+  for (int rank = 0; rank < 4; ++rank) {
+    std::string number, busy, idle, bubble, steady;
+    int stash = 0, versions = 0, theory = 0;
+    table >> number >> busy >> idle >> bubble >> steady >> stash >> versions >> theory;
+    EXPECT_EQ(number, std::to_string(rank));
+    EXPECT_EQ(steady, "0.0%");
+    EXPECT_EQ(stash, 4 - rank);
+    EXPECT_EQ(versions, 4 - rank);
+    EXPECT_EQ(theory, 4 - rank);
+  }
+  std::stringstream drawing;
+  drawing << std::ifstream(svg).rdbuf();
+  EXPECT_NE(drawing.str().find("U weight update (new version)"), std::string::npos);
+  EXPECT_NE(drawing.str().find("step boundary (no flush)"), std::string::npos);
+  EXPECT_NE(drawing.str().find("weight versions per rank 4/3/2/1"), std::string::npos);
+
+  const Outcome two = run("--schedule 2bw --stages 4 --microbatches 4 --no-gantt");
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_NE(two.output.find("bubble 0.0%; the 2bw rule"), std::string::npos) << two.output;
+}
+
+TEST_F(KpipeSim, AsynchronousBadCombinationsExitTwoWithOneLine) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--schedule 2bw --stages 4 --microbatches 2",
+       "kpipe-sim: error: --microbatches = 2 per pipeline is below --stages = 4: 2bw needs at least as many"},
+      {"--schedule 1f1b --vertical-sync", "kpipe-sim: error: --vertical-sync needs --schedule pipedream (got --schedule 1f1b)"},
+      {"--schedule 1f1b --steps 3", "kpipe-sim: error: --steps = 3: only asynchronous schedules"},
+      {"--schedule pipedream --chunks 2", "kpipe-sim: error: --chunks = 2: asynchronous schedules run one chunk per rank"},
+  };
+  for (const auto& [arguments, message] : cases) {
+    const Outcome r = run(arguments);
+    EXPECT_EQ(r.status, 2) << arguments;
+    EXPECT_EQ(r.output.rfind(message, 0), 0u) << arguments << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   }
 }
 

@@ -54,6 +54,7 @@ Rgb base_colour(Op op) {
     case Op::backward: return {0x3a, 0x92, 0x3a};         // green
     case Op::backward_input: return {0xe0, 0x7b, 0x1a};   // orange
     case Op::backward_weight: return {0x8e, 0x5b, 0xa8};  // purple
+    case Op::update: return {0xb8, 0x3a, 0x3a};           // red
     default: return {0x6b, 0x6b, 0x6b};                   // grey: the step
   }
 }
@@ -92,6 +93,7 @@ const char* op_name(Op op) {
     case Op::backward_input: return "I input gradient";
     case Op::backward_weight: return "W weight gradient";
     case Op::step: return "S optimizer step";
+    case Op::update: return "U weight update (new version)";
     default: return "";
   }
 }
@@ -176,14 +178,26 @@ std::string timeline_svg(const Timeline& timeline, int chunks, const SvgOptions&
                        escape(options.title));
 
   // Rows: the idle background, then the actions on top.
-  std::vector<bool> used(5, false);
+  std::vector<bool> used(int(Op::update) + 1, false);
+  bool boundaries = false;  // asynchronous schedules' step boundaries (S without a flush: no time)
   for (int r = 0; r < ranks; ++r) {
     const double y = top + r * (row_height + row_gap);
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" dominant-baseline=\"central\">rank {}</text>\n",
                        left - 8, y + row_height / 2, r);
     svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"url(#idle)\"/>\n", left, y,
                        plot_width, row_height);
+    // Several S on a row: an asynchronous schedule's step boundaries, drawn as lines (they take no time).
+    const auto steps = std::count_if(timeline[r].begin(), timeline[r].end(),
+                                     [](const Span& span) { return span.action.op == Op::step; });
     for (const auto& span : timeline[r]) {
+      if (steps > 1 && span.action.op == Op::step && span.end == span.start) {
+        boundaries = true;
+        const double x = left + span.start * scale;
+        svg += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1:.1f}\" x2=\"{0:.2f}\" y2=\"{2:.1f}\" stroke=\"#222\" "
+                           "stroke-width=\"1.5\" stroke-dasharray=\"3,2\"><title>step boundary, rank {3}: {4:g}</title>"
+                           "</line>\n",
+                           x, y - 2, y + row_height + 2, r, span.start);
+      }
       if (!drawn(span)) continue;
       const Action& a = span.action;
       used[int(a.op)] = true;
@@ -225,8 +239,9 @@ std::string timeline_svg(const Timeline& timeline, int chunks, const SvgOptions&
                        escape(text));
     x += 20 + text.size() * char_width + 22;
   };
-  for (Op op : {Op::forward, Op::backward, Op::backward_input, Op::backward_weight, Op::step})
+  for (Op op : {Op::forward, Op::backward, Op::backward_input, Op::backward_weight, Op::update, Op::step})
     if (used[int(op)]) legend_entry(hex(shade(op, 0, chunks)), op_name(op));
+  if (boundaries) legend_entry("#222222", "step boundary (no flush)");
   legend_entry("url(#idle)", "idle");
   if (chunks > 1) {
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" dominant-baseline=\"central\" fill=\"#333\">lighter: "
