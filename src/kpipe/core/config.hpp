@@ -50,7 +50,8 @@ struct DataConfig {
 struct PipelineConfig {
   int pipeline_size = 1;        // stages (ranks per pipeline)
   int data_parallel = 1;        // pipeline replicas
-  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v
+  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v | pipedream | 2bw
+  int vertical_sync = 0;        // pipedream: 1, a micro-batch reads on every stage the version stage 0 read
   int chunks = 1;               // model chunks per rank (interleaved: any; zb-v: 2)
   std::string schedule_file;    // a hand-written schedule (text form) instead of a generated one
   std::string partition = "uniform";  // uniform | balanced

@@ -93,7 +93,10 @@ const std::vector<Key>& keys() {
            "--pipeline-size"),
       entry("pipeline.data_parallel", &C::pipeline, &P::data_parallel, "pipeline replicas", "--data-parallel"),
       entry("pipeline.schedule", &C::pipeline, &P::schedule, "pipeline schedule", "--schedule",
-           {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}),
+           {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "pipedream", "2bw"}),
+      entry("pipeline.vertical_sync", &C::pipeline, &P::vertical_sync,
+            "pipedream: 1, every stage reads for a micro-batch the weight version stage 0 read (vertical sync)",
+            "--vertical-sync"),
       entry("pipeline.chunks", &C::pipeline, &P::chunks, "model chunks per rank (interleaved; zb-v takes 2)",
             "--chunks"),
       entry("pipeline.schedule_file", &C::pipeline, &P::schedule_file,
@@ -551,6 +554,10 @@ void validate(const Config& config) {
           "memory.limit_per_rank = '{}': expected auto, none or a size such as 6GiB, 512MiB, 2e9",
           config.memory.limit_per_rank);
   positive("pipeline.recv_timeout_s", pipeline.recv_timeout_s);
+  require(pipeline.vertical_sync == 0 || pipeline.vertical_sync == 1, "pipeline.vertical_sync = {}: expected 0 or 1",
+          pipeline.vertical_sync);
+  require(pipeline.vertical_sync == 0 || pipeline.schedule == "pipedream",
+          "pipeline.vertical_sync = 1 needs pipeline.schedule = \"pipedream\" (got \"{}\")", pipeline.schedule);
   require(pipeline.chunks == 1 || pipeline.schedule == "interleaved" || pipeline.schedule == "zb-v" ||
               !pipeline.schedule_file.empty(),
           "pipeline.chunks = {} needs pipeline.schedule = \"interleaved\" or \"zb-v\" (got \"{}\")",

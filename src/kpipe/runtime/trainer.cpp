@@ -55,6 +55,9 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   local_microbatches_ = tc.microbatches / grid.data_parallel;
   sequences_per_microbatch_ = tc.batch / tc.microbatches;
   replicated_ = schedule::configured_schedule(config);
+  require(!replicated_.replicas.front().asynchronous(),
+          "pipeline.schedule = \"{}\": asynchronous schedules are simulated (kpipe-sim) but not yet trained",
+          pc.schedule);
   schedule_ = replicated_.replicas.at(grid.replica);
   actions_ = schedule_.actions[grid.stage];
   plan_ = schedule::plan_buffers(schedule_, grid.stage, actions_);

@@ -1,6 +1,7 @@
 #include "kpipe/schedule/configured.hpp"
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -14,11 +15,26 @@ Replicated configured_schedule(const Config& c) {
           "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", c.train.microbatches,
           p.data_parallel);
   const int local = c.train.microbatches / p.data_parallel;
+  if (is_asynchronous_name(p.schedule) && p.schedule_file.empty()) {
+    // No flush: the lists of a whole run of Horizon::steps() steps (asynchronous.hpp), whose middle step
+    // repeats; a run executes them step by step.
+    require(p.chunks == 1, "pipeline.chunks = {} with pipeline.schedule = \"{}\": asynchronous schedules run one chunk per "
+            "rank (the version rule is per stage)", p.chunks, p.schedule);
+    require(p.data_parallel == 1,
+            "pipeline.data_parallel = {} with pipeline.schedule = \"{}\": asynchronous schedules run without data "
+            "parallelism in this version", p.data_parallel, p.schedule);
+    Schedule s = lower(asynchronous(updates_of(p.schedule, p.vertical_sync == 1), p.pipeline_size, local,
+                                    {Horizon{p.pipeline_size, local}.steps(), false}));
+    validate(s);
+    return Replicated{{s}, false, 1};
+  }
   Schedule s = p.schedule_file.empty() ? generate(p.schedule, p.pipeline_size, local, p.chunks)
                                        : read_schedule_file(p.schedule_file, local, p.chunks);
   require(s.ranks == p.pipeline_size && s.microbatches == local && s.chunks == p.chunks,
           "pipeline.schedule_file = '{}': written for {} ranks, {} micro-batches, {} chunks; the run has {}, {}, {}",
           p.schedule_file, s.ranks, s.microbatches, s.chunks, p.pipeline_size, local, p.chunks);
+  require(!s.asynchronous(), "pipeline.schedule_file = '{}': an asynchronous schedule ('updates ...'); use "
+          "pipeline.schedule = \"pipedream\" or \"2bw\", whose lists the run generates", p.schedule_file);
   s = lower(s);
   validate(s);
   Replicated r = p.dp_reduction == "ordered" ? order_reduction(s, p.data_parallel, p.dp_reduction_group)

@@ -1,0 +1,145 @@
+#include "kpipe/runtime/async_reference.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "kpipe/core/error.hpp"
+#include "kpipe/data/sampler.hpp"
+#include "kpipe/partition/configured.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
+#include "kpipe/schedule/configured.hpp"
+
+namespace kpipe::runtime {
+
+template <class T>
+AsyncReference<T>::AsyncReference(const Config& config, const data::Corpus& corpus)
+    : config_(config), corpus_(&corpus), desc_(model::describe(config.model)), rules_(AsyncRules::of(config)) {
+  const auto replicated = schedule::configured_schedule(config);  // validates the layout as a run would
+  const auto ranges = partition::configured_partition(config, desc_, replicated);
+  const int p = config.pipeline.pipeline_size;
+  const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
+  for (int s = 0; s < p; ++s) {
+    chunks_.push_back(std::make_unique<model::Chunk<T>>(desc_, ranges[s].first, ranges[s].last,
+                                                        rules_.sequences_per_microbatch, recompute));
+    chunks_.back()->params().initialize(space_, config.train.seed);
+    slots_.push_back(chunks_.back()->acquire());
+  }
+  versions_.resize(p);
+  newest_.assign(p, 0);
+  live_.assign(p, 0);
+  peak_versions_.assign(p, 1);
+  last_squares_.assign(p, 0.0);
+  for (int s = 0; s < p; ++s) {
+    const auto& values = chunks_[s]->params().values();
+    View1<T> copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kpipe::runtime::AsyncReference::version"),
+                  values.extent(0));
+    Kokkos::deep_copy(space_, copy, values);
+    versions_[s][0] = copy;
+  }
+}
+
+template <class T> AsyncReference<T>::~AsyncReference() = default;
+
+template <class T> void AsyncReference<T>::bind(int s, int version) {
+  if (live_[s] == version) return;
+  const auto it = versions_[s].find(version);
+  if (it == versions_[s].end()) throw std::logic_error("AsyncReference: a version that is not held");
+  Kokkos::deep_copy(space_, chunks_[s]->params().values(), it->second);
+  live_[s] = version;
+}
+
+template <class T> void AsyncReference<T>::forget_unneeded(int s, std::int64_t next) {
+  // Micro-batches from `next` on read the rule's version or later; the newest is the weights.
+  const int p = stages();
+  int oldest = newest_[s];
+  for (std::int64_t k = next; k < next + p + rules_.microbatches; ++k)
+    oldest = std::min(oldest, schedule::rule_version(rules_.updates, p, rules_.microbatches, s, int(k), false));
+  for (auto it = versions_[s].begin(); it != versions_[s].end();)
+    it = it->first < oldest ? versions_[s].erase(it) : std::next(it);
+}
+
+template <class T> typename AsyncReference<T>::StepResult AsyncReference<T>::step() {
+  const int p = stages(), m = rules_.microbatches, seq = rules_.seq_len, mb = rules_.sequences_per_microbatch;
+  const auto rows = std::int64_t(mb) * seq;
+  std::vector<Token> inputs(rows), targets(rows);
+  const T loss_scale = T(rules_.loss_scale());
+  double loss_sum = 0;
+  StepResult result;
+  for (int j = 0; j < m; ++j, ++microbatch_) {
+    const std::int64_t k = microbatch_;
+    data::fill_train_windows(corpus_->train, config_.train.seed, rules_.sampler_step(k), rules_.first_sequence(k), mb,
+                             seq, inputs.data(), targets.data());
+    std::vector<int> read(p);
+    for (int s = 0; s < p; ++s) read[s] = schedule::rule_version(rules_.updates, p, m, s, int(k), false);
+    versions_read_.push_back(read);
+    // Forward down the stages, each on its version.
+    for (int s = 0; s < p; ++s) {
+      auto& chunk = *chunks_[s];
+      const int slot = slots_[s];
+      bind(s, read[s]);
+      if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), Kokkos::View<const Token*, HostSpace,
+                                           Kokkos::MemoryTraits<Kokkos::Unmanaged>>(inputs.data(), rows));
+      if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), Kokkos::View<const Token*, HostSpace,
+                                          Kokkos::MemoryTraits<Kokkos::Unmanaged>>(targets.data(), rows));
+      if (s > 0) Kokkos::deep_copy(space_, chunk.input(slot), chunks_[s - 1]->output(slots_[s - 1]));
+      chunk.forward(space_, slot);
+      if (chunk.last()) {
+        const double sum = chunk.loss_sum(space_, slot);
+        loss_sum += sum;
+        result.microbatch_losses.push_back(sum / double(rows));
+      }
+    }
+    // Backward up the stages on the same versions (weight stashing); each stage's gradient accumulates.
+    for (int s = p - 1; s >= 0; --s) {
+      auto& chunk = *chunks_[s];
+      bind(s, read[s]);
+      if (s < p - 1) Kokkos::deep_copy(space_, chunk.output_grad(slots_[s]), chunks_[s + 1]->input_grad(slots_[s + 1]));
+      chunk.backward_input(space_, slots_[s], loss_scale);
+      chunk.backward_weight(space_, slots_[s]);
+    }
+    // The updates this micro-batch ends: each from the newest version, producing the next.
+    const bool window_end = (k + 1) % m == 0;
+    if (!rules_.per_microbatch() && !window_end) continue;
+    const std::int64_t update = rules_.update_of(k);
+    for (int s = 0; s < p; ++s) {
+      auto& params = chunks_[s]->params();
+      bind(s, newest_[s]);
+      last_squares_[s] = apply_async_update(space_, config_.optim, rules_, update, params);
+      // The newest version becomes a stashed one when a micro-batch still to come reads it.
+      const int produced = newest_[s] + 1;
+      View1<T> copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kpipe::runtime::AsyncReference::version"),
+                    params.values().extent(0));
+      Kokkos::deep_copy(space_, copy, params.values());
+      versions_[s][produced] = copy;
+      newest_[s] = live_[s] = produced;
+      forget_unneeded(s, k + 1);
+      peak_versions_[s] = std::max(peak_versions_[s], int(versions_[s].size()));
+    }
+  }
+  space_.fence();
+  result.loss = loss_sum / double(std::int64_t(m) * rows);
+  double squares = 0;
+  for (double s : last_squares_) squares += s;
+  result.grad_norm = std::sqrt(squares);
+  ++step_;
+  return result;
+}
+
+template <class T> std::uint64_t AsyncReference<T>::param_checksum() const {
+  std::vector<std::uint64_t> hashes;
+  for (std::size_t s = 0; s < chunks_.size(); ++s) {
+    const auto& values = versions_[s].at(newest_[s]);
+    // Hash the newest version (the live buffer may hold an older one between micro-batches).
+    auto& params = const_cast<model::Chunk<T>&>(*chunks_[s]).params();
+    if (live_[s] != newest_[s]) Kokkos::deep_copy(params.values(), values);
+    const auto own = model::tensor_hashes(params);
+    if (live_[s] != newest_[s]) Kokkos::deep_copy(params.values(), versions_[s].at(live_[s]));
+    hashes.insert(hashes.end(), own.begin(), own.end());
+  }
+  return model::combine_hashes(hashes);
+}
+
+template class AsyncReference<float>;
+template class AsyncReference<double>;
+
+}  // namespace kpipe::runtime
