@@ -17,8 +17,17 @@ template <class T> void Buffers<T>::begin_step() {
   sends_.clear();
 }
 
+template <class T> void Buffers<T>::begin_async_step() {
+  // Micro-batches in flight keep their slots and received buffers; the previous step's sends were all
+  // delivered by its end.
+  std::vector<Send> active;
+  for (auto& s : sends_)
+    if (s.request.active() || s.detached.data() != nullptr) active.push_back(std::move(s));
+  sends_ = std::move(active);
+}
+
 template <class T> int Buffers<T>::take_slot(int chunk, int microbatch) {
-  int& s = slot_[chunk][microbatch];
+  int& s = slot_[chunk][microbatch % microbatches_];
   if (s < 0) s = chunks_[chunk]->acquire();
   return s;
 }
@@ -38,28 +47,28 @@ template <class T> View2<T> Buffers<T>::take_spare() {
 }
 
 template <class T> View2<T> Buffers<T>::receive_buffer(int chunk, int microbatch, bool gradient) {
-  return arrived_[gradient][chunk][microbatch] = take_spare();
+  return arrived_[gradient][chunk][microbatch % microbatches_] = take_spare();
 }
 
 template <class T> void Buffers<T>::move_in_activation(int chunk, int microbatch) {
-  View2<T>& received = arrived_[0][chunk][microbatch];
+  View2<T>& received = arrived_[0][chunk][microbatch % microbatches_];
   if (received.data() == nullptr) return;
-  chunks_[chunk]->swap_input(slot_[chunk][microbatch], received);  // received now holds the former buffer
+  chunks_[chunk]->swap_input(slot_[chunk][microbatch % microbatches_], received);  // received now holds the former buffer
   spares_.push_back(received);
   received = View2<T>();
 }
 
 template <class T> void Buffers<T>::move_in_gradient(int chunk, int microbatch) {
-  View2<T>& received = arrived_[1][chunk][microbatch];
+  View2<T>& received = arrived_[1][chunk][microbatch % microbatches_];
   if (received.data() == nullptr) return;
-  chunks_[chunk]->swap_output_grad(slot_[chunk][microbatch], received);
+  chunks_[chunk]->swap_output_grad(slot_[chunk][microbatch % microbatches_], received);
   spares_.push_back(received);
   received = View2<T>();
 }
 
 template <class T>
 comm::Request& Buffers<T>::add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after) {
-  sends_.push_back({chunk, slot_[chunk][microbatch], gradient, delivered_after, {}, {}});
+  sends_.push_back({chunk, slot_[chunk][microbatch % microbatches_], gradient, delivered_after, {}, {}});
   return sends_.back().request;
 }
 
@@ -78,7 +87,7 @@ template <class T> void Buffers<T>::reclaim(std::size_t done, const std::functio
 // A slot never waits for the network, and the pool stays as small as the stash (the spares are one [N, C]
 // buffer per send in flight, not a whole stash each).
 template <class T> void Buffers<T>::retire(int chunk, int microbatch) {
-  const int slot = slot_[chunk][microbatch];
+  const int slot = slot_[chunk][microbatch % microbatches_];
   auto& owner = *chunks_[chunk];
   for (auto& s : sends_) {
     if (s.chunk != chunk || s.slot != slot || s.detached.data() != nullptr || !s.request.active()) continue;
@@ -90,7 +99,7 @@ template <class T> void Buffers<T>::retire(int chunk, int microbatch) {
     s.detached = spare;  // after the swap: the buffer the send reads
   }
   owner.release(slot);
-  slot_[chunk][microbatch] = -1;
+  slot_[chunk][microbatch % microbatches_] = -1;
 }
 
 template class Buffers<float>;

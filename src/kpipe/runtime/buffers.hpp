@@ -15,13 +15,16 @@ namespace kpipe::runtime {
 
 template <class T> class Buffers {
  public:
-  // The rank's chunks (they outlive this) and the micro-batches per step.
+  // The rank's chunks (they outlive this) and the micro-batches per step. Asynchronous schedules number
+  // micro-batches over many steps: they give the tag period (schedule.hpp), and micro-batches are known
+  // modulo it (more than are ever in flight at once).
   Buffers(std::vector<model::Chunk<T>*> chunks, int microbatches);
 
   void begin_step();  // every buffer is back from the previous step (end_step)
+  void begin_async_step();  // micro-batches in flight stay; the previous step's delivered sends are dropped
 
   // The slot of (chunk, micro-batch): -1 before its forward; take_slot gives it one from the chunk's pool.
-  int slot(int chunk, int microbatch) const { return slot_[chunk][microbatch]; }
+  int slot(int chunk, int microbatch) const { return slot_[chunk][microbatch % microbatches_]; }
   int take_slot(int chunk, int microbatch);
 
   // A spare buffer for a receive posted ahead; it stays "arrived" for (chunk, micro-batch) until moved in.

@@ -17,6 +17,8 @@
 #include "kpipe/memory/limit.hpp"
 #include "kpipe/runtime/buffers.hpp"
 #include "kpipe/runtime/gradient_reduction.hpp"
+#include "kpipe/runtime/weight_versions.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/configured.hpp"
 #include "kpipe/schedule/text.hpp"
 
@@ -36,6 +38,9 @@ template <class T> struct Trainer<T>::StepState {
   std::vector<comm::Request> recv;                // per action index
   std::vector<bool> posted;                       // per action index
   std::vector<double> loss_sums;                  // per global micro-batch (last stage only)
+  int shift = 0;                                  // asynchronous: steps the lists' step run is shifted by
+  std::vector<double> update_squares;             // asynchronous: per chunk, its last update's squared norm
+  double lr = 0;                                  // asynchronous: the last update's
   double busy = 0;
   double start = 0;  // when the step began
 };
@@ -55,9 +60,14 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   local_microbatches_ = tc.microbatches / grid.data_parallel;
   sequences_per_microbatch_ = tc.batch / tc.microbatches;
   replicated_ = schedule::configured_schedule(config);
-  require(!replicated_.replicas.front().asynchronous(),
-          "pipeline.schedule = \"{}\": asynchronous schedules are simulated (kpipe-sim) but not yet trained",
-          pc.schedule);
+  asynchronous_ = replicated_.replicas.front().asynchronous();
+  if (asynchronous_) {
+    require(config.checkpoint.dir.empty() && config.checkpoint.resume.empty(),
+            "checkpoint.dir = '{}' with pipeline.schedule = \"{}\": asynchronous runs are not checkpointed in this "
+            "version (the versions in flight are not saved)",
+            config.checkpoint.dir, pc.schedule);
+    rules_ = AsyncRules::of(config);
+  }
   schedule_ = replicated_.replicas.at(grid.replica);
   actions_ = schedule_.actions[grid.stage];
   plan_ = schedule::plan_buffers(schedule_, grid.stage, actions_);
@@ -75,7 +85,16 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     chunks_.back()->params().initialize(space_, tc.seed);
     chunks.push_back(chunks_.back().get());
   }
-  buffers_ = std::make_unique<Buffers<T>>(chunks, local_microbatches_);
+  // Asynchronous lists number micro-batches over many steps; the buffers know them modulo the tag period
+  // (more than are ever in flight at once).
+  buffers_ = std::make_unique<Buffers<T>>(chunks, asynchronous_ ? schedule::tag_period(schedule_) : local_microbatches_);
+  if (asynchronous_) {
+    template_step_ = schedule::Horizon{schedule_.ranks, schedule_.microbatches}.template_step();
+    step_ranges_ = schedule::step_ranges(actions_);
+    for (auto& chunk : chunks_) versions_.push_back(std::make_unique<WeightVersions<T>>(space_, chunk->params()));
+    in_flight_.resize(chunks_.size());
+    next_forward_.assign(chunks_.size(), 0);
+  }
   if (const char* stall = std::getenv("KPIPE_TEST_STALL")) {
     int rank = -1;
     double seconds = 0;
@@ -98,9 +117,16 @@ template <class T> int Trainer<T>::message_buffers() const { return buffers_->me
 
 template <class T> void Trainer<T>::load_tokens(int c, int slot, std::int64_t step, int microbatch) {
   auto& chunk = *chunks_[c];
-  const int global_mb = global_microbatch(microbatch);
-  data::fill_train_windows(corpus_->train, config_.train.seed, step, global_mb * sequences_per_microbatch_,
-                           sequences_per_microbatch_, config_.model.seq_len, host_inputs_.data(), host_targets_.data());
+  if (asynchronous_) {
+    data::fill_train_windows(corpus_->train, config_.train.seed, rules_.sampler_step(microbatch),
+                             rules_.first_sequence(microbatch), sequences_per_microbatch_, config_.model.seq_len,
+                             host_inputs_.data(), host_targets_.data());
+  } else {
+    const int global_mb = global_microbatch(microbatch);
+    data::fill_train_windows(corpus_->train, config_.train.seed, step, global_mb * sequences_per_microbatch_,
+                             sequences_per_microbatch_, config_.model.seq_len, host_inputs_.data(),
+                             host_targets_.data());
+  }
   if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
   if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
   space_.fence();  // the host buffers are refilled for the next micro-batch
@@ -109,8 +135,12 @@ template <class T> void Trainer<T>::load_tokens(int c, int slot, std::int64_t st
 // A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which the
 // forward (activation) or backward (gradient) that uses it swaps into the slot. So a receive in flight holds
 // one [N, C] buffer, never a whole stash slot.
+template <class T> Action Trainer<T>::action_at(const StepState& st, std::size_t i) const {
+  return st.shift == 0 ? actions_[i] : schedule::shifted(actions_[i], schedule_, st.shift, 0);
+}
+
 template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
-  const Action& a = actions_[i];
+  const Action a = action_at(st, i);
   if (st.posted[i]) return;
   const View2<T> buffer = buffers_->receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient);
   const auto message = schedule::message_of(schedule_, grid_.stage, a);
@@ -122,7 +152,7 @@ template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
 template <class T> void Trainer<T>::wait_receive(StepState& st, std::size_t i) {
   post_receive(st, i);
   if (!transport_->wait(st.recv[i], config_.pipeline.recv_timeout_s))
-    timeout(actions_[i], i);
+    timeout(action_at(st, i), i);
 }
 
 template <class T> void Trainer<T>::timeout(const Action& a, std::size_t index) const {
@@ -137,12 +167,13 @@ template <class T> void Trainer<T>::timeout(const Action& a, std::size_t index) 
 }
 
 template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
-  const Action& a = actions_[i];
+  const Action a = action_at(st, i);
   const int c = a.chunk, mb = a.microbatch;
   const int vstage = schedule_.virtual_stage(grid_.stage, c);
   // The neighbouring virtual stages' chunks when they are on this rank too (the data is handed over in place).
   const int local_prev = vstage > 0 && schedule_.rank_of(vstage - 1) == grid_.stage ? schedule_.chunk_of(vstage - 1) : -1;
-  const T loss_scale = T(1.0 / (double(config_.train.batch) * config_.model.seq_len));
+  const T loss_scale = asynchronous_ ? T(rules_.loss_scale())
+                                     : T(1.0 / (double(config_.train.batch) * config_.model.seq_len));
 
   // Receives the coming actions need, posted now so that they arrive while this one runs.
   for (std::size_t k : plan_.post_before[i]) post_receive(st, k);
@@ -163,19 +194,29 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     }
     case Op::forward: {
       auto& chunk = *chunks_[c];
+      if (asynchronous_) {  // the version the rule gives it, stashed for its backward
+        versions_[c]->bind(a.version);
+        in_flight_[c][mb] = a.version;
+        next_forward_[c] = mb + 1;
+      }
       const int slot = buffers_->take_slot(c, mb);
       buffers_->move_in_activation(c, mb);
       if (local_prev >= 0)  // the previous virtual stage is ours too: its output, kept in its slot, is our input
         Kokkos::deep_copy(space_, chunk.input(slot), chunks_[local_prev]->output(buffers_->slot(local_prev, mb)));
       if (chunk.first() || chunk.last()) load_tokens(c, slot, step_, mb);
       chunk.forward(space_, slot);
-      if (chunk.last()) st.loss_sums[global_microbatch(mb)] = chunk.loss_sum(space_, slot);
+      if (chunk.last())
+        st.loss_sums[asynchronous_ ? mb % local_microbatches_ : global_microbatch(mb)] = chunk.loss_sum(space_, slot);
       peak_stash_ = std::max(peak_stash_, ++stash_);
       break;
     }
     case Op::backward:
     case Op::backward_input: {
       auto& chunk = *chunks_[c];
+      if (asynchronous_) {  // weight stashing: its forward's version
+        versions_[c]->bind(a.version);
+        versions_read_.push_back({mb, in_flight_[c].at(mb), a.version});
+      }
       const int slot = buffers_->slot(c, mb);
       buffers_->move_in_gradient(c, mb);
       chunk.backward_input(space_, slot, loss_scale);
@@ -185,6 +226,10 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       if (a.op == Op::backward) {
         chunk.backward_weight(space_, slot);
         --stash_;
+      }
+      if (asynchronous_) {
+        in_flight_[c].erase(mb);
+        versions_[c]->release_below(oldest_read(c));
       }
       break;
     }
@@ -198,8 +243,21 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       space_.fence();  // the weight gradients are complete before MPI reads them
       reduction_->send(*chunks_[c], a);
       break;
-    case Op::step: break;  // after the list: see step()
-    case Op::update: break;  // asynchronous schedules: configured_schedule() refuses them for training (not yet run)
+    case Op::step:  // after the list: see step() (asynchronous: the step's end, see async_step())
+      return;
+    case Op::update: {
+      // From the newest version, with the weight gradients accumulated since the last update; the result is
+      // the next version.
+      auto& versions = *versions_[c];
+      versions.bind(versions.newest());
+      const std::int64_t update = rules_.update_of(mb);
+      st.update_squares[c] = apply_async_update(space_, config_.optim, rules_, update, chunks_[c]->params());
+      st.lr = rules_.learning_rate(config_.optim, update);
+      versions.commit(a.version, oldest_read(c));
+      space_.fence();
+      timeline_.push_back({a, start - st.start, now() - st.start, 0});
+      break;
+    }
   }
   if (schedule::is_comm(a.op)) {
     const auto& chunk = *chunks_[c];
@@ -226,9 +284,76 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
   if (plan_.last_touch[i]) buffers_->retire(c, mb);
 }
 
+template <class T> int Trainer<T>::oldest_read(int c) const {
+  // Micro-batches in flight read what their forwards read; the next forward reads the rule's version, and
+  // later ones no older (the rule never goes back).
+  const int vstage = schedule_.virtual_stage(grid_.stage, c);
+  int oldest = schedule::rule_version(schedule_.updates, schedule_.ranks, schedule_.microbatches, vstage,
+                                      int(next_forward_[c]), false);
+  for (const auto& [mb, version] : in_flight_[c]) oldest = std::min(oldest, version);
+  return oldest;
+}
+
+template <class T> void Trainer<T>::bind_newest() const {
+  for (const auto& versions : versions_) versions->bind(versions->newest());
+}
+
+template <class T> int Trainer<T>::peak_versions(int chunk) const {
+  return asynchronous_ ? versions_.at(chunk)->peak() : 1;
+}
+
+// Asynchronous schedules: step t runs the step of the validated lists that step_source() names, shifted to
+// step t (schedule/asynchronous.hpp). The lists were validated with micro-batches in flight across step
+// boundaries; each step's receives are posted within it and its sends delivered by its end (the buffer
+// plan), so the losses are summed over every rank before those last sends are waited on: a send that a
+// peer receives in its next step completes while that peer runs it.
+template <class T> StepStats Trainer<T>::async_step() {
+  require(step_ < config_.train.steps, "train.steps = {}: an asynchronous run cannot go past its last step (it drains "
+          "the pipeline there)", config_.train.steps);
+  const double start = now();
+  const auto source = schedule::step_source(int(step_ranges_.size()), template_step_, config_.train.steps, int(step_));
+  const auto [begin, end] = step_ranges_.at(source.step);
+  StepState st;
+  st.start = start;
+  st.shift = source.shift;
+  st.update_squares.assign(chunks_.size(), 0.0);
+  timeline_.clear();
+  buffers_->begin_async_step();
+  st.recv.assign(actions_.size(), comm::Request{});
+  st.posted.assign(actions_.size(), false);
+  st.loss_sums.assign(local_microbatches_, 0.0);
+  for (std::size_t i = begin; i < end; ++i) run_action(st, i);
+  const double pipeline_end = now();
+  space_.fence();
+
+  StepStats stats;
+  stats.pipeline_seconds = pipeline_end - start;
+  stats.step = step_;
+  stats.tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
+  // The step's losses (on the last stage) and every rank's last update's squared gradient norm.
+  std::vector<double> sums = st.loss_sums;
+  double squares = 0;
+  for (double s : st.update_squares) squares += s;
+  sums.push_back(squares);
+  MPI_Allreduce(MPI_IN_PLACE, sums.data(), int(sums.size()), MPI_DOUBLE, MPI_SUM, grid_.world);
+  double loss = 0;
+  for (int j = 0; j < local_microbatches_; ++j) loss += sums[j];
+  stats.loss = loss / double(stats.tokens);
+  stats.grad_norm = std::sqrt(sums.back());
+  stats.lr = st.lr;
+  buffers_->reclaim(end - 1, [&](comm::Request& request) {
+    if (!transport_->wait(request, config_.pipeline.recv_timeout_s)) timeout(Action{}, end - 1);
+  });
+  stats.busy_seconds = st.busy;
+  stats.seconds = now() - start;
+  ++step_;
+  return stats;
+}
+
 template <class T> StepStats Trainer<T>::step() {
   if (step_ == 0 && test_stall_seconds_ > 0)
     std::this_thread::sleep_for(std::chrono::duration<double>(test_stall_seconds_));
+  if (asynchronous_) return async_step();
   const double start = now();
   const auto& list = actions_;
   StepState st;
@@ -325,6 +450,7 @@ template <class T> std::vector<std::array<double, 4>> Trainer<T>::layer_seconds(
 }
 
 template <class T> double Trainer<T>::evaluate() {
+  bind_newest();
   // Forward only, one micro-batch at a time down the virtual stages: a chain, so blocking messages are safe.
   const int seq = config_.model.seq_len, mb = sequences_per_microbatch_;
   const std::int64_t available = data::validation_windows(std::int64_t(corpus_->validation.size()), seq);
@@ -374,6 +500,7 @@ template <class T> double Trainer<T>::evaluate() {
 }
 
 template <class T> std::uint64_t Trainer<T>::param_checksum() const {
+  bind_newest();
   // Each tensor's hash sits at its global position, zeros elsewhere; a sum over ranks assembles the list.
   std::vector<std::int64_t> first_tensor(desc_.layers.size() + 1, 0);
   for (std::size_t l = 0; l < desc_.layers.size(); ++l)

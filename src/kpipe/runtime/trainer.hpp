@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/model/chunk.hpp"
 #include "kpipe/model/desc.hpp"
+#include "kpipe/runtime/async_rules.hpp"
 #include "kpipe/schedule/buffers.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/schedule.hpp"
@@ -48,6 +50,7 @@ using ActionObserver = std::function<void(const schedule::Action& action, int sl
 
 template <class T> class Buffers;
 template <class T> class GradientReduction;
+template <class T> class WeightVersions;
 
 template <class T> class Trainer {
  public:
@@ -57,7 +60,9 @@ template <class T> class Trainer {
   Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid);
   ~Trainer();
 
-  StepStats step();            // one optimizer step on the next mini-batch
+  // One optimizer step on the next mini-batch. Asynchronous schedules: the next m micro-batches' share of
+  // the lists (their forwards, the backwards and updates due in the step), without a flush.
+  StepStats step();
   double evaluate();           // mean per-token loss over the validation windows (every rank gets it)
   std::int64_t next_step() const { return step_; }
   void set_next_step(std::int64_t step) { step_ = step; }  // resuming: the sampler and lr follow the step
@@ -77,6 +82,15 @@ template <class T> class Trainer {
   model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
   const model::Chunk<T>& chunk(int c) const { return *chunks_.at(c); }
   int peak_stash() const { return peak_stash_; }  // measured on this rank since construction
+  // Asynchronous schedules: the most weight versions chunk `c` held at once (1 for synchronous ones), and
+  // per micro-batch run here the version its forward and its backward read (the newest version is the
+  // parameters between steps).
+  int peak_versions(int chunk) const;
+  struct VersionsRead {
+    std::int64_t microbatch;
+    int forward, backward;
+  };
+  const std::vector<VersionsRead>& versions_read() const { return versions_read_; }
   // Mean seconds of one F, B, I, W on chunk `chunk` of this rank (index by Op), over the steps after the
   // first; 0 for kinds that did not run.
   std::array<double, 4> mean_action_seconds(int chunk) const;
@@ -91,6 +105,10 @@ template <class T> class Trainer {
 
  private:
   struct StepState;
+  StepStats async_step();
+  schedule::Action action_at(const StepState& st, std::size_t index) const;  // shifted to the step run
+  void bind_newest() const;    // asynchronous: the parameters hold the newest version (evaluation, checksum)
+  int oldest_read(int chunk) const;  // the oldest version a micro-batch in flight or to come reads on the chunk
   void run_action(StepState& st, std::size_t index);
   void post_receive(StepState& st, std::size_t index);
   void wait_receive(StepState& st, std::size_t index);
@@ -110,6 +128,15 @@ template <class T> class Trainer {
   std::unique_ptr<Buffers<T>> buffers_;
   std::unique_ptr<GradientReduction<T>> reduction_;
   std::unique_ptr<comm::Transport> transport_;  // along the pipeline
+  // Asynchronous schedules: their rules, the lists' steps, the versions per chunk, what is in flight.
+  bool asynchronous_ = false;
+  AsyncRules rules_;
+  int template_step_ = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> step_ranges_;
+  std::vector<std::unique_ptr<WeightVersions<T>>> versions_;
+  std::vector<std::map<std::int64_t, int>> in_flight_;  // per chunk: micro-batch -> version its forward read
+  std::vector<std::int64_t> next_forward_;               // per chunk: the next micro-batch to forward
+  std::vector<VersionsRead> versions_read_;
   ExecSpace space_;
   std::int64_t step_ = 0;
   int local_microbatches_;       // per replica

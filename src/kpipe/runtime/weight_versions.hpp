@@ -1,0 +1,44 @@
+#pragma once
+// The weight versions one chunk of an asynchronous schedule holds (schedule/asynchronous.hpp): each held
+// version is a copy in a pool of flat buffers, and the chunk's parameter buffer (what its layers read) is
+// the bound one, copied in when an action reads another version. An update binds the newest version,
+// changes it in place (the optimizer), and keeps a copy as the next version. A version goes back to the
+// pool as soon as no micro-batch in flight or to come reads it; the pool grows to the most versions held at
+// once (schedule/versions.hpp counts them from the lists: tested equal), then stays, so there is no
+// allocation per micro-batch after the warm-up.
+#include <map>
+#include <vector>
+
+#include "kpipe/core/tensor.hpp"
+#include "kpipe/model/parameters.hpp"
+
+namespace kpipe::runtime {
+
+template <class T> class WeightVersions {
+ public:
+  // The parameters as they are now are version `initial` (0 for a fresh run).
+  WeightVersions(const ExecSpace& space, model::ParameterStore<T>& params, int initial = 0);
+
+  void bind(int version);  // the parameter buffer holds `version` (held) afterwards
+  int newest() const { return newest_; }
+  int bound() const { return bound_; }
+  // After the optimizer changed the bound newest version in place: it is version `produced`; versions below
+  // `oldest_read` (but the newest) go back to the pool first.
+  void commit(int produced, int oldest_read);
+  void release_below(int oldest_read);  // versions below it, the newest excepted, go back to the pool
+
+  int held() const { return int(held_.size()); }
+  int peak() const { return peak_; }           // most versions held at once
+  int allocated() const { return allocated_; }  // buffers in the pool's care (held or free)
+
+ private:
+  View1<T> take();
+
+  ExecSpace space_;
+  model::ParameterStore<T>* params_;
+  std::map<int, View1<T>> held_;
+  std::vector<View1<T>> free_;
+  int newest_ = 0, bound_ = 0, peak_ = 0, allocated_ = 0;
+};
+
+}  // namespace kpipe::runtime
