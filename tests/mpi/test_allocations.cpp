@@ -13,6 +13,7 @@
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/runtime/trainer.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 
 namespace kpipe {
 namespace {
@@ -50,6 +51,39 @@ TEST(HotPath, StepsAfterTheFirstAllocateNothing) {
       for (int s = 0; s < 4; ++s) trainer.step();
       Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
       EXPECT_GT(first_step, 0) << schedule << ": the counter sees the stash being allocated";
+      EXPECT_EQ(allocations, 0) << schedule;
+    }
+    comm::free_grid(grid);
+  }
+}
+
+// Asynchronous schedules: the weight versions' pool grows during the warm-up (the first steps, up to the
+// lists' repeating step), then nothing is allocated per micro-batch.
+TEST(HotPath, AsynchronousStepsAfterTheWarmUpAllocateNothing) {
+  const auto corpus = data::synthetic_corpus(9, 40000, 0.1);
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  for (const std::string schedule : {"pipedream", "vertical-sync", "2bw"}) {
+    Config c;
+    c.model.seq_len = 16;
+    c.model.d_model = 32;
+    c.model.n_heads = 2;
+    c.model.n_layers = 2;
+    c.train.microbatches = 4;
+    c.train.batch = 4;
+    c.train.steps = 12;
+    c.pipeline.schedule = schedule == "2bw" ? "2bw" : "pipedream";
+    c.pipeline.vertical_sync = schedule == "vertical-sync" ? 1 : 0;
+    c.pipeline.pipeline_size = ranks;
+    auto grid = comm::make_grid(MPI_COMM_WORLD, ranks, 1);
+    {
+      runtime::Trainer<float> trainer(c, corpus, grid);
+      const int warm_up = schedule::Horizon{ranks, 4}.template_step();
+      for (int s = 0; s < warm_up; ++s) trainer.step();
+      allocations = 0;
+      Kokkos::Tools::Experimental::set_allocate_data_callback(count_allocation);
+      for (int s = 0; s < 6; ++s) trainer.step();  // the repeated step, then the first of the drain
+      Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
       EXPECT_EQ(allocations, 0) << schedule;
     }
     comm::free_grid(grid);

@@ -1,5 +1,7 @@
 #include "kpipe/memory/plan.hpp"
 
+#include "kpipe/schedule/versions.hpp"
+
 #include <fmt/format.h>
 
 #include "kpipe/core/bytes.hpp"
@@ -61,6 +63,9 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
   const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
   const auto ranges = partition::configured_partition(config, desc, replicated);
   const auto buffers = schedule::plan_buffers(s, stage, s.actions.at(stage));
+  // Asynchronous schedules keep copies of the weight versions they hold (runtime/weight_versions.hpp), as
+  // many as the lists hold at once (schedule/versions.hpp); synchronous ones keep none.
+  const auto versions = schedule::plan_versions(s, stage, s.actions.at(stage));
 
   RankMemory r;
   r.replica = replica;
@@ -75,6 +80,7 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
     add(Category::parameters, m.parameters * std::int64_t(e));
     add(Category::gradients, m.parameters * std::int64_t(e));
     add(Category::optimizer, m.parameters * (2 * std::int64_t(e) + 1));
+    if (s.asynchronous()) add(Category::weight_versions, versions.peak.at(c) * m.parameters * std::int64_t(e));
     add(Category::activations, m.slots * m.slot_bytes);
     add(Category::backward, m.backward_sets * m.backward_bytes);
     add(Category::workspaces, m.workspace_bytes);
@@ -83,7 +89,6 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
   r.message_buffers = buffers.message_buffers;
   add(Category::messages, std::int64_t(buffers.message_buffers) * rows * config.model.d_model * std::int64_t(e));
   add(Category::workspaces, 2 * rows * std::int64_t(sizeof(Token)));  // the trainer's host token buffers
-  add(Category::weight_versions, 0);  // synchronous schedules keep one version of the weights
   return r;
 }
 

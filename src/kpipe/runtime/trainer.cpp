@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include "kpipe/core/error.hpp"
@@ -303,13 +304,20 @@ template <class T> int Trainer<T>::peak_versions(int chunk) const {
 }
 
 // Asynchronous schedules: step t runs the step of the validated lists that step_source() names, shifted to
-// step t (schedule/asynchronous.hpp). The lists were validated with micro-batches in flight across step
-// boundaries; each step's receives are posted within it and its sends delivered by its end (the buffer
-// plan), so the losses are summed over every rank before those last sends are waited on: a send that a
-// peer receives in its next step completes while that peer runs it.
+// step t (schedule/asynchronous.hpp). The lists keep micro-batches in flight across step boundaries: a
+// step's last activation sends are received by the next stage in its next step. So the sends a step leaves
+// undelivered are waited on when the next step begins (the buffer plan counts them back by the step's end
+// S, and nothing runs in between), not at its end: between steps every rank may enter collectives (losses,
+// stop signals, evaluation) that the receiving rank must reach before it posts the receive.
 template <class T> StepStats Trainer<T>::async_step() {
   require(step_ < config_.train.steps, "train.steps = {}: an asynchronous run cannot go past its last step (it drains "
           "the pipeline there)", config_.train.steps);
+  const auto wait = [&](std::size_t position) {
+    return [this, position](comm::Request& request) {
+      if (!transport_->wait(request, config_.pipeline.recv_timeout_s)) timeout(Action{Op::step, 0, 0, -1}, position);
+    };
+  };
+  buffers_->reclaim(std::numeric_limits<std::size_t>::max(), wait(0));  // the previous step's last sends
   const double start = now();
   const auto source = schedule::step_source(int(step_ranges_.size()), template_step_, config_.train.steps, int(step_));
   const auto [begin, end] = step_ranges_.at(source.step);
@@ -341,9 +349,8 @@ template <class T> StepStats Trainer<T>::async_step() {
   stats.loss = loss / double(stats.tokens);
   stats.grad_norm = std::sqrt(sums.back());
   stats.lr = st.lr;
-  buffers_->reclaim(end - 1, [&](comm::Request& request) {
-    if (!transport_->wait(request, config_.pipeline.recv_timeout_s)) timeout(Action{}, end - 1);
-  });
+  // The run's last step drains the pipeline: every send is received within it.
+  if (step_ + 1 == config_.train.steps) buffers_->reclaim(std::numeric_limits<std::size_t>::max(), wait(end - 1));
   stats.busy_seconds = st.busy;
   stats.seconds = now() - start;
   ++step_;
@@ -462,6 +469,8 @@ template <class T> double Trainer<T>::evaluate() {
   for (auto& chunk : chunks_) slots.push_back(chunk->acquire());
   double loss_sum = 0;
   const int vstages = schedule_.virtual_stages();
+  // Above the pipeline's tags: an asynchronous run may have sends of its last step still under way.
+  const int eval_tag = schedule::message_tags(schedule_);
   for (std::int64_t w = grid_.replica * mb; w < windows; w += std::int64_t(mb) * grid_.data_parallel) {
     data::fill_validation_windows(corpus_->validation, w, mb, seq, host_inputs_.data(), host_targets_.data());
     for (int v = 0; v < vstages; ++v) {
@@ -478,7 +487,7 @@ template <class T> double Trainer<T>::evaluate() {
           Kokkos::deep_copy(space_, chunk.input(slot), chunks_[from]->output(slots[from]));
         } else {
           comm::Request r;
-          transport_->recv(chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, v, r);
+          transport_->recv(chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, eval_tag + v, r);
           if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::recv_activation, 0, c, prev}, 0);
         }
       }
@@ -489,7 +498,7 @@ template <class T> double Trainer<T>::evaluate() {
       else if (schedule_.rank_of(v + 1) != grid_.stage) {
         comm::Request r;
         transport_->send(chunk.output(slot).data(), chunk.output(slot).span() * sizeof(T), schedule_.rank_of(v + 1),
-                         v + 1, r);
+                         eval_tag + v + 1, r);
         if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::send_activation, 0, c, -1}, 0);
       }
     }

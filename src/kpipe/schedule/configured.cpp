@@ -1,5 +1,7 @@
 #include "kpipe/schedule/configured.hpp"
 
+#include <algorithm>
+
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/generate.hpp"
@@ -17,14 +19,16 @@ Replicated configured_schedule(const Config& c) {
   const int local = c.train.microbatches / p.data_parallel;
   if (is_asynchronous_name(p.schedule) && p.schedule_file.empty()) {
     // No flush: the lists of a whole run of Horizon::steps() steps (asynchronous.hpp), whose middle step
-    // repeats; a run executes them step by step.
+    // repeats in a longer run; a run executes them step by step.
     require(p.chunks == 1, "pipeline.chunks = {} with pipeline.schedule = \"{}\": asynchronous schedules run one chunk per "
             "rank (the version rule is per stage)", p.chunks, p.schedule);
     require(p.data_parallel == 1,
             "pipeline.data_parallel = {} with pipeline.schedule = \"{}\": asynchronous schedules run without data "
             "parallelism in this version", p.data_parallel, p.schedule);
+    // A run shorter than the horizon runs lists of its own length (its last step drains the pipeline).
+    const int steps = std::min(Horizon{p.pipeline_size, local}.steps(), c.train.steps);
     Schedule s = lower(asynchronous(updates_of(p.schedule, p.vertical_sync == 1), p.pipeline_size, local,
-                                    {Horizon{p.pipeline_size, local}.steps(), false}));
+                                    {steps, false}));
     validate(s);
     return Replicated{{s}, false, 1};
   }
