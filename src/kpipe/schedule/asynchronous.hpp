@@ -4,7 +4,7 @@
 // its weights while older micro-batches are still in flight; a micro-batch's backward reads the weight
 // version its forward read (weight stashing), so each stage keeps a few versions.
 //
-// The version rule (docs/architecture.md, property 5). Micro-batches k = 0, 1, 2, ... in order; m per step;
+// The version rule (docs/architecture.md, property 6). Micro-batches k = 0, 1, 2, ... in order; m per step;
 // stage s (0-based) of p; w = p-1-s; a version is numbered by the updates applied before it (0: the
 // initial weights).
 //  - pipedream: an update after every backward: the backward of micro-batch k produces version k+1 from
@@ -23,8 +23,8 @@
 //
 // A run's steps all have the same shape but for the first ones (warm-up, the rule's max(0, ...)) and the
 // last (the backwards of the micro-batches still in flight, no new forwards). So that what runs is what was
-// validated (property 6), a run executes the validated lists of a run of horizon_steps() steps, step by
-// step, its middle steps repeating one step shifted by whole steps (StepMap).
+// validated (property 2), a run executes the validated lists of a run of Horizon::steps() steps, step by
+// step, its middle steps repeating one step shifted by whole steps (step_source).
 #include <string>
 #include <utility>
 #include <vector>
