@@ -87,7 +87,8 @@ int train(kpipe::Config config, int rank) {
       fmt::print(stderr, "kpipe-train: step {} skipped: loss {} grad norm {} not finite ({} in a row)\n", s + 1,
                  stats.loss, stats.grad_norm, skipped_in_a_row);
     tokens += stats.tokens;
-    if (s > first_step || config.train.steps == first_step + 1) {
+    // Asynchronous schedules: the steady state's steps (no warm-up, no drain), as the simulator's figure.
+    if ((s > first_step || config.train.steps == first_step + 1) && trainer.steady_step(s)) {
       busy += stats.busy_seconds;
       pipeline_seconds += stats.pipeline_seconds;
       optimizer_seconds += stats.optimizer_seconds;

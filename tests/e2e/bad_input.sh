@@ -44,5 +44,11 @@ expect too-many-stages "pipeline" -- "${mpiexec[@]}" -n 4 "$train" --pipeline-si
 printf 'B0 F0 S\nF0 B0 S\n' > "$work/bad.sched"  # rank 0 runs a backward before its forward
 expect bad-schedule-file "schedule" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --microbatches 1 --schedule-file "$work/bad.sched"
 
-echo "$((11 - failures)) passed, $failures failed"
+# Asynchronous schedules: bad combinations, on every rank alike.
+expect 2bw-microbatches "train.microbatches = 1" "pipeline.pipeline_size = 2" "2bw" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --microbatches 1 --schedule 2bw
+expect vertical-sync-sync "pipeline.vertical_sync = 1" "1f1b" -- "$train" --vertical-sync 1
+expect async-data-parallel "pipeline.data_parallel = 2" "pipedream" -- "${mpiexec[@]}" -n 2 "$train" --data-parallel 2 --microbatches 2 --schedule pipedream
+expect async-checkpoint "checkpoint.dir" "pipedream" -- "$train" --schedule pipedream --checkpoint-dir "$work/ck"
+
+echo "$((15 - failures)) passed, $failures failed"
 [ $failures -eq 0 ]

@@ -52,15 +52,17 @@ struct Case {
   const char* schedule;
   int vertical_sync;
   int microbatches;
+  int extra_steps = 2;  // beyond the lists' horizon (negative: a run shorter than it)
 };
 
 TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
   const int p = world_size();
-  for (const Case& k : {Case{"pipedream", 0, 2}, Case{"pipedream", 0, 4}, Case{"pipedream", 1, 4}, Case{"2bw", 0, 4}}) {
+  for (const Case& k : {Case{"pipedream", 0, 2}, Case{"pipedream", 0, 4}, Case{"pipedream", 1, 4}, Case{"2bw", 0, 4},
+                        Case{"pipedream", 0, 1, -3}, Case{"2bw", 0, 4, -3}}) {
     if (std::string(k.schedule) == "2bw" && k.microbatches < p) continue;
     const auto updates = schedule::updates_of(k.schedule, k.vertical_sync == 1);
-    // Past the validated lists' horizon, so that the repeated middle step runs too.
-    const int steps = schedule::Horizon{p, k.microbatches}.steps() + 2;
+    // Past the validated lists' horizon, so that the repeated middle step runs too; or shorter than it.
+    const int steps = schedule::Horizon{p, k.microbatches}.steps() + k.extra_steps;
     const Config c = async_config(k.schedule, k.vertical_sync, p, k.microbatches, steps);
     SCOPED_TRACE(fmt::format("{} vertical_sync={} p={} m={} steps={}", k.schedule, k.vertical_sync, p, k.microbatches,
                              steps));
@@ -85,7 +87,7 @@ TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
       // Versions held: measured = the validator's count from the lists = the theory.
       const int predicted = schedule::versions_held(trainer.schedule())[grid.stage];
       EXPECT_EQ(trainer.peak_versions(0), predicted);
-      EXPECT_EQ(predicted, schedule::versions_bound(updates, p, grid.stage));
+      if (k.extra_steps >= 0) EXPECT_EQ(predicted, schedule::versions_bound(updates, p, grid.stage));
       // Evaluation after the run sees the newest weights, as the reference's checksum does.
       EXPECT_TRUE(std::isfinite(trainer.evaluate()));
     }

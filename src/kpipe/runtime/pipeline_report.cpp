@@ -62,8 +62,10 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   // What runs: every replica's lists with the reduction's actions (the running sum's hops cost what its
   // bytes would at zero latency: messages are not measured here), this replica's ranks reported.
   const auto sim = schedule::simulate(trainer.replicated(), costs);
-  r.simulated_bubble.assign(sim.idle_fraction.begin() + std::ptrdiff_t(grid.replica) * p,
-                            sim.idle_fraction.begin() + std::ptrdiff_t(grid.replica + 1) * p);
+  // Asynchronous schedules: the steady state's (the steps kpipe-train counts; schedule/simulate.hpp).
+  const auto& idle = lowered.asynchronous() ? sim.steady_idle_fraction : sim.idle_fraction;
+  r.simulated_bubble.assign(idle.begin() + std::ptrdiff_t(grid.replica) * p,
+                            idle.begin() + std::ptrdiff_t(grid.replica + 1) * p);
   r.predicted_stash = schedule::peak_stash(lowered);
   for (int k = 0; k < p; ++k) {
     r.measured_mean += r.measured_bubble[k] / p;

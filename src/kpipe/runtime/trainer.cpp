@@ -230,7 +230,7 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       }
       if (asynchronous_) {
         in_flight_[c].erase(mb);
-        versions_[c]->release_below(oldest_read(c));
+        versions_[c]->release([&](int v) { return version_needed(c, v); });
       }
       break;
     }
@@ -254,9 +254,10 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       const std::int64_t update = rules_.update_of(mb);
       st.update_squares[c] = apply_async_update(space_, config_.optim, rules_, update, chunks_[c]->params());
       st.lr = rules_.learning_rate(config_.optim, update);
-      versions.commit(a.version, oldest_read(c));
+      versions.commit(a.version, [&](int v) { return version_needed(c, v); });
       space_.fence();
       timeline_.push_back({a, start - st.start, now() - st.start, 0});
+      st.busy += now() - start;  // work, as F and B are (the simulator charges it as `step`)
       break;
     }
   }
@@ -285,18 +286,24 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
   if (plan_.last_touch[i]) buffers_->retire(c, mb);
 }
 
-template <class T> int Trainer<T>::oldest_read(int c) const {
-  // Micro-batches in flight read what their forwards read; the next forward reads the rule's version, and
+template <class T> bool Trainer<T>::version_needed(int c, int version) const {
+  // A micro-batch in flight reads it, or a forward to come may: the next forward reads the rule's version,
   // later ones no older (the rule never goes back).
+  for (const auto& entry : in_flight_[c])
+    if (entry.second == version) return true;
+  if (next_forward_[c] >= std::int64_t(config_.train.steps) * local_microbatches_) return false;
   const int vstage = schedule_.virtual_stage(grid_.stage, c);
-  int oldest = schedule::rule_version(schedule_.updates, schedule_.ranks, schedule_.microbatches, vstage,
-                                      int(next_forward_[c]), false);
-  for (const auto& [mb, version] : in_flight_[c]) oldest = std::min(oldest, version);
-  return oldest;
+  return version >= schedule::rule_version(schedule_.updates, schedule_.ranks, schedule_.microbatches, vstage,
+                                           int(next_forward_[c]), false);
 }
 
 template <class T> void Trainer<T>::bind_newest() const {
   for (const auto& versions : versions_) versions->bind(versions->newest());
+}
+
+template <class T> bool Trainer<T>::steady_step(std::int64_t step) const {
+  if (!asynchronous_ || config_.train.steps < template_step_ + 2) return true;
+  return step >= template_step_ && step + 1 < config_.train.steps;
 }
 
 template <class T> int Trainer<T>::peak_versions(int chunk) const {

@@ -91,6 +91,10 @@ template <class T> class Trainer {
     int forward, backward;
   };
   const std::vector<VersionsRead>& versions_read() const { return versions_read_; }
+  // Whether step `step` is one of the run's steady state (asynchronous schedules: past the warm-up, before
+  // the last step's drain, when the run has such steps; synchronous ones: every step), for the figures
+  // that compare with the simulator's steady state.
+  bool steady_step(std::int64_t step) const;
   // Mean seconds of one F, B, I, W on chunk `chunk` of this rank (index by Op), over the steps after the
   // first; 0 for kinds that did not run.
   std::array<double, 4> mean_action_seconds(int chunk) const;
@@ -108,7 +112,7 @@ template <class T> class Trainer {
   StepStats async_step();
   schedule::Action action_at(const StepState& st, std::size_t index) const;  // shifted to the step run
   void bind_newest() const;    // asynchronous: the parameters hold the newest version (evaluation, checksum)
-  int oldest_read(int chunk) const;  // the oldest version a micro-batch in flight or to come reads on the chunk
+  bool version_needed(int chunk, int version) const;  // a micro-batch in flight or to come reads it
   void run_action(StepState& st, std::size_t index);
   void post_receive(StepState& st, std::size_t index);
   void wait_receive(StepState& st, std::size_t index);

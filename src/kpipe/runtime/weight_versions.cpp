@@ -38,9 +38,9 @@ template <class T> void WeightVersions<T>::bind(int version) {
   bound_ = version;
 }
 
-template <class T> void WeightVersions<T>::release_below(int oldest_read) {
-  for (auto it = held_.begin(); it != held_.end() && it->first < oldest_read;) {
-    if (it->first == newest_) {
+template <class T> void WeightVersions<T>::release(const Needed& needed) {
+  for (auto it = held_.begin(); it != held_.end();) {
+    if (it->first == newest_ || needed(it->first)) {
       ++it;
       continue;
     }
@@ -49,10 +49,10 @@ template <class T> void WeightVersions<T>::release_below(int oldest_read) {
   }
 }
 
-template <class T> void WeightVersions<T>::commit(int produced, int oldest_read) {
+template <class T> void WeightVersions<T>::commit(int produced, const Needed& needed) {
   if (bound_ != newest_) throw std::logic_error("WeightVersions: an update of a version that is not the newest");
   newest_ = produced;  // the former newest is an older version now
-  release_below(oldest_read);
+  release(needed);
   View1<T> copy = take();
   Kokkos::deep_copy(space_, copy, params_->values());
   held_[produced] = copy;

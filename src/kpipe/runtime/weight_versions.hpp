@@ -6,6 +6,7 @@
 // pool as soon as no micro-batch in flight or to come reads it; the pool grows to the most versions held at
 // once (schedule/versions.hpp counts them from the lists: tested equal), then stays, so there is no
 // allocation per micro-batch after the warm-up.
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -22,10 +23,12 @@ template <class T> class WeightVersions {
   void bind(int version);  // the parameter buffer holds `version` (held) afterwards
   int newest() const { return newest_; }
   int bound() const { return bound_; }
-  // After the optimizer changed the bound newest version in place: it is version `produced`; versions below
-  // `oldest_read` (but the newest) go back to the pool first.
-  void commit(int produced, int oldest_read);
-  void release_below(int oldest_read);  // versions below it, the newest excepted, go back to the pool
+  // Whether a version is still read (by a micro-batch in flight or to come).
+  using Needed = std::function<bool(int version)>;
+  // After the optimizer changed the bound newest version in place: it is version `produced`; versions no
+  // longer needed (the newest excepted) go back to the pool first.
+  void commit(int produced, const Needed& needed);
+  void release(const Needed& needed);  // versions not needed, the newest excepted, go back to the pool
 
   int held() const { return int(held_.size()); }
   int peak() const { return peak_; }           // most versions held at once
