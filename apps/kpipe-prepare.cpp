@@ -18,7 +18,6 @@
 #include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/data/entropy.hpp"
-#include "kpipe/core/files.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/data/token_file.hpp"
 
@@ -47,6 +46,8 @@ void check(const Options& o) {
           o.val_fraction);
   require(o.tokens >= 1, "--tokens = {}: expected a positive integer", o.tokens);
   require(o.synthetic || !same_file(o.input, o.output), "--output = {} is the input file", o.output);
+  // Written beside it and renamed over it: never over a device node, a FIFO or a directory.
+  kpipe::require_writable(o.output, fmt::format("--output = {}", o.output));
 }
 
 int run(int argc, char** argv) {

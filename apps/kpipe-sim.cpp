@@ -13,6 +13,7 @@
 #include <string>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/render.hpp"
@@ -111,6 +112,7 @@ int run(const Options& o, const CLI::App& app) {
     SvgOptions svg;
     svg.title = fmt::format("{}: p = {}, m = {}{}; makespan {:.4g}, bubble {}", name, s.ranks, s.microbatches,
                             s.chunks > 1 ? fmt::format(", v = {}", s.chunks) : "", sim.makespan, percent(sim.bubble));
+    kpipe::require_writable(o.svg, fmt::format("--svg = '{}'", o.svg));
     std::ofstream out(o.svg);
     require(bool(out), "--svg = '{}': cannot write", o.svg);
     out << timeline_svg(sim.timeline, s.chunks, svg);

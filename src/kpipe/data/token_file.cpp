@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include "kpipe/core/error.hpp"
@@ -24,24 +25,6 @@ constexpr hsize_t chunk_tokens = 1 << 16;
 // HDF5 handles that close themselves, and silence for HDF5's own error printing (io/h5_file.hpp).
 using Handle = io::h5::Handle;
 using QuietHdf5Errors = io::h5::QuietErrors;
-
-void write_string_attribute(hid_t object, const char* name, const std::string& value, const std::string& label) {
-  const Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), std::max<std::size_t>(value.size(), 1));
-  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
-  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  const Handle attribute(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  require(attribute.valid() && H5Awrite(attribute.get(), type.get(), padded.data()) >= 0,
-          "{}: cannot write attribute '{}'", label, name);
-}
-
-void write_int_attribute(hid_t object, const char* name, int value, const std::string& label) {
-  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  const Handle attribute(H5Acreate2(object, name, H5T_STD_I32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  require(attribute.valid() && H5Awrite(attribute.get(), H5T_NATIVE_INT, &value) >= 0,
-          "{}: cannot write attribute '{}'", label, name);
-}
 
 void write_split(hid_t file, const char* name, const std::vector<Token>& tokens, const std::string& label) {
   std::vector<std::uint8_t> bytes(tokens.size());
@@ -64,35 +47,6 @@ void write_split(hid_t file, const char* name, const std::vector<Token>& tokens,
   if (size > 0)
     require(H5Dwrite(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
             "{}: cannot write dataset /{}", label, name);
-}
-
-std::string read_string_attribute(hid_t object, const char* name, const std::string& label) {
-  const Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  require(attribute.valid(), "{}: cannot read attribute '{}'", label, name);
-  const Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  require(H5Tget_class(type.get()) == H5T_STRING, "{}: attribute '{}' is not a string", label, name);
-  if (H5Tis_variable_str(type.get()) > 0) {  // as h5py writes them
-    char* text = nullptr;
-    const Handle memory(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(memory.get(), H5T_VARIABLE);
-    require(H5Aread(attribute.get(), memory.get(), &text) >= 0, "{}: cannot read attribute '{}'", label, name);
-    std::string value = text ? text : "";
-    H5free_memory(text);
-    return value;
-  }
-  std::vector<char> buffer(H5Tget_size(type.get()) + 1, '\0');
-  require(H5Aread(attribute.get(), type.get(), buffer.data()) >= 0, "{}: cannot read attribute '{}'", label, name);
-  return std::string(buffer.data());  // up to the first NUL: drops padding
-}
-
-long long read_int_attribute(hid_t object, const char* name, const std::string& label) {
-  const Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  require(attribute.valid(), "{}: cannot read attribute '{}'", label, name);
-  const Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  require(H5Tget_class(type.get()) == H5T_INTEGER, "{}: attribute '{}' is not an integer", label, name);
-  long long value = 0;
-  require(H5Aread(attribute.get(), H5T_NATIVE_LLONG, &value) >= 0, "{}: cannot read attribute '{}'", label, name);
-  return value;
 }
 
 std::vector<Token> read_split(hid_t file, const char* name, const std::string& label) {
@@ -123,15 +77,25 @@ void write_token_file(const std::string& path, const Corpus& corpus) {
   const std::string partial = path + ".partial";
   {
     errno = 0;
-    const Handle file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    require(file.valid(), "{}: cannot create ({})", label, errno != 0 ? std::strerror(errno) : "HDF5 error");
+    Handle file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    require(file.valid(), "{}: cannot create ({})", label, errno != 0 ? std::strerror(errno) : io::h5::error_text());
     write_split(file.get(), "train", corpus.train, label);
     write_split(file.get(), "validation", corpus.validation, label);
-    write_string_attribute(file.get(), "format", format_name, label);
-    write_int_attribute(file.get(), "version", format_version, label);
-    write_int_attribute(file.get(), "vocab", byte_vocab, label);
-    write_string_attribute(file.get(), "source", corpus.source, label);
-    require(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "{}: cannot write", label);
+    try {
+      io::h5::write_attribute(file.get(), "format", std::string(format_name));
+      io::h5::write_attribute(file.get(), "version", std::int64_t(format_version));
+      io::h5::write_attribute(file.get(), "vocab", std::int64_t(byte_vocab));
+      io::h5::write_attribute(file.get(), "source", corpus.source);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", label, e.what()));
+    }
+    require(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "{}: cannot write ({})", label, io::h5::error_text());
+    require(H5Fclose(file.release()) >= 0, "{}: cannot write ({})", label, io::h5::error_text());
+  }
+  try {
+    fsync_path(partial);  // on storage before it takes the name
+  } catch (const std::system_error& e) {
+    throw InputError(fmt::format("{}: {}", label, e.what()));
   }
   std::error_code error;
   std::filesystem::rename(partial, path, error);
@@ -143,30 +107,47 @@ bool is_hdf5_file(const std::string& path) {
   return unreadable_reason(path).empty() && H5Fis_hdf5(path.c_str()) > 0;
 }
 
+bool is_token_file(const std::string& path, const std::string& label) {
+  if (is_hdf5_file(path)) return true;
+  if (!unreadable_reason(path).empty()) return false;  // the caller's read names the reason
+  // The signature HDF5 looks for at offset 0 (or 512, 1024, ... after a user block).
+  static const unsigned char signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  const std::string head = read_bytes(path, label, 8);
+  int same = 0;
+  for (std::size_t i = 0; i < head.size(); ++i) same += static_cast<unsigned char>(head[i]) == signature[i] ? 1 : 0;
+  require(same < 5, "{}: starts like an HDF5 token file but {} of the 8 bytes of its signature are wrong (a damaged "
+          "file?): refusing to train on it as text", label, 8 - same);
+  const std::string extension = std::filesystem::path(path).extension().string();
+  require(extension != ".h5" && extension != ".hdf5" && extension != ".hdf",
+          "{}: named like an HDF5 token file ({}) but not an HDF5 file (damaged?): refusing to train on it as text; "
+          "a text file should not end in {}", label, extension, extension);
+  return false;
+}
+
 Corpus read_token_file(const std::string& path, const std::string& label_or_empty) {
   const QuietHdf5Errors quiet;
   const std::string label = label_or_empty.empty() ? fmt::format("token file '{}'", path) : label_or_empty;
-  if (const std::string reason = unreadable_reason(path); !reason.empty())
-    throw InputError(fmt::format("{}: cannot open ({})", label, reason));
-  require(H5Fis_hdf5(path.c_str()) > 0, "{}: not an HDF5 file", label);
-  const Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  require(file.valid(), "{}: cannot open as HDF5 (truncated or corrupt?)", label);
-  require(H5Aexists(file.get(), "format") > 0, "{}: not a kpipe token file (no 'format' attribute)", label);
-  const std::string format = read_string_attribute(file.get(), "format", label);
+  Handle file;
+  try {
+    file = io::h5::open_file(path);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}", label, e.what()));
+  }
+  require(io::h5::has_attribute(file.get(), "format"), "{}: not a kpipe token file (no 'format' attribute)", label);
+  const std::string format = io::h5::read_string_attribute(file.get(), "format", label);
   require(format == format_name, "{}: not a kpipe token file (format '{}', expected '{}')", label, format,
           format_name);
-  require(H5Aexists(file.get(), "version") > 0, "{}: no 'version' attribute", label);
-  const long long version = read_int_attribute(file.get(), "version", label);
+  const std::int64_t version = io::h5::read_int_attribute(file.get(), "version", label);
   require(version == format_version, "{}: version {} is not supported (this kpipe reads version {})", label, version,
           format_version);
-  require(H5Aexists(file.get(), "vocab") > 0, "{}: no 'vocab' attribute", label);
-  const long long vocab = read_int_attribute(file.get(), "vocab", label);
+  const std::int64_t vocab = io::h5::read_int_attribute(file.get(), "vocab", label);
   require(vocab == byte_vocab, "{}: vocab = {}, expected {} (byte tokens)", label, vocab, byte_vocab);
 
   Corpus corpus;
   corpus.train = read_split(file.get(), "train", label);
   corpus.validation = read_split(file.get(), "validation", label);
-  corpus.source = H5Aexists(file.get(), "source") > 0 ? read_string_attribute(file.get(), "source", label) : path;
+  corpus.source =
+      io::h5::has_attribute(file.get(), "source") ? io::h5::read_string_attribute(file.get(), "source", label) : path;
   return corpus;
 }
 
