@@ -1,5 +1,7 @@
 #include "kpipe/comm/grid.hpp"
 
+#include <cstdint>
+
 #include "kpipe/core/error.hpp"
 
 namespace kpipe::comm {
@@ -10,7 +12,8 @@ ProcessGrid make_grid(MPI_Comm world, int pipeline_size, int data_parallel) {
   MPI_Comm_size(world, &g.world_size);
   require(pipeline_size >= 1, "pipeline.pipeline_size = {}: must be at least 1", pipeline_size);
   require(data_parallel >= 1, "pipeline.data_parallel = {}: must be at least 1", data_parallel);
-  require(g.world_size == pipeline_size * data_parallel,
+  // In 64 bits: 641 x 6700417 is 2^32 + 1, which an int product would wrap to 1.
+  require(std::int64_t(g.world_size) == std::int64_t(pipeline_size) * data_parallel,
           "MPI world size {} != pipeline.pipeline_size = {} x pipeline.data_parallel = {}", g.world_size,
           pipeline_size, data_parallel);
   g.world = world;

@@ -17,7 +17,8 @@ void install_stop_handlers();
 int received_stop_signal();
 void reset_stop_signal();
 
-// Collective over `world`: the largest signal number any rank received (0: none), the same on every rank.
-int stop_requested(MPI_Comm world);
+// Collective over `world` (bounded by timeout_s, comm/bounded.hpp): the largest signal number any rank
+// received (0: none), the same on every rank.
+int stop_requested(MPI_Comm world, double timeout_s);
 
 }  // namespace kpipe::runtime

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/nn/optimizer.hpp"
@@ -27,6 +28,11 @@ using schedule::Op;
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Every collective waits at most pipeline.recv_timeout_s (comm/bounded.hpp); `what` names it if it does not end.
+comm::Bound bound(const Config& c, std::int64_t step, const char* what) {
+  return {c.pipeline.recv_timeout_s, fmt::format("{} of step {}", what, step)};
+}
 
 schedule::Schedule make_schedule(const Config& c, int local_microbatches) {
   const auto& p = c.pipeline;
@@ -369,7 +375,7 @@ template <class T> StepStats Trainer<T>::step() {
   stats.step = step_;
   stats.tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
   // Each micro-batch's loss lives on one rank, zeros elsewhere: the sum is exact, then added in order.
-  MPI_Allreduce(MPI_IN_PLACE, st.loss_sums.data(), int(st.loss_sums.size()), MPI_DOUBLE, MPI_SUM, grid_.world);
+  comm::allreduce(st.loss_sums, MPI_SUM, grid_.world, bound(config_, step_, "the loss allreduce"));
   double loss = 0;
   for (double l : st.loss_sums) loss += l;
   stats.loss = loss / double(stats.tokens);
@@ -382,7 +388,7 @@ template <class T> StepStats Trainer<T>::step() {
 }
 
 template <class T> void Trainer<T>::reduce_across_replicas() {
-  const auto type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+  const auto type = comm::mpi_type<T>();
   space_.fence();
   for (auto& chunk : chunks_) {
     const auto& g = chunk->params().grads();
@@ -396,9 +402,11 @@ template <class T> void Trainer<T>::reduce_across_replicas() {
     // Collectives read the buffer where MPI can (host, CUDA-aware MPI), else a host copy of it.
     auto collective = [&](T* data) {
       if (config_.pipeline.dp_reduction == "ordered")
-        MPI_Bcast(data, count, type, grid_.data_parallel - 1, grid_.replicas);
+        comm::bcast(data, count, type, grid_.data_parallel - 1, grid_.replicas,
+                    bound(config_, step_, "the broadcast of the replicas' gradient sum"));
       else
-        MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, grid_.replicas);
+        comm::allreduce(data, count, type, MPI_SUM, grid_.replicas,
+                        bound(config_, step_, "the allreduce of the replicas' gradients"));
     };
 #if defined(KPIPE_CUDA_AWARE_MPI)
     collective(g.data());
@@ -421,7 +429,7 @@ template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
     const auto sums = layer_grad_squares(space_, chunk->params());
     for (std::size_t k = 0; k < sums.size(); ++k) squares[chunk->params().first_layer() + k] = sums[k];
   }
-  MPI_Allreduce(MPI_IN_PLACE, squares.data(), int(squares.size()), MPI_DOUBLE, MPI_SUM, grid_.pipeline);
+  comm::allreduce(squares, MPI_SUM, grid_.pipeline, bound(config_, step_, "the gradient-norm allreduce"));
   double total = 0;
   for (double s : squares) total += s;
   stats.grad_norm = std::sqrt(total);
@@ -496,7 +504,7 @@ template <class T> double Trainer<T>::evaluate() {
     }
   }
   for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->release(slots[c]);
-  MPI_Allreduce(MPI_IN_PLACE, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, grid_.world);
+  loss_sum = comm::allreduce(loss_sum, MPI_SUM, grid_.world, bound(config_, step_, "the validation-loss allreduce"));
   return loss_sum / double(windows * seq);
 }
 
@@ -515,7 +523,7 @@ template <class T> std::uint64_t Trainer<T>::param_checksum() const {
       hashes[first_tensor[slots[k].layer] + index_in_layer] = own[k];
     }
   }
-  MPI_Allreduce(MPI_IN_PLACE, hashes.data(), int(hashes.size()), MPI_UINT64_T, MPI_SUM, grid_.pipeline);
+  comm::allreduce(hashes, MPI_SUM, grid_.pipeline, bound(config_, step_, "the param_checksum allreduce"));
   return model::combine_hashes(hashes);
 }
 
