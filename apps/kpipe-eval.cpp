@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/grid.hpp"
+#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
@@ -34,7 +36,7 @@ struct Options {
 // them), or a whole text file.
 std::vector<kpipe::Token> load_tokens(const Options& o) {
   using namespace kpipe;
-  if (!data::is_hdf5_file(o.data)) {
+  if (!data::is_token_file(o.data, fmt::format("--data = {}", o.data))) {
     require(o.split == "all", "--split = {}: a text file has no splits (use all)", o.split);
     return data::text_corpus(kpipe::read_bytes(o.data, fmt::format("--data = {}", o.data)), 1.0, o.data).validation;
   }
@@ -47,15 +49,26 @@ std::vector<kpipe::Token> load_tokens(const Options& o) {
 
 int evaluate(const Options& o, int rank) {
   using namespace kpipe;
-  Config config = io::checkpoint_config(o.checkpoint);
-  const auto info = io::read_checkpoint_info(o.checkpoint);
+  require(o.pipeline_size >= 1, "--pipeline-size = {}: expected an integer >= 1", o.pipeline_size);
+  require(o.chunks >= 1, "--chunks = {}: expected an integer >= 1", o.chunks);
+  require(o.max_windows >= 0, "--max-windows = {}: expected an integer >= 0 (0: all)", o.max_windows);
+  // The checkpoint and the data are read on every rank; a failure on any one (a file missing on one node)
+  // is agreed by all before any work, and reported once.
+  Config config;
+  io::CheckpointInfo info;
   data::Corpus corpus;
-  corpus.validation = load_tokens(o);
-  corpus.source = o.data;
-  const std::int64_t available = data::validation_windows(std::int64_t(corpus.validation.size()), config.model.seq_len);
-  const std::int64_t windows = o.max_windows > 0 ? std::min<std::int64_t>(available, o.max_windows) : available;
-  require(windows > 0, "--data = {}: {} tokens hold no window of model.seq_len + 1 = {} tokens", o.data,
-          corpus.validation.size(), config.model.seq_len + 1);
+  std::int64_t windows = 0;
+  comm::agree(MPI_COMM_WORLD, {config.pipeline.recv_timeout_s, "reading the checkpoint and the data"}, [&] {
+    config = io::checkpoint_config(o.checkpoint);
+    info = io::read_checkpoint_info(o.checkpoint);
+    corpus.validation = load_tokens(o);
+    corpus.source = o.data;
+    const std::int64_t available =
+        data::validation_windows(std::int64_t(corpus.validation.size()), config.model.seq_len);
+    windows = o.max_windows > 0 ? std::min<std::int64_t>(available, o.max_windows) : available;
+    require(windows > 0, "--data = {}: {} tokens hold no window of model.seq_len + 1 = {} tokens", o.data,
+            corpus.validation.size(), config.model.seq_len + 1);
+  });
   corpus.validation.resize(std::size_t(windows * (config.model.seq_len + 1)));  // exactly `windows` windows
   // One window per micro-batch, one micro-batch per stage: evaluate() then walks every window in order.
   auto& p = config.pipeline;
@@ -122,6 +135,10 @@ int main(int argc, char** argv) {
       rc = kpipe::exit_bad_input;
     }
   }
-  MPI_Finalize();
+  {
+    // MPI_Finalize waits for every rank: bounded like every other wait.
+    const kpipe::comm::Watchdog watch(rank, {kpipe::PipelineConfig{}.recv_timeout_s, "MPI_Finalize"});
+    MPI_Finalize();
+  }
   return rc;
 }

@@ -3,7 +3,8 @@
 
     python3 plot_checkpoint_and_trace.py CKPT TRACE OUT.png
 
-CKPT is a step-<N> directory, its checkpoint.h5, or a checkpoint.dir (its `latest`); TRACE a file written by kpipe-train --trace.
+CKPT is a step-<N>.h5 checkpoint file, or a checkpoint.dir (the file its `latest` names); TRACE a file
+written by kpipe-train --trace.
 The PNG has three panels: the L2 norm of every model tensor (by global layer), and per traced layer the
 standard deviation of its output and the largest |gradient| over the traced steps (mean over micro-batches).
 """
@@ -19,26 +20,19 @@ import numpy as np  # noqa: E402
 
 
 def checkpoint_tensors(path):
-    """{'/model/layers/07/attn/qkv/weight': array, ...}: every model tensor, external links followed."""
-    if os.path.isfile(os.path.join(path, "latest")):  # a checkpoint.dir: the one `latest` names
+    """{'/model/layers/07/attn/qkv/weight': array, ...}: every model tensor of one checkpoint file."""
+    if os.path.isdir(path):  # a checkpoint.dir: the first line of `latest` names the file
         with open(os.path.join(path, "latest")) as f:
-            path = os.path.join(path, f.read().strip())
-    entry = os.path.join(path, "checkpoint.h5") if os.path.isdir(path) else path
+            path = os.path.join(path, f.readline().strip())
     tensors = {}
-    with h5py.File(entry, "r") as f:
+    with h5py.File(path, "r") as f:
         step = int(f.attrs["step"])
 
-        # visititems does not cross external links (each tensor is one): walk the groups by hand.
-        def walk(group, prefix):
-            for key in group:
-                obj = group[key]  # h5py follows the external link into rank-<r>.h5
-                name = f"{prefix}/{key}"
-                if isinstance(obj, h5py.Group):
-                    walk(obj, name)
-                else:
-                    tensors[name] = obj[()]
+        def keep(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                tensors["/model/" + name] = obj[()]
 
-        walk(f["model"], "/model")
+        f["model"].visititems(keep)  # plain datasets: visititems sees every one
     return step, tensors
 
 

@@ -77,7 +77,7 @@ void write_token_file(const std::string& path, const Corpus& corpus) {
   const std::string partial = path + ".partial";
   {
     errno = 0;
-    Handle file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    Handle file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, io::h5::file_access().get()), H5Fclose);
     require(file.valid(), "{}: cannot create ({})", label, errno != 0 ? std::strerror(errno) : io::h5::error_text());
     write_split(file.get(), "train", corpus.train, label);
     write_split(file.get(), "validation", corpus.validation, label);
@@ -115,8 +115,8 @@ bool is_token_file(const std::string& path, const std::string& label) {
   const std::string head = read_bytes(path, label, 8);
   int same = 0;
   for (std::size_t i = 0; i < head.size(); ++i) same += static_cast<unsigned char>(head[i]) == signature[i] ? 1 : 0;
-  require(same < 5, "{}: starts like an HDF5 token file but {} of the 8 bytes of its signature are wrong (a damaged "
-          "file?): refusing to train on it as text", label, 8 - same);
+  require(same < 5, "{}: starts like an HDF5 token file, but its 8-byte signature has {} wrong (a damaged file?): "
+          "refusing to train on it as text", label, 8 - same);
   const std::string extension = std::filesystem::path(path).extension().string();
   require(extension != ".h5" && extension != ".hdf5" && extension != ".hdf",
           "{}: named like an HDF5 token file ({}) but not an HDF5 file (damaged?): refusing to train on it as text; "

@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 
 namespace kpipe::io::h5 {
 
@@ -117,21 +118,52 @@ QuietErrors::QuietErrors() {
 
 QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
 
+std::string error_text() {
+  std::string text;
+  auto innermost = [](unsigned, const H5E_error2_t* error, void* data) -> herr_t {
+    auto& text = *static_cast<std::string*>(data);
+    if (text.empty() && error->desc && *error->desc) text = error->desc;
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &text);  // upward: the innermost first
+  // The file drivers' messages carry the system's reason ("file write failed: time = ..., errno = 28,
+  // error message = 'No space left on device', ..."): keep what failed and why, on one line.
+  const std::string marker = "error message = '";
+  if (const auto at = text.find(marker); at != std::string::npos) {
+    const auto end = text.find('\'', at + marker.size());
+    const std::string reason = text.substr(at + marker.size(), end == std::string::npos ? end : end - at - marker.size());
+    text = text.substr(0, text.find(':')) + ": " + reason;
+  }
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+void skip_shutdown_at_exit() { H5dont_atexit(); }
+
+Handle file_access() {
+  Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+#if H5_VERSION_GE(1, 10, 7)
+  H5Pset_file_locking(access.get(), false, true);
+#endif
+  return access;
+}
+
 Handle create_file(const std::string& path) {
+  require_writable(path, path);
   QuietErrors quiet;
-  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  require(file.valid(), "{}: cannot create HDF5 file ({})", path, std::strerror(errno));
+  errno = 0;
+  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, file_access().get()), H5Fclose);
+  require(file.valid(), "{}: cannot create HDF5 file ({})", path, errno ? std::strerror(errno) : error_text());
   return file;
 }
 
 Handle open_file(const std::string& path) {
-  std::error_code error;
-  require(std::filesystem::exists(path, error), "{}: no such file", path);
-  require(!std::filesystem::is_directory(path, error), "{}: is a directory, not an HDF5 file", path);
+  if (const std::string reason = unreadable_reason(path); !reason.empty())
+    throw InputError(fmt::format("{}: cannot open ({})", path, reason));
   QuietErrors quiet;
   require(H5Fis_hdf5(path.c_str()) > 0, "{}: not an HDF5 file", path);
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  require(file.valid(), "{}: cannot open HDF5 file", path);
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, file_access().get()), H5Fclose);
+  require(file.valid(), "{}: cannot open HDF5 file ({})", path, error_text());
   return file;
 }
 
@@ -277,6 +309,14 @@ void write_attribute(hid_t object, const std::string& name, std::int64_t value) 
           "{}: cannot write attribute '{}'", object_name(object), name);
 }
 
+void write_u64_attribute(hid_t object, const std::string& name, std::uint64_t value) {
+  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Handle attribute(H5Acreate2(object, name.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         H5Aclose);
+  require(attribute.valid() && H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &value) >= 0,
+          "{}: cannot write attribute '{}'", object_name(object), name);
+}
+
 bool has_attribute(hid_t object, const std::string& name) {
   QuietErrors quiet;
   return H5Aexists(object, name.c_str()) > 0;
@@ -310,6 +350,16 @@ std::int64_t read_int_attribute(hid_t object, const std::string& name, const std
   const Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
   std::int64_t value = 0;
   require(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) >= 0, "{}: attribute '{}' is not an integer", label,
+          name);
+  return value;
+}
+
+std::uint64_t read_u64_attribute(hid_t object, const std::string& name, const std::string& label) {
+  QuietErrors quiet;
+  require(has_attribute(object, name), "{}: no attribute '{}'", label, name);
+  const Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
+  std::uint64_t value = 0;
+  require(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) >= 0, "{}: attribute '{}' is not an integer", label,
           name);
   return value;
 }

@@ -11,6 +11,7 @@
 
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/schedule/text.hpp"
 
 namespace kpipe::io {
@@ -37,6 +38,7 @@ const char* category(schedule::Op op) {
 }  // namespace
 
 TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info) : path_(path) {
+  require_writable(path, fmt::format("output.timeline = '{}'", path));
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
   h5::write_attribute(root, "format", std::string(format_name));

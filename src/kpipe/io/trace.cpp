@@ -14,6 +14,7 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/core/math.hpp"
 
 namespace kpipe::io {
@@ -167,6 +168,7 @@ const char* to_string(TraceKind kind) { return kind == TraceKind::output ? "outp
 // ---- The file ----
 
 TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info) : path_(path) {
+  require_writable(path, fmt::format("output.trace = '{}'", path));
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
   h5::write_attribute(root, "format", std::string(format_name));
