@@ -1,7 +1,8 @@
 // kpipe-eval: the mean per-token loss of a checkpoint over consecutive, non-overlapping windows of
 // seq_len + 1 tokens from the start of a token file (kpipe-prepare) or a text file. The model comes from
-// the checkpoint (its config attribute); the pipeline layout is this run's:
-//   mpiexec -n 4 kpipe-eval runs/ckpt/step-00000100 --data corpus.h5 --pipeline-size 4
+// the checkpoint (its config attribute), and so does the tokenizer: a text file is encoded with it, and a
+// token file must have been made by the same one. The pipeline layout is this run's:
+//   mpiexec -n 4 kpipe-eval runs/ckpt/step-00000100.h5 --data corpus.h5 --pipeline-size 4
 // Prints the loss with 9 significant digits on stdout (rank 0); details on stderr. The result is the same
 // on every layout (forward passes are bit-identical across layouts, docs/architecture.md, property 1).
 #include <fmt/format.h>
@@ -22,6 +23,7 @@
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/data/token_file.hpp"
 #include "kpipe/io/checkpoint.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace {
@@ -33,14 +35,17 @@ struct Options {
 };
 
 // The tokens to evaluate on, in file order: a token file's splits (train then validation, or one of
-// them), or a whole text file.
-std::vector<kpipe::Token> load_tokens(const Options& o) {
+// them), or a whole text file encoded with the checkpoint's tokenizer.
+std::vector<kpipe::Token> load_tokens(const Options& o, const kpipe::data::Tokenizer& tokenizer) {
   using namespace kpipe;
   if (!data::is_token_file(o.data, fmt::format("--data = {}", o.data))) {
     require(o.split == "all", "--split = {}: a text file has no splits (use all)", o.split);
-    return data::text_corpus(kpipe::read_bytes(o.data, fmt::format("--data = {}", o.data)), 1.0, o.data).validation;
+    return tokenizer.encode(kpipe::read_bytes(o.data, fmt::format("--data = {}", o.data)));
   }
   auto corpus = data::read_token_file(o.data, fmt::format("--data = {}", o.data));
+  require(corpus.tokenizer.kind() == tokenizer.kind() && corpus.tokenizer.serialized_model() == tokenizer.serialized_model(),
+          "--data = {}: made by a {} tokenizer (vocabulary {}) other than the checkpoint's ({}, vocabulary {})", o.data,
+          data::to_string(corpus.tokenizer.kind()), corpus.vocab(), data::to_string(tokenizer.kind()), tokenizer.vocab());
   if (o.split == "train") return corpus.train;
   if (o.split == "validation") return corpus.validation;
   corpus.train.insert(corpus.train.end(), corpus.validation.begin(), corpus.validation.end());
@@ -61,7 +66,8 @@ int evaluate(const Options& o, int rank) {
   comm::agree(MPI_COMM_WORLD, {config.pipeline.recv_timeout_s, "reading the checkpoint and the data"}, [&] {
     config = io::checkpoint_config(o.checkpoint);
     info = io::read_checkpoint_info(o.checkpoint);
-    corpus.validation = load_tokens(o);
+    corpus.tokenizer = io::read_checkpoint_tokenizer(o.checkpoint);
+    corpus.validation = load_tokens(o, corpus.tokenizer);
     corpus.source = o.data;
     const std::int64_t available =
         data::validation_windows(std::int64_t(corpus.validation.size()), config.model.seq_len);
@@ -108,7 +114,7 @@ int main(int argc, char** argv) {
     Kokkos::ScopeGuard kokkos(kokkos_argc, argv);
     Options o;
     CLI::App app("Mean loss of a checkpoint over consecutive windows of seq_len + 1 tokens of a file.", "kpipe-eval");
-    app.add_option("checkpoint", o.checkpoint, "a step-<N> directory, its checkpoint.h5, or a checkpoint.dir (latest)")
+    app.add_option("checkpoint", o.checkpoint, "a checkpoint file (step-<N>.h5) or a checkpoint.dir (its latest)")
         ->required();
     app.add_option("--data", o.data, "HDF5 token file (kpipe-prepare) or text file")->required();
     app.add_option("--split", o.split, "of a token file: all (train then validation), train or validation")

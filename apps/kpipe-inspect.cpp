@@ -27,6 +27,7 @@
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/h5_file.hpp"
 #include "kpipe/io/timeline.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/schedule/render.hpp"
 
@@ -69,6 +70,8 @@ std::vector<std::string> dataset_paths(hid_t file) {
   auto visit = [](hid_t group, const char* name, const H5L_info_t*, void* data) -> herr_t {
     H5O_info_t info;
     h5::QuietErrors quiet;
+    // Tensors only: the tokenizer's serialized model (/tokenizer/model) is shown by its kind and vocabulary.
+    if (std::strncmp(name, io::tokenizer_group, std::strlen(io::tokenizer_group)) == 0) return 0;
     if (H5Oget_info_by_name(group, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET)
       static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
     return 0;
@@ -98,6 +101,14 @@ int inspect_checkpoint(const std::string& path) {
              info.pipeline_size, info.data_parallel, info.chunks, info.schedule, info.scalar_type,
              hash_hex(info.manifest_hash));
   int damaged = 0;
+  // Read (and checked) as kpipe-generate would; shown by kind and vocabulary, not listed as a tensor.
+  try {
+    const auto tokenizer = io::read_tokenizer(*reader);
+    fmt::print("tokenizer: {}, vocabulary {}\n", data::to_string(tokenizer.kind()), tokenizer.vocab());
+  } catch (const InputError& e) {
+    fmt::print("DAMAGED: tokenizer: {}\n", one_line(e.what()));
+    ++damaged;
+  }
   const std::int64_t named = io::step_of_file_name(std::filesystem::path(file).filename().string());
   if (named >= 0 && named != info.step) {
     fmt::print("DAMAGED: the file's name says step {}, its manifest step {}\n", named, info.step);
@@ -108,6 +119,7 @@ int inspect_checkpoint(const std::string& path) {
              "L2 norm", "absmax");
   double total = 0;
   for (const auto& entry : datasets) {
+    if (entry.name.rfind(std::string("/") + io::tokenizer_group + "/", 0) == 0) continue;  // shown above
     std::string bytes;
     try {
       bytes = reader->read_verified(entry);
@@ -171,7 +183,15 @@ int diff_checkpoints(const std::string& a_path, const std::string& b_path) {
     fmt::print("{:<52} {:>14.6g}\n", p, worst);
   }
   fmt::print("\n{} of {} datasets differ\n", differing, all.size());
-  return differing > 0 ? exit_differ : 0;
+  // The same weights mean nothing under another vocabulary: the tokenizers must match too (the model blob
+  // is compared above as a dataset; this names the difference).
+  const auto a_tokenizer = io::read_tokenizer(a), b_tokenizer = io::read_tokenizer(b);
+  const bool same_tokenizer = a_tokenizer.kind() == b_tokenizer.kind() &&
+                              a_tokenizer.serialized_model() == b_tokenizer.serialized_model();
+  if (!same_tokenizer)
+    fmt::print("tokenizers differ: A {} (vocabulary {}), B {} (vocabulary {})\n", data::to_string(a_tokenizer.kind()),
+               a_tokenizer.vocab(), data::to_string(b_tokenizer.kind()), b_tokenizer.vocab());
+  return differing > 0 || !same_tokenizer ? exit_differ : 0;
 }
 
 // ---- Timelines ----

@@ -40,7 +40,7 @@ std::string duration(double seconds) {
 
 // set_up becomes true once every rank has agreed that the run can start: errors before that are the same
 // on every rank (agreed), errors after it may be one rank's alone.
-int train(const kpipe::Config& config, int rank, bool& set_up) {
+int train(kpipe::Config config, int rank, bool& set_up) {
   using namespace kpipe;
   auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
   const double timeout = config.pipeline.recv_timeout_s;
@@ -55,6 +55,7 @@ int train(const kpipe::Config& config, int rank, bool& set_up) {
   std::unique_ptr<io::TimelineRecorder<float>> timeline;
   comm::agree(grid.world, {timeout, "checking the run's inputs and outputs"}, [&] {
     corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
+    data::fit_vocabulary(config.model, corpus);  // the data's vocabulary (a BPE token file's, say) sizes the model
     metrics_writer = std::make_unique<runtime::MetricsWriter>(rank == 0 ? config.output.metrics : std::string());
     trainer_owner = std::make_unique<runtime::Trainer<float>>(config, corpus, grid);
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
@@ -66,10 +67,10 @@ int train(const kpipe::Config& config, int rank, bool& set_up) {
   auto& metrics = *metrics_writer;
   auto& trainer = *trainer_owner;
   // Checkpoints: the directory checked and locked, resume (checkpoint.resume), then this run's identity;
-  // written every checkpoint.every steps and on SIGUSR1/SIGTERM.
+  // written every checkpoint.every steps and on SIGUSR1/SIGTERM (the handlers are installed first thing in
+  // main).
   std::unique_ptr<io::CheckpointDir> checkpoints;
   if (!config.checkpoint.dir.empty()) checkpoints = std::make_unique<io::CheckpointDir>(config.checkpoint, grid.world, timeout);
-  runtime::install_stop_handlers();
   const io::LoadedCheckpoint resumed = io::resume_training(trainer, config.checkpoint);
   if (checkpoints) {
     checkpoints->start_run(resumed.run_id);
@@ -103,9 +104,10 @@ int train(const kpipe::Config& config, int rank, bool& set_up) {
   int skipped_in_a_row = 0;
   const auto& desc = trainer.desc();
   if (rank == 0)
-    fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, batch {} x {} micro-batches, data: {}\n",
-               desc.num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len,
-               config.train.batch, config.train.microbatches, corpus.source);
+    fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, vocabulary {} ({}), batch {} x {} "
+               "micro-batches, data: {}\n",
+               desc.num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len, config.model.vocab,
+               data::to_string(corpus.tokenizer.kind()), config.train.batch, config.train.microbatches, corpus.source);
 
   const auto start = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
@@ -115,7 +117,7 @@ int train(const kpipe::Config& config, int rank, bool& set_up) {
     if (tracer) tracer->begin_step(s);
     const auto stats = trainer.step();
     if (tracer) tracer->end_step();
-    if (timeline) timeline->record(s);
+    if (timeline) timeline->record(stats);
     // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
     // after train.max_skipped_steps in a row (every rank sees the same stats, so every rank stops).
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
@@ -153,10 +155,11 @@ int train(const kpipe::Config& config, int rank, bool& set_up) {
         return finish(1);
       }
       if (!saved && !save(true)) return finish(exit_checkpoint_failed);
+      const int code = runtime::stop_exit_code(signal);
       if (rank == 0)
-        fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} (requeue me)\n",
-                   signal, s + 1, runtime::exit_checkpointed_on_signal);
-      return finish(runtime::exit_checkpointed_on_signal);
+        fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} ({})\n", signal,
+                   s + 1, code, code == runtime::exit_checkpointed_on_signal ? "requeue me" : "terminated");
+      return finish(code);
     }
     if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last) {
       const double val = trainer.evaluate();
@@ -196,6 +199,9 @@ int train(const kpipe::Config& config, int rank, bool& set_up) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything else: a batch system's SIGUSR1 or SIGTERM that arrives during start-up is recorded and
+  // acted on after the first step, instead of killing the job with nothing saved.
+  kpipe::runtime::install_stop_handlers();
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -227,8 +233,8 @@ int main(int argc, char** argv) {
                 "stopped answering (a receive or collective waited pipeline.recv_timeout_s: the job is aborted);\n"
                 "4 stopped after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 5 a\n"
                 "checkpoint could not be written (checkpoint.on_failure = stop, or on a stop signal; `latest` is\n"
-                "unchanged); 75 a stop signal (SIGUSR1/SIGTERM) arrived and a checkpoint was written: requeue the\n"
-                "job with --resume.");
+                "unchanged); 75 SIGUSR1 arrived and a checkpoint was written: requeue the job with --resume; 143\n"
+                "the same on SIGTERM (the job is being ended: not to be requeued).");
           });
       auto config = command_line.config;
       timeout = config.pipeline.recv_timeout_s;

@@ -61,6 +61,8 @@ check "all values finite" grep -q "all values finite" out.txt
 expect_rc 0 "inspect checkpoint" "$inspect" ck
 check "step and tensors listed" grep -q "^step 3 " out.txt
 check "model tensor with type and shape" grep -qE "/model/layers/00/wte +float32 +\[256, 64\]" out.txt
+check "the tokenizer, not as a tensor" grep -q "^tokenizer: bytes, vocabulary 256" out.txt
+check "no /tokenizer dataset among the tensors" test "$(grep -c "^/tokenizer" out.txt)" -eq 0
 check "every byte verified" grep -q "^verified: " out.txt
 expect_rc 1 "diff of steps 1 and 3" "$inspect" diff ck/step-00000001.h5 ck/step-00000003.h5
 check "diff names the differing count" grep -q "datasets differ" out.txt

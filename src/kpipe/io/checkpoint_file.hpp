@@ -9,10 +9,12 @@
 //
 // Writing, collective over the writer's communicator:
 //   1. every rank hashes its own datasets; the declarations (name, type, shape, hash) are gathered on all;
-//   2. every rank takes part in creating the file and all its datasets with parallel HDF5 (contiguous,
-//      space allocated at creation), so the layout, the attributes and the manifest are complete;
-//   3. each rank writes its own datasets' bytes at the offsets HDF5 allocated for them (pwrite), fsyncs, and
-//      reports success or the errno of the first failure;
+//   2. rank 0 creates the file and all the datasets (contiguous, space allocated at creation, never
+//      filled), the attributes and the manifest: HDF5 metadata only, written by one process so that a
+//      failure there is one rank's failure with its reason (docs/checkpoint-format.md says why not
+//      collective creation); the datasets' offsets are broadcast;
+//   3. each rank writes its own datasets' bytes at those offsets (pwrite), fsyncs, and reports success or
+//      the errno of the first failure;
 //   4. every rank learns the lowest failing rank's message (or that all succeeded).
 // No file-system failure throws: write() returns the agreed status, the same on every rank.
 #include <mpi.h>

@@ -102,6 +102,10 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)) {
   const auto& tc = config.train;
   const auto& pc = config.pipeline;
+  // Every id indexes the embedding and the head: the data's vocabulary must fit the model's.
+  require(corpus.vocab() <= config.model.vocab,
+          "model.vocab = {}: the data ({}) has a vocabulary of {} ({} tokens)", config.model.vocab, corpus.source,
+          corpus.vocab(), data::to_string(corpus.tokenizer.kind()));
   require(tc.microbatches % grid.data_parallel == 0,
           "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", tc.microbatches,
           grid.data_parallel);
@@ -114,7 +118,9 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     actions_ = defer_weight_gradients(actions_, deferred_from_);
   delivered_after_ = schedule::delivery_points(schedule_, grid.stage, actions_);
 
-  const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition);
+  // The balanced partition weighs each stage's memory with what the schedule keeps in flight there.
+  const partition::InFlight in_flight{schedule::peak_stash(schedule_), sequences_per_microbatch_};
+  const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition, in_flight);
   // Gradient buffers per slot only where an I and its W run apart (split backwards, or the weight
   // gradients deferred for the ordered reduction); with plain B one set per chunk serves every slot.
   const bool split = std::any_of(actions_.begin(), actions_.end(), [](const Action& a) {

@@ -57,6 +57,7 @@ template <class T> class Trainer {
   std::uint64_t param_checksum() const;  // every rank gets the whole model's checksum
   const model::ModelDesc& desc() const { return desc_; }
   const Config& config() const { return config_; }
+  const data::Corpus& corpus() const { return *corpus_; }  // its tokenizer is what the model's ids mean
   const comm::ProcessGrid& grid() const { return grid_; }
   const schedule::Schedule& schedule() const { return schedule_; }
   int chunks() const { return int(chunks_.size()); }
