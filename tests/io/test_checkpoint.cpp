@@ -18,9 +18,12 @@
 #include "data/temp_dir.hpp"
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/core/hash.hpp"
+#include "kpipe/data/corpus.hpp"
 #include "kpipe/data/synthetic.hpp"
+#include "kpipe/data/tokenizer.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/h5_file.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/runtime/trainer.hpp"
 #include "support/tiny_config.hpp"
 
@@ -211,6 +214,83 @@ TEST(Checkpoint, FlippedTensorBytesAreNamed) {
   EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
   EXPECT_NE(message.find("/model/layers/02/mlp/fc/weight"), std::string::npos) << message;
   EXPECT_NE(message.find("checksum"), std::string::npos) << message;
+}
+
+// The tokenizer is part of the checkpoint: /tokenizer's attributes under the manifest, a SentencePiece
+// model as the blob /tokenizer/model, read back verified on its own (kpipe-generate, kpipe-eval).
+TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
+  test::TempDir tmp;
+  // Bytes: the default corpus's tokenizer.
+  const std::string bytes_path = saved_after(tiny_config(), 1, tmp.path("bytes"));
+  const data::Tokenizer bytes = io::read_checkpoint_tokenizer(tmp.path("bytes"));
+  EXPECT_EQ(bytes.kind(), data::TokenizerKind::bytes);
+  EXPECT_EQ(io::CheckpointReader(bytes_path).find("/tokenizer/model"), nullptr);
+  if (!data::sentencepiece_available()) GTEST_SKIP() << "built without SentencePiece";
+
+  const std::string text = [] {
+    const auto c = data::synthetic_corpus(3, 60000, 0.0);
+    return std::string(c.train.begin(), c.train.end());
+  }();
+  data::BpeOptions options;
+  options.vocab_size = 600;
+  options.threads = 1;
+  data::Corpus bpe;
+  bpe.tokenizer = data::train_bpe(text, options);
+  bpe.train = bpe.tokenizer.encode(text.substr(0, 50000));
+  bpe.validation = bpe.tokenizer.encode(text.substr(50000));
+  Config c = tiny_config();
+  data::fit_vocabulary(c.model, bpe);
+  std::string path;
+  {
+    auto grid = comm::make_grid(MPI_COMM_SELF, 1, 1);
+    {
+      runtime::Trainer<float> trainer(c, bpe, grid);
+      trainer.step();
+      Dir dir(tmp.path("bpe"));
+      path = saved(trainer, dir.dir);
+    }
+    comm::free_grid(grid);
+  }
+  const data::Tokenizer back = io::read_checkpoint_tokenizer(path);
+  EXPECT_EQ(back.kind(), data::TokenizerKind::sentencepiece);
+  EXPECT_EQ(back.vocab(), bpe.tokenizer.vocab());
+  EXPECT_EQ(back.serialized_model(), bpe.tokenizer.serialized_model());
+  {
+    const io::CheckpointReader reader(path);
+    const io::DatasetEntry* blob = reader.find("/tokenizer/model");
+    ASSERT_NE(blob, nullptr);
+    EXPECT_EQ(blob->type, io::ElementType::uint8);
+    EXPECT_EQ(blob->shape, std::vector<std::int64_t>{std::int64_t(bpe.tokenizer.serialized_model().size())});
+    EXPECT_EQ(reader.text("kind", "/tokenizer"), "sentencepiece");
+  }
+
+  // A flipped byte in the model is named.
+  const std::string original = read_file(path);
+  std::string damaged = original;
+  const auto at = damaged.find(bpe.tokenizer.serialized_model().substr(0, 64));
+  ASSERT_NE(at, std::string::npos);
+  damaged[at + 40] ^= 0x04;
+  write_file(path, damaged);
+  bool corrupt = false;
+  std::string message = error_of([&] { io::read_checkpoint_tokenizer(path); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find("/tokenizer/model"), std::string::npos) << message;
+  EXPECT_NE(message.find("checksum"), std::string::npos) << message;
+
+  // The vocabulary changed through HDF5 (its own checksums still pass): refused naming the attribute.
+  write_file(path, original);
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t group = H5Gopen2(f, "/tokenizer", H5P_DEFAULT);
+    H5Adelete(group, "vocab");
+    io::h5::write_attribute(group, "vocab", std::int64_t(256));
+    H5Gclose(group);
+    H5Fclose(f);
+  }
+  message = error_of([&] { io::read_checkpoint_tokenizer(path); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find("attribute vocab of /tokenizer"), std::string::npos) << message;
 }
 
 TEST(Checkpoint, MetadataRewrittenThroughHdf5IsRefusedNamingTheAttribute) {

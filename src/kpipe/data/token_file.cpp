@@ -4,9 +4,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdint>
-#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <vector>
@@ -21,52 +19,31 @@ namespace {
 
 constexpr const char* format_name = "kpipe-tokens";
 constexpr int format_version = 2;  // 1: bytes only (uint8, no /tokenizer); 2: any tokenizer
-constexpr hsize_t chunk_tokens = 1 << 16;
 
-// HDF5 handles that close themselves, and silence for HDF5's own error printing (io/h5_file.hpp).
+// HDF5 through the one helper layer (io/h5_file.hpp).
 using Handle = io::h5::Handle;
 using QuietHdf5Errors = io::h5::QuietErrors;
 
 // The smallest unsigned type that holds every id of the vocabulary (int32 beyond 16 bits).
 hid_t token_file_type(int vocab) {
-  return vocab <= 256 ? H5T_STD_U8LE : vocab <= 65536 ? H5T_STD_U16LE : H5T_STD_I32LE;
+  using namespace io::h5;
+  return vocab <= 256 ? file_type<std::uint8_t>() : vocab <= 65536 ? file_type<std::uint16_t>() : file_type<std::int32_t>();
 }
 
 void write_split(hid_t file, const char* name, const std::vector<Token>& tokens, int vocab, const std::string& label) {
   for (std::size_t i = 0; i < tokens.size(); ++i)
     require(tokens[i] >= 0 && tokens[i] < vocab, "{}: {} token {} at position {} is outside the vocabulary [0, {})",
             label, name, tokens[i], i, vocab);
-  const hsize_t size = tokens.size();
-  const Handle space(H5Screate_simple(1, &size, nullptr), H5Sclose);
-  const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (size > 0) {  // a chunk may not exceed a fixed-size dataset, and an empty one needs none
-    const hsize_t chunk = std::min(size, chunk_tokens);
-    H5Pset_chunk(properties.get(), 1, &chunk);
-    if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) H5Pset_deflate(properties.get(), 6);
-  }
-  const Handle dataset(
-      H5Dcreate2(file, name, token_file_type(vocab), space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT),
-      H5Dclose);
-  require(dataset.valid(), "{}: cannot create dataset /{}", label, name);
-  if (size > 0)  // HDF5 converts the int32 ids to the file's type
-    require(H5Dwrite(dataset.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()) >= 0,
-            "{}: cannot write dataset /{}", label, name);
+  // Compressed in chunks; HDF5 converts the int32 ids to the file's type.
+  io::h5::write_dataset(file, name, token_file_type(vocab), io::h5::memory_type<std::int32_t>(), tokens.data(),
+                        {hsize_t(tokens.size())}, true);
 }
 
 std::vector<Token> read_split(hid_t file, const char* name, int vocab, const std::string& label) {
-  require(H5Lexists(file, name, H5P_DEFAULT) > 0, "{}: missing dataset /{}", label, name);
-  const Handle dataset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
-  require(dataset.valid(), "{}: /{} is not a dataset", label, name);
-  const Handle space(H5Dget_space(dataset.get()), H5Sclose);
-  require(H5Sget_simple_extent_ndims(space.get()) == 1, "{}: dataset /{} is not 1-D", label, name);
-  const Handle type(H5Dget_type(dataset.get()), H5Tclose);
-  require(H5Tget_class(type.get()) == H5T_INTEGER, "{}: dataset /{} does not hold integers", label, name);
-  hsize_t size = 0;
-  H5Sget_simple_extent_dims(space.get(), &size, nullptr);
-  std::vector<Token> tokens(size);
-  if (size > 0)
-    require(H5Dread(dataset.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()) >= 0,
-            "{}: cannot read dataset /{} (corrupt file?)", label, name);
+  require(io::h5::exists(file, name), "{}: missing dataset /{}", label, name);
+  require(io::h5::shape(file, name).size() == 1, "{}: dataset /{} is not 1-D", label, name);
+  require(io::h5::type_class(file, name, label) == H5T_INTEGER, "{}: dataset /{} does not hold integers", label, name);
+  std::vector<Token> tokens = io::h5::read_int32s(file, name, label);
   // Checked here, once, so that no kernel ever indexes the embedding with an id outside the vocabulary.
   const auto bad = std::find_if(tokens.begin(), tokens.end(), [vocab](Token t) { return t < 0 || t >= vocab; });
   require(bad == tokens.end(), "{}: dataset /{} holds token {} at position {}, outside the vocabulary [0, {})", label,
@@ -80,26 +57,20 @@ void write_token_file(const std::string& path, const Corpus& corpus) {
   const QuietHdf5Errors quiet;
   const std::string label = fmt::format("token file '{}'", path);
   const std::string partial = path + ".partial";
-  {
-    errno = 0;
-    Handle file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, io::h5::file_access().get()), H5Fclose);
-    require(file.valid(), "{}: cannot create ({})", label, errno != 0 ? std::strerror(errno) : io::h5::error_text());
+  try {
+    Handle file = io::h5::create_file(partial);
     write_split(file.get(), "train", corpus.train, corpus.vocab(), label);
     write_split(file.get(), "validation", corpus.validation, corpus.vocab(), label);
     io::write_tokenizer(file.get(), corpus.tokenizer, label);
-    try {
-      io::h5::write_attribute(file.get(), "format", std::string(format_name));
-      io::h5::write_attribute(file.get(), "version", std::int64_t(format_version));
-      io::h5::write_attribute(file.get(), "vocab", std::int64_t(corpus.vocab()));
-      io::h5::write_attribute(file.get(), "source", corpus.source);
-    } catch (const InputError& e) {
-      throw InputError(fmt::format("{}: {}", label, e.what()));
-    }
-    require(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "{}: cannot write ({})", label, io::h5::error_text());
-    require(H5Fclose(file.release()) >= 0, "{}: cannot write ({})", label, io::h5::error_text());
-  }
-  try {
+    io::h5::write_attribute(file.get(), "format", std::string(format_name));
+    io::h5::write_attribute(file.get(), "version", std::int64_t(format_version));
+    io::h5::write_attribute(file.get(), "vocab", std::int64_t(corpus.vocab()));
+    io::h5::write_attribute(file.get(), "source", corpus.source);
+    io::h5::close_file(file, partial);
     fsync_path(partial);  // on storage before it takes the name
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    throw InputError(what.rfind(label, 0) == 0 ? what : fmt::format("{}: {}", label, what));
   } catch (const std::system_error& e) {
     throw InputError(fmt::format("{}: {}", label, e.what()));
   }
@@ -109,8 +80,7 @@ void write_token_file(const std::string& path, const Corpus& corpus) {
 }
 
 bool is_hdf5_file(const std::string& path) {
-  const QuietHdf5Errors quiet;
-  return unreadable_reason(path).empty() && H5Fis_hdf5(path.c_str()) > 0;
+  return io::h5::is_hdf5_file(path);
 }
 
 bool is_token_file(const std::string& path, const std::string& label) {

@@ -81,14 +81,6 @@ Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, 
   return dataset;
 }
 
-Handle open_dataset(hid_t location, const std::string& name, const std::string& label) {
-  QuietErrors quiet;
-  require(exists(location, name), "{}: no dataset '{}'", label, name);
-  Handle dataset(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
-  require(dataset.valid(), "{}: '{}' is not a dataset", label, name);
-  return dataset;
-}
-
 template <class V>
 std::vector<V> read_all(hid_t location, const std::string& name, hid_t memory_type, const std::string& label) {
   const Handle dataset = open_dataset(location, name, label);
@@ -165,6 +157,19 @@ Handle open_file(const std::string& path) {
   Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, file_access().get()), H5Fclose);
   require(file.valid(), "{}: cannot open HDF5 file ({})", path, error_text());
   return file;
+}
+
+Handle open_dataset(hid_t location, const std::string& name, const std::string& label) {
+  QuietErrors quiet;
+  require(exists(location, name), "{}: no dataset '{}'", label, name);
+  Handle dataset(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
+  require(dataset.valid(), "{}: '{}' is not a dataset", label, name);
+  return dataset;
+}
+
+bool is_hdf5_file(const std::string& path) {
+  QuietErrors quiet;
+  return unreadable_reason(path).empty() && H5Fis_hdf5(path.c_str()) > 0;
 }
 
 bool exists(hid_t location, const std::string& path) {
@@ -274,6 +279,37 @@ void append(hid_t location, const std::string& name, const std::vector<float>& v
          row_shape);
 }
 
+void write_dataset(hid_t location, const std::string& name, hid_t file_type, hid_t memory_type, const void* data,
+                   const std::vector<hsize_t>& dims, bool compress) {
+  QuietErrors quiet;
+  hsize_t elements = 1;
+  for (hsize_t d : dims) elements *= d;
+  const Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+  const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (compress && elements > 0 && deflate_available()) {
+    // Whole rows of the trailing dimensions, about target_chunk_bytes per chunk (never beyond the dataset).
+    std::vector<hsize_t> chunk = dims;
+    hsize_t row_bytes = H5Tget_size(file_type);
+    for (std::size_t k = 1; k < dims.size(); ++k) row_bytes *= dims[k];
+    chunk[0] = std::clamp<hsize_t>(target_chunk_bytes / std::max<hsize_t>(row_bytes, 1), 1, dims[0]);
+    H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
+    H5Pset_shuffle(properties.get());
+    H5Pset_deflate(properties.get(), 4);
+  }
+  const Handle links(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(links.get(), 1);
+  const Handle dataset(
+      H5Dcreate2(location, name.c_str(), file_type, space.get(), links.get(), properties.get(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid()) throw InputError(fmt::format("{}: cannot create dataset ({})", where(location, name), error_text()));
+  if (elements > 0 && H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw InputError(fmt::format("{}: cannot write dataset ({})", where(location, name), error_text()));
+}
+
+void write_bytes(hid_t location, const std::string& name, const std::string& bytes) {
+  write_dataset(location, name, file_type<std::uint8_t>(), memory_type<std::uint8_t>(), bytes.data(),
+                {hsize_t(bytes.size())});
+}
+
 std::vector<hsize_t> shape(hid_t location, const std::string& name) {
   const Handle dataset = open_dataset(location, name, where(location, name));
   const Handle space(H5Dget_space(dataset.get()), H5Sclose);
@@ -288,6 +324,32 @@ std::vector<double> read_doubles(hid_t location, const std::string& name, const 
 
 std::vector<std::int64_t> read_int64s(hid_t location, const std::string& name, const std::string& label) {
   return read_all<std::int64_t>(location, name, H5T_NATIVE_INT64, label);
+}
+
+std::vector<std::int32_t> read_int32s(hid_t location, const std::string& name, const std::string& label) {
+  return read_all<std::int32_t>(location, name, H5T_NATIVE_INT32, label);
+}
+
+std::string read_bytes(hid_t location, const std::string& name, const std::string& label) {
+  const std::vector<std::uint8_t> values = read_all<std::uint8_t>(location, name, H5T_NATIVE_UINT8, label);
+  return std::string(values.begin(), values.end());
+}
+
+H5T_class_t type_class(hid_t location, const std::string& name, const std::string& label) {
+  const Handle dataset = open_dataset(location, name, label);
+  const Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  return type.valid() ? H5Tget_class(type.get()) : H5T_NO_CLASS;
+}
+
+void close_file(Handle& file, const std::string& label) {
+  QuietErrors quiet;
+  const hid_t id = file.release();
+  if (H5Fflush(id, H5F_SCOPE_GLOBAL) < 0) {
+    const std::string why = error_text();
+    H5Fclose(id);
+    throw InputError(fmt::format("{}: cannot write ({})", label, why));
+  }
+  if (H5Fclose(id) < 0) throw InputError(fmt::format("{}: cannot write ({})", label, error_text()));
 }
 
 void write_attribute(hid_t object, const std::string& name, const std::string& value) {

@@ -67,6 +67,7 @@ template <class T> hid_t file_type() {
   if constexpr (std::is_same_v<T, float>) return H5T_IEEE_F32LE;
   else if constexpr (std::is_same_v<T, double>) return H5T_IEEE_F64LE;
   else if constexpr (std::is_same_v<T, std::uint8_t>) return H5T_STD_U8LE;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return H5T_STD_U16LE;
   else if constexpr (std::is_same_v<T, std::int32_t>) return H5T_STD_I32LE;
   else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_STD_I64LE;
   else if constexpr (std::is_same_v<T, std::uint64_t>) return H5T_STD_U64LE;
@@ -76,6 +77,7 @@ template <class T> hid_t memory_type() {
   if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
   else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
   else if constexpr (std::is_same_v<T, std::uint8_t>) return H5T_NATIVE_UINT8;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return H5T_NATIVE_UINT16;
   else if constexpr (std::is_same_v<T, std::int32_t>) return H5T_NATIVE_INT32;
   else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_NATIVE_INT64;
   else if constexpr (std::is_same_v<T, std::uint64_t>) return H5T_NATIVE_UINT64;
@@ -102,7 +104,10 @@ Handle create_file(const std::string& path);  // truncates
 // HDF5's file locking is off (kpipe's writers lock their own way), so that the open does not depend on
 // HDF5_USE_FILE_LOCKING or on a file system's flock support. InputError otherwise.
 Handle open_file(const std::string& path);
+// Whether path is a readable regular file holding HDF5 (never opens a FIFO or device).
+bool is_hdf5_file(const std::string& path);
 bool exists(hid_t location, const std::string& path);  // every link along "a/b/c" exists
+Handle open_dataset(hid_t location, const std::string& name, const std::string& label);
 Handle open_group(hid_t location, const std::string& path);
 Handle require_group(hid_t location, const std::string& path);  // creates missing groups along the path
 std::vector<std::string> children(hid_t group);  // link names, in name order
@@ -123,10 +128,27 @@ void append(hid_t location, const std::string& name, const std::vector<std::int3
 void append(hid_t location, const std::string& name, const std::vector<float>& values,
             const std::vector<hsize_t>& row_shape = {});
 
+// Creates the dataset `name` of shape `dims` under `location` and writes all of it from `data` (in
+// memory_type; HDF5 converts to file_type). `compress`: chunked (about 64 KiB per chunk) and deflated when
+// the build has the filter; otherwise contiguous. Empty datasets are always contiguous.
+void write_dataset(hid_t location, const std::string& name, hid_t file_type, hid_t memory_type, const void* data,
+                   const std::vector<hsize_t>& dims, bool compress = false);
+// A 1-D uint8 dataset holding `bytes` (a serialized model, say).
+void write_bytes(hid_t location, const std::string& name, const std::string& bytes);
+
 std::vector<hsize_t> shape(hid_t location, const std::string& name);
+// The class of the dataset's element type (H5T_INTEGER, H5T_FLOAT, ...).
+H5T_class_t type_class(hid_t location, const std::string& name, const std::string& label);
 // The whole dataset converted to the requested type (HDF5 converts); `label` names the file in errors.
 std::vector<double> read_doubles(hid_t location, const std::string& name, const std::string& label);
 std::vector<std::int64_t> read_int64s(hid_t location, const std::string& name, const std::string& label);
+std::vector<std::int32_t> read_int32s(hid_t location, const std::string& name, const std::string& label);
+// A 1-D dataset's elements as uint8, as bytes.
+std::string read_bytes(hid_t location, const std::string& name, const std::string& label);
+
+// Flushes the file and closes it (the handle is released either way); InputError with HDF5's reason
+// when either fails, so that a writer learns that its file is incomplete.
+void close_file(Handle& file, const std::string& label);
 
 void write_attribute(hid_t object, const std::string& name, const std::string& value);
 void write_attribute(hid_t object, const std::string& name, std::int64_t value);
