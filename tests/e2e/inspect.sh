@@ -64,6 +64,16 @@ check "model tensor with type and shape" grep -qE "/model/layers/00/wte +float32
 check "the tokenizer, not as a tensor" grep -q "^tokenizer: bytes, vocabulary 256" out.txt
 check "no /tokenizer dataset among the tensors" test "$(grep -c "^/tokenizer" out.txt)" -eq 0
 check "every byte verified" grep -q "^verified: " out.txt
+# HDF5's own tools see the whole model in the one file (no external links: HDF5_EXT_PREFIX changes nothing).
+if command -v h5dump >/dev/null; then
+  datasets=$(sed -n 's/^\([0-9]*\) datasets$/\1/p' out.txt)
+  HDF5_EXT_PREFIX=/nonexistent h5dump -H ck/step-00000003.h5 >dump.txt 2>&1
+  check "h5dump -H lists every dataset and the manifest ($datasets + 1)" test "$(grep -c '^ *DATASET "' dump.txt)" -eq "$((datasets + 1))"
+  check "h5dump -H shows a tensor's shape" grep -A 2 -E '^ *DATASET "wte"' dump.txt -m 1 >wte.txt
+  check "... [256, 64]" grep -q 'SIMPLE { ( 256, 64 )' wte.txt
+else
+  echo "skipping the h5dump checks: no h5dump here (Debian: hdf5-tools)"
+fi
 expect_rc 1 "diff of steps 1 and 3" "$inspect" diff ck/step-00000001.h5 ck/step-00000003.h5
 check "diff names the differing count" grep -q "datasets differ" out.txt
 expect_rc 0 "diff of a checkpoint with itself" "$inspect" diff ck ck/step-00000003.h5
