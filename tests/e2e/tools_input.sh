@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # kpipe-eval and kpipe-prepare on bad input: exit code 2 and one line naming the option and the value (no
-# SIGFPE, no file written over a device node), each within a bound.
+# SIGFPE, no file written over a device node, a FIFO refused and never opened), each within a bound.
 # Usage: tools_input.sh KPIPE_PREPARE KPIPE_EVAL KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 prepare=$1; eval_app=$2; train=$3; shift 3
@@ -29,5 +29,7 @@ expect prepare-dev-full "character device" -- "$prepare" "$dir/text.txt" -o /dev
 [ -c /dev/full ] && passes=$((passes + 1)) || fail "/dev/full is no longer a character device"
 mkfifo "$dir/fifo"
 expect prepare-fifo-input "FIFO" -- "$prepare" "$dir/fifo" -o "$dir/out.h5"
+expect eval-fifo-data "--data = $dir/fifo: cannot open (is a FIFO" -- "$eval_app" "$dir/ck" --data "$dir/fifo"
+expect eval-fifo-checkpoint "checkpoint '$dir/fifo': cannot open (is a FIFO" -- "$eval_app" "$dir/fifo" --data "$dir/text.txt"
 echo "$passes passed, $failures failed"
 [ $failures -eq 0 ]

@@ -20,6 +20,7 @@
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/config_io.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/core/hash.hpp"
 #include "kpipe/io/checkpoint_lock.hpp"
 #include "kpipe/nn/optimizer.hpp"
@@ -219,6 +220,9 @@ std::string checkpoint_file_of(const std::string& path) {
           "checkpoint '{}': an incomplete checkpoint (still being written, or its writer was killed)", path);
   if (!fs::exists(path, ec) && fs::is_regular_file(path + ".h5", ec)) return path + ".h5";  // "ck/step-00000004"
   require(fs::exists(path, ec), "checkpoint '{}': no such file or directory", path);
+  // A FIFO, a device or a file this process cannot read is bad input, not a damaged checkpoint.
+  if (const std::string reason = unreadable_reason(path); !reason.empty())
+    throw InputError(fmt::format("checkpoint '{}': cannot open ({})", path, reason));
   return path;
 }
 
