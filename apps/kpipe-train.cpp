@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -17,10 +18,14 @@
 #include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/trace.hpp"
+#include "kpipe/memory/meter.hpp"
+#include "kpipe/runtime/layer_profile.hpp"
+#include "kpipe/runtime/memory_report.hpp"
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
 #include "kpipe/runtime/signals.hpp"
@@ -44,6 +49,7 @@ int train(kpipe::Config config, int rank, bool& set_up) {
   using namespace kpipe;
   auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
   const double timeout = config.pipeline.recv_timeout_s;
+  memory::Meter meter;  // every Kokkos allocation from here on, by category, beside the plan's prediction
   io::validate_checkpoint_config(config.checkpoint);
   // Every input and output is opened, and every failure agreed on by all ranks, before any work: a path
   // that fails on one rank only (rank 0's --metrics, a data file missing on one node) stops every rank at
@@ -57,6 +63,8 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
     data::fit_vocabulary(config.model, corpus);  // the data's vocabulary (a BPE token file's, say) sizes the model
     metrics_writer = std::make_unique<runtime::MetricsWriter>(rank == 0 ? config.output.metrics : std::string());
+    if (rank == 0 && !config.output.profile.empty())  // written at the end: checked now
+      require_writable(config.output.profile, fmt::format("output.profile = '{}'", config.output.profile));
     trainer_owner = std::make_unique<runtime::Trainer<float>>(config, corpus, grid);
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
     if (!config.output.trace.empty())
@@ -111,7 +119,9 @@ int train(kpipe::Config config, int rank, bool& set_up) {
 
   const auto start = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
-  double busy = 0, pipeline_seconds = 0;  // over the steps after the first (which allocates)
+  double busy = 0, pipeline_seconds = 0, optimizer_seconds = 0;  // over the steps after the first (which allocates)
+  int counted_steps = 0;
+  const bool profiling = !config.output.profile.empty();
   const int first_step = int(trainer.next_step());  // > 0 when resumed
   for (int s = first_step; s < config.train.steps; ++s) {
     if (tracer) tracer->begin_step(s);
@@ -128,7 +138,10 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     if (s > first_step || config.train.steps == first_step + 1) {
       busy += stats.busy_seconds;
       pipeline_seconds += stats.pipeline_seconds;
+      optimizer_seconds += stats.optimizer_seconds;
+      ++counted_steps;
     }
+    if (profiling && s == first_step) trainer.profile_layers(true);  // the first step allocates: not timed
     metrics.write_step(stats);
     if (config.train.max_skipped_steps > 0 && skipped_in_a_row >= config.train.max_skipped_steps) {
       if (rank == 0)
@@ -180,7 +193,19 @@ int train(kpipe::Config config, int rank, bool& set_up) {
                report.measured_mean, report.simulated_mean, 1e3 * report.cost_f, 1e3 * report.cost_b,
                1e3 * report.cost_i, 1e3 * report.cost_w, ranks);
   }
+  if (profiling) {
+    trainer.profile_layers(false);
+    runtime::write_layer_profile(trainer, config.output.profile, optimizer_seconds / std::max(counted_steps, 1),
+                                 counted_steps);
+    if (rank == 0) fmt::print(stderr, "kpipe-train: layer profile written: {}\n", config.output.profile);
+  }
+  const auto memory = runtime::memory_report(trainer, meter);
+  if (rank == 0)
+    fmt::print(stderr, "memory per rank, MiB predicted/measured (memory.recompute = {}):\n{}\n", config.memory.recompute,
+               runtime::format_memory_report(memory));
   runtime::FinalMetrics final;
+  final.memory_predicted = memory.predicted;
+  final.memory_measured = memory.measured;
   final.measured_bubble = report.measured_mean;
   final.simulated_bubble = report.simulated_mean;
   final.steps = trainer.next_step();

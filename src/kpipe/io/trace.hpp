@@ -132,7 +132,6 @@ template <class T> class ActivationTracer {
   comm::ProcessGrid grid_;
   TraceOptions options_;
   LayerSelection selection_;
-  int local_microbatches_;
   double timeout_s_;  // bound of the gathers (pipeline.recv_timeout_s)
   std::int64_t step_ = 0;
   bool active_ = false;

@@ -244,11 +244,13 @@ void lower_transposed_times(const ExecSpace& space, const P& probs, const X& x, 
 
 }  // namespace attention_detail
 
-template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape) {
+template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape, bool qkv, bool probs) {
   attention_detail::require_positive(shape);
   const int b = shape.batch, h = shape.heads, t = shape.seq, d = shape.head_dim;
-  return {View2<T>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(h) * d),
-          View4<T>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t)};
+  AttentionStash<T> stash;
+  if (qkv) stash.qkv = View2<T>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(h) * d);
+  if (probs) stash.probs = View4<T>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t);
+  return stash;
 }
 
 template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape) {
@@ -316,13 +318,13 @@ double attention_forward_flops(const AttentionShape& shape) {
                   blas::gemm_flops(shape.seq, shape.head_dim, shape.seq));
 }
 
-template AttentionStash<float> allocate_stash<float>(const AttentionShape&);
+template AttentionStash<float> allocate_stash<float>(const AttentionShape&, bool, bool);
 template AttentionWork<float> allocate_work<float>(const AttentionShape&);
 template void attention_forward(const ExecSpace&, const AttentionShape&, In2<float>, const AttentionStash<float>&,
                                 const AttentionWork<float>&, const View2<float>&);
 template void attention_backward_input(const ExecSpace&, const AttentionShape&, const AttentionStash<float>&,
                                        const AttentionWork<float>&, In2<float>, const View2<float>&);
-template AttentionStash<double> allocate_stash<double>(const AttentionShape&);
+template AttentionStash<double> allocate_stash<double>(const AttentionShape&, bool, bool);
 template AttentionWork<double> allocate_work<double>(const AttentionShape&);
 template void attention_forward(const ExecSpace&, const AttentionShape&, In2<double>, const AttentionStash<double>&,
                                 const AttentionWork<double>&, const View2<double>&);

@@ -13,12 +13,13 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/nn/optimizer.hpp"
-#include "kpipe/partition/partition.hpp"
-#include "kpipe/schedule/delivery.hpp"
-#include "kpipe/schedule/generate.hpp"
-#include "kpipe/schedule/lower.hpp"
+#include "kpipe/partition/configured.hpp"
+#include "kpipe/memory/category.hpp"
+#include "kpipe/memory/limit.hpp"
+#include "kpipe/runtime/buffers.hpp"
+#include "kpipe/runtime/gradient_reduction.hpp"
+#include "kpipe/schedule/configured.hpp"
 #include "kpipe/schedule/text.hpp"
-#include "kpipe/schedule/validate.hpp"
 
 namespace kpipe::runtime {
 
@@ -34,64 +35,12 @@ comm::Bound bound(const Config& c, std::int64_t step, const char* what) {
   return {c.pipeline.recv_timeout_s, fmt::format("{} of step {}", what, step)};
 }
 
-schedule::Schedule make_schedule(const Config& c, int local_microbatches) {
-  const auto& p = c.pipeline;
-  schedule::Schedule s = p.schedule_file.empty()
-                             ? schedule::generate(p.schedule, p.pipeline_size, local_microbatches, p.chunks)
-                             : schedule::read_schedule_file(p.schedule_file, local_microbatches, p.chunks);
-  require(s.ranks == p.pipeline_size && s.microbatches == local_microbatches && s.chunks == p.chunks,
-          "pipeline.schedule_file = '{}': written for {} ranks, {} micro-batches, {} chunks; the run has {}, {}, {}",
-          p.schedule_file, s.ranks, s.microbatches, s.chunks, p.pipeline_size, local_microbatches, p.chunks);
-  s = schedule::lower(s);
-  schedule::validate(s);
-  return s;
-}
-
-// Replicas after the first, under the ordered reduction: B becomes I, and the weight gradients (W, and the
-// W half of each B) move to the end, in the order the schedule had them (increasing micro-batch per
-// chunk), so that they add onto the previous replica's sum exactly as one rank would have added them.
-std::vector<Action> defer_weight_gradients(const std::vector<Action>& list, std::size_t& deferred_from) {
-  std::vector<Action> main, deferred;
-  for (const Action& a : list) {
-    if (a.op == Op::step) continue;
-    if (a.op == Op::backward || a.op == Op::backward_weight) {
-      Action w = a;
-      w.op = Op::backward_weight;
-      deferred.push_back(w);
-      if (a.op == Op::backward_weight) continue;
-      Action i = a;
-      i.op = Op::backward_input;
-      main.push_back(i);
-      continue;
-    }
-    main.push_back(a);
-  }
-  deferred_from = main.size();
-  main.insert(main.end(), deferred.begin(), deferred.end());
-  main.push_back(Action{Op::step, 0, 0, -1});
-  return main;
-}
-
 }  // namespace
 
-// Where one step stands on this rank.
+// Where one step stands on this rank (the buffers are the Buffers' business).
 template <class T> struct Trainer<T>::StepState {
-  std::vector<std::vector<int>> slot;             // [chunk][micro-batch] -> slot, -1 when none
   std::vector<comm::Request> recv;                // per action index
   std::vector<bool> posted;                       // per action index
-  // A send in flight reads its slot's buffer, or, once the slot has been retired, the buffer it took along.
-  struct PendingSend {
-    int chunk, slot;
-    bool gradient;
-    std::size_t delivered_after;
-    comm::Request request;
-    View2<T> detached;  // empty while the send reads from its slot
-    bool reads_slot(int c, int s) const { return chunk == c && slot == s && detached.data() == nullptr; }
-  };
-  std::vector<PendingSend> sends;
-  // [chunk][micro-batch]: an activation or gradient received into a spare, until its F or B moves it in
-  std::vector<std::vector<View2<T>>> arrived_activation, arrived_gradient;
-  std::vector<bool> last_touch;                   // per action index: the last use of its (chunk, micro-batch)
   std::vector<double> loss_sums;                  // per global micro-batch (last stage only)
   double busy = 0;
   double start = 0;  // when the step began
@@ -111,27 +60,25 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
           grid.data_parallel);
   local_microbatches_ = tc.microbatches / grid.data_parallel;
   sequences_per_microbatch_ = tc.batch / tc.microbatches;
-  schedule_ = make_schedule(config, local_microbatches_);
+  replicated_ = schedule::configured_schedule(config);
+  schedule_ = replicated_.replicas.at(grid.replica);
   actions_ = schedule_.actions[grid.stage];
-  deferred_from_ = actions_.size();
-  if (grid.data_parallel > 1 && pc.dp_reduction == "ordered" && grid.replica > 0)
-    actions_ = defer_weight_gradients(actions_, deferred_from_);
-  delivered_after_ = schedule::delivery_points(schedule_, grid.stage, actions_);
+  plan_ = schedule::plan_buffers(schedule_, grid.stage, actions_);
+  // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank).
+  memory::enforce_limit(config, desc_, replicated_, grid.world);
 
-  // The balanced partition weighs each stage's memory with what the schedule keeps in flight there.
-  const partition::InFlight in_flight{schedule::peak_stash(schedule_), sequences_per_microbatch_};
-  const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition, in_flight);
-  // Gradient buffers per slot only where an I and its W run apart (split backwards, or the weight
-  // gradients deferred for the ordered reduction); with plain B one set per chunk serves every slot.
-  const bool split = std::any_of(actions_.begin(), actions_.end(), [](const Action& a) {
-    return a.op == Op::backward_input || a.op == Op::backward_weight;
-  });
+  // The balanced partition weighs each stage's memory with what the schedule keeps in flight there; the
+  // memory plan (and the limit just enforced) used the same partition.
+  const auto ranges = partition::configured_partition(config, desc_, replicated_);
+  const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
+  std::vector<model::Chunk<T>*> chunks;
   for (int c = 0; c < pc.chunks; ++c) {
     const auto& r = ranges.at(schedule_.virtual_stage(grid.stage, c));
-    chunks_.push_back(
-        std::make_unique<model::Chunk<T>>(desc_, r.first, r.last, sequences_per_microbatch_, /*gradients_per_slot=*/split));
+    chunks_.push_back(std::make_unique<model::Chunk<T>>(desc_, r.first, r.last, sequences_per_microbatch_, recompute));
     chunks_.back()->params().initialize(space_, tc.seed);
+    chunks.push_back(chunks_.back().get());
   }
+  buffers_ = std::make_unique<Buffers<T>>(chunks, local_microbatches_);
   if (const char* stall = std::getenv("KPIPE_TEST_STALL")) {
     int rank = -1;
     double seconds = 0;
@@ -140,17 +87,21 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   action_seconds_.assign(chunks_.size(), {});
   action_count_.assign(chunks_.size(), {});
   transport_ = comm::make_transport(grid.pipeline);
-  replica_transport_ = comm::make_transport(grid.replicas);
+  reduction_ = std::make_unique<GradientReduction<T>>(grid_, replicated_, pc.recv_timeout_s,
+                                                      [this](const Action& a) { timeout(a, actions_.size()); });
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
+  memory::Scope scope(memory::Category::workspaces);
   host_inputs_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_inputs"), rows);
   host_targets_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_targets"), rows);
 }
 
 template <class T> Trainer<T>::~Trainer() = default;
 
+template <class T> int Trainer<T>::message_buffers() const { return buffers_->message_buffers(); }
+
 template <class T> void Trainer<T>::load_tokens(int c, int slot, std::int64_t step, int microbatch) {
   auto& chunk = *chunks_[c];
-  const int global_mb = grid_.replica * local_microbatches_ + microbatch;
+  const int global_mb = global_microbatch(microbatch);
   data::fill_train_windows(corpus_->train, config_.train.seed, step, global_mb * sequences_per_microbatch_,
                            sequences_per_microbatch_, config_.model.seq_len, host_inputs_.data(), host_targets_.data());
   if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
@@ -158,77 +109,13 @@ template <class T> void Trainer<T>::load_tokens(int c, int slot, std::int64_t st
   space_.fence();  // the host buffers are refilled for the next micro-batch
 }
 
-template <class T> int Trainer<T>::slot_for(StepState& st, int c, int mb) {
-  int& s = st.slot[c][mb];
-  if (s < 0) s = chunks_[c]->acquire();
-  return s;
-}
-
-// The micro-batch is done on this chunk: its slot goes back to the pool at once. A send that may still
-// read from the slot (not yet past its delivery point) takes the buffer with it, and a spare of the same
-// shape takes its place in the slot, so a slot never waits for the network, and the pool stays as small as
-// the stash (the spares are one [N, C] buffer per send in flight, not a whole stash each).
-template <class T> void Trainer<T>::retire(StepState& st, int c, int mb) {
-  const int slot = st.slot[c][mb];
-  for (auto& send : st.sends) {
-    if (!send.reads_slot(c, slot) || !send.request.active()) continue;
-    auto& chunk = *chunks_[c];
-    View2<T> spare = take_spare();
-    if (send.gradient)
-      chunk.swap_input_grad(slot, spare);
-    else
-      chunk.swap_output(slot, spare);
-    send.detached = spare;  // after the swap: the buffer the send reads
-  }
-  chunks_[c]->release(slot);
-  st.slot[c][mb] = -1;
-}
-
-// An [N, C] buffer from the spares (all chunks' activations have that shape), allocated when none is left:
-// the number allocated follows from the schedule alone, and after the first step it is enough.
-template <class T> View2<T> Trainer<T>::take_spare() {
-  if (spare_buffers_.empty()) {
-    const auto& chunk = *chunks_.front();
-    return View2<T>(uninitialized("kpipe::runtime::Trainer::message_buffer"), chunk.rows(), chunk.channels());
-  }
-  View2<T> spare = spare_buffers_.back();
-  spare_buffers_.pop_back();
-  return spare;
-}
-
-// A buffer a receive landed in (empty when nothing was received for it) goes into the slot through `swap`,
-// and the slot's former buffer becomes a spare.
-template <class T> template <class Swap> void Trainer<T>::move_in(View2<T>& received, const Swap& swap) {
-  if (received.data() == nullptr) return;
-  swap(received);  // received now holds the slot's former buffer
-  spare_buffers_.push_back(received);
-  received = View2<T>();
-}
-
-// After action `done` (list.size() at the end of the step): waits on the sends known to be delivered by
-// now (see delivery_points; the waits return at once) and puts their detached buffers back among the
-// spares. Only the schedule decides when a buffer comes back, never how fast a peer happened to be, so the
-// number of buffers allocated is the same on every run.
-template <class T> void Trainer<T>::reclaim(StepState& st, std::size_t done) {
-  for (auto& s : st.sends) {
-    if (s.request.active() && s.delivered_after <= done &&
-        !transport_->wait(s.request, config_.pipeline.recv_timeout_s))
-      timeout(Action{}, done);
-    if (!s.request.active() && s.detached.data() != nullptr) {
-      spare_buffers_.push_back(s.detached);
-      s.detached = View2<T>();
-    }
-  }
-}
-
+// A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which the
+// forward (activation) or backward (gradient) that uses it swaps into the slot. So a receive in flight holds
+// one [N, C] buffer, never a whole stash slot.
 template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
   const Action& a = actions_[i];
   if (st.posted[i]) return;
-  // A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which
-  // the forward (activation) or backward (gradient) that uses it swaps into the slot. So a receive in
-  // flight holds one [N, C] buffer, never a whole stash slot.
-  auto& arrived = a.op == Op::recv_activation ? st.arrived_activation : st.arrived_gradient;
-  const View2<T> buffer = arrived[a.chunk][a.microbatch] = take_spare();
+  const View2<T> buffer = buffers_->receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient);
   const auto message = schedule::message_of(schedule_, grid_.stage, a);
   transport_->recv(buffer.data(), buffer.span() * sizeof(T), a.peer, schedule::message_tag(schedule_, message),
                    st.recv[i]);
@@ -253,21 +140,15 @@ template <class T> void Trainer<T>::timeout(const Action& a, std::size_t index) 
 }
 
 template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
-  const auto& list = actions_;
-  const Action& a = list[i];
+  const Action& a = actions_[i];
   const int c = a.chunk, mb = a.microbatch;
   const int vstage = schedule_.virtual_stage(grid_.stage, c);
-  const bool local_next = vstage + 1 < schedule_.virtual_stages() && schedule_.rank_of(vstage + 1) == grid_.stage;
-  const bool local_prev = vstage > 0 && schedule_.rank_of(vstage - 1) == grid_.stage;
+  // The neighbouring virtual stages' chunks when they are on this rank too (the data is handed over in place).
+  const int local_prev = vstage > 0 && schedule_.rank_of(vstage - 1) == grid_.stage ? schedule_.chunk_of(vstage - 1) : -1;
   const T loss_scale = T(1.0 / (double(config_.train.batch) * config_.model.seq_len));
 
-  if (schedule::is_compute(a.op)) {
-    // Post the receives the next compute action will need, so that they arrive while this one runs.
-    std::size_t j = i + 1;
-    while (j < list.size() && !schedule::is_compute(list[j].op)) ++j;
-    for (std::size_t k = i + 1; k < list.size() && k <= j + 2; ++k)
-      if (schedule::is_recv(list[k].op)) post_receive(st, k);
-  }
+  // Receives the coming actions need, posted now so that they arrive while this one runs.
+  for (std::size_t k : plan_.post_before[i]) post_receive(st, k);
   const double start = now();
   switch (a.op) {
     case Op::recv_activation:
@@ -275,37 +156,35 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     case Op::send_activation:
     case Op::send_gradient: {
       auto& chunk = *chunks_[c];
-      const int slot = st.slot[c][mb];
+      const int slot = buffers_->slot(c, mb);
       const View2<T>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
       space_.fence();  // the buffer is complete before MPI reads it
-      st.sends.push_back({c, slot, a.op == Op::send_gradient, delivered_after_[i], {}, {}});
+      comm::Request& request = buffers_->add_send(c, mb, a.op == Op::send_gradient, plan_.delivered_after[i]);
       transport_->send(buffer.data(), buffer.span() * sizeof(T), a.peer,
-                       schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a)),
-                       st.sends.back().request);
+                       schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a)), request);
       break;
     }
     case Op::forward: {
       auto& chunk = *chunks_[c];
-      const int slot = slot_for(st, c, mb);
-      move_in(st.arrived_activation[c][mb], [&](View2<T>& b) { chunk.swap_input(slot, b); });
+      const int slot = buffers_->take_slot(c, mb);
+      buffers_->move_in_activation(c, mb);
+      if (local_prev >= 0)  // the previous virtual stage is ours too: its output, kept in its slot, is our input
+        Kokkos::deep_copy(space_, chunk.input(slot), chunks_[local_prev]->output(buffers_->slot(local_prev, mb)));
       if (chunk.first() || chunk.last()) load_tokens(c, slot, step_, mb);
       chunk.forward(space_, slot);
-      if (chunk.last()) st.loss_sums[grid_.replica * local_microbatches_ + mb] = chunk.loss_sum(space_, slot);
+      if (chunk.last()) st.loss_sums[global_microbatch(mb)] = chunk.loss_sum(space_, slot);
       peak_stash_ = std::max(peak_stash_, ++stash_);
-      if (local_next) {  // the next virtual stage is ours too (one rank, several chunks): hand over in place
-        const int next = slot_for(st, c + 1, mb);
-        Kokkos::deep_copy(space_, chunks_[c + 1]->input(next), chunk.output(slot));
-      }
       break;
     }
     case Op::backward:
     case Op::backward_input: {
       auto& chunk = *chunks_[c];
-      const int slot = st.slot[c][mb];
-      move_in(st.arrived_gradient[c][mb], [&](View2<T>& b) { chunk.swap_output_grad(slot, b); });
+      const int slot = buffers_->slot(c, mb);
+      buffers_->move_in_gradient(c, mb);
       chunk.backward_input(space_, slot, loss_scale);
-      if (local_prev)
-        Kokkos::deep_copy(space_, chunks_[c - 1]->output_grad(st.slot[c - 1][mb]), chunk.input_grad(slot));
+      if (local_prev >= 0)
+        Kokkos::deep_copy(space_, chunks_[local_prev]->output_grad(buffers_->slot(local_prev, mb)),
+                          chunk.input_grad(slot));
       if (a.op == Op::backward) {
         chunk.backward_weight(space_, slot);
         --stash_;
@@ -313,15 +192,24 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       break;
     }
     case Op::backward_weight: {
-      chunks_[c]->backward_weight(space_, st.slot[c][mb]);
+      chunks_[c]->backward_weight(space_, buffers_->slot(c, mb));
       --stash_;
       break;
     }
+    case Op::recv_sum: reduction_->receive(*chunks_[c], a); break;
+    case Op::send_sum:
+      space_.fence();  // the weight gradients are complete before MPI reads them
+      reduction_->send(*chunks_[c], a);
+      break;
     case Op::step: break;  // after the list: see step()
   }
   if (schedule::is_comm(a.op)) {
     const auto& chunk = *chunks_[c];
     timeline_.push_back({a, start - st.start, now() - st.start, chunk.rows() * chunk.channels() * std::int64_t(sizeof(T))});
+  }
+  if (schedule::is_reduction(a.op)) {
+    const auto& grads = chunks_[c]->params().grads();
+    timeline_.push_back({a, start - st.start, now() - st.start, std::int64_t(grads.span() * sizeof(T))});
   }
   if (schedule::is_compute(a.op)) {
     space_.fence();
@@ -333,9 +221,11 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       ++action_count_[c][int(a.op)];
     }
   }
-  if (observer_ && schedule::is_compute(a.op)) observer_(a, st.slot[c][mb]);
-  reclaim(st, i);
-  if (st.last_touch[i]) retire(st, c, mb);
+  if (observer_ && schedule::is_compute(a.op)) observer_(a, buffers_->slot(c, mb));
+  buffers_->reclaim(i, [&](comm::Request& request) {
+    if (!transport_->wait(request, config_.pipeline.recv_timeout_s)) timeout(Action{}, i);
+  });
+  if (plan_.last_touch[i]) buffers_->retire(c, mb);
 }
 
 template <class T> StepStats Trainer<T>::step() {
@@ -346,35 +236,19 @@ template <class T> StepStats Trainer<T>::step() {
   StepState st;
   st.start = start;
   timeline_.clear();
-  st.slot.assign(chunks_.size(), std::vector<int>(local_microbatches_, -1));
-  st.arrived_activation.assign(chunks_.size(), std::vector<View2<T>>(local_microbatches_));
-  st.arrived_gradient.assign(chunks_.size(), std::vector<View2<T>>(local_microbatches_));
+  buffers_->begin_step();
   st.recv.assign(list.size(), comm::Request{});
   st.posted.assign(list.size(), false);
-  st.last_touch.assign(list.size(), false);
-  {
-    std::vector<std::vector<bool>> seen(chunks_.size(), std::vector<bool>(local_microbatches_, false));
-    for (std::size_t i = list.size(); i-- > 0;) {
-      const Action& a = list[i];
-      if (a.op == Op::step || seen[a.chunk][a.microbatch]) continue;
-      seen[a.chunk][a.microbatch] = st.last_touch[i] = true;
-    }
-  }
   st.loss_sums.assign(config_.train.microbatches, 0.0);
-  for (std::size_t i = 0; i < deferred_from_; ++i) run_action(st, i);
-  if (grid_.data_parallel > 1 && config_.pipeline.dp_reduction == "ordered" && grid_.replica > 0) {
-    // The previous replica's gradient sum arrives, then this replica's weight gradients add onto it.
-    for (auto& chunk : chunks_) {
-      const auto& g = chunk->params().grads();
-      comm::Request r;
-      replica_transport_->recv(g.data(), g.span() * sizeof(T), grid_.replica - 1, 0, r);
-      if (!replica_transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{}, deferred_from_);
-    }
-  }
-  for (std::size_t i = deferred_from_; i < list.size(); ++i) run_action(st, i);
-  reclaim(st, list.size());
+  for (std::size_t i = 0; i < list.size(); ++i) run_action(st, i);
+  buffers_->reclaim(list.size(), [&](comm::Request& request) {
+    if (!transport_->wait(request, config_.pipeline.recv_timeout_s)) timeout(Action{}, list.size());
+  });
   const double pipeline_end = now();
-  if (grid_.data_parallel > 1) reduce_across_replicas();
+  space_.fence();
+  std::vector<model::Chunk<T>*> chunks;
+  for (auto& chunk : chunks_) chunks.push_back(chunk.get());
+  reduction_->finish(chunks);
 
   StepStats stats;
   stats.pipeline_seconds = pipeline_end - start;
@@ -385,47 +259,14 @@ template <class T> StepStats Trainer<T>::step() {
   double loss = 0;
   for (double l : st.loss_sums) loss += l;
   stats.loss = loss / double(stats.tokens);
+  const double optimizer_start = now();
   optimizer_step(stats);  // skips the update when the loss or the gradient is not finite
   space_.fence();
+  stats.optimizer_seconds = now() - optimizer_start;
   stats.busy_seconds = st.busy;
   stats.seconds = now() - start;
   ++step_;
   return stats;
-}
-
-template <class T> void Trainer<T>::reduce_across_replicas() {
-  const auto type = comm::mpi_type<T>();
-  space_.fence();
-  for (auto& chunk : chunks_) {
-    const auto& g = chunk->params().grads();
-    const int count = int(g.span());
-    if (config_.pipeline.dp_reduction == "ordered" && grid_.replica + 1 < grid_.data_parallel) {
-      // The running sum goes on to the next replica; the last one's becomes everyone's below.
-      comm::Request r;
-      replica_transport_->send(g.data(), g.span() * sizeof(T), grid_.replica + 1, 0, r);
-      if (!replica_transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{}, actions_.size());
-    }
-    // Collectives read the buffer where MPI can (host, CUDA-aware MPI), else a host copy of it.
-    auto collective = [&](T* data) {
-      if (config_.pipeline.dp_reduction == "ordered")
-        comm::bcast(data, count, type, grid_.data_parallel - 1, grid_.replicas,
-                    bound(config_, step_, "the broadcast of the replicas' gradient sum"));
-      else
-        comm::allreduce(data, count, type, MPI_SUM, grid_.replicas,
-                        bound(config_, step_, "the allreduce of the replicas' gradients"));
-    };
-#if defined(KPIPE_CUDA_AWARE_MPI)
-    collective(g.data());
-#else
-    if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
-      collective(g.data());
-    } else {
-      auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), g);
-      collective(host.data());
-      Kokkos::deep_copy(g, host);
-    }
-#endif
-  }
 }
 
 template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
@@ -466,6 +307,25 @@ template <class T> std::array<double, 4> Trainer<T>::mean_action_seconds(int chu
   return mean;
 }
 
+template <class T> void Trainer<T>::profile_layers(bool on) {
+  if (on && layer_times_.empty())
+    for (auto& chunk : chunks_)
+      layer_times_.emplace_back(chunk->params().last_layer() - chunk->params().first_layer());
+  for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->set_layer_times(on ? &layer_times_[c] : nullptr);
+}
+
+template <class T> std::vector<std::array<double, 4>> Trainer<T>::layer_seconds() const {
+  std::vector<std::array<double, 4>> seconds(desc_.layers.size(), std::array<double, 4>{});
+  for (std::size_t c = 0; c < layer_times_.size(); ++c) {
+    const int first = chunks_[c]->params().first_layer();
+    for (std::size_t i = 0; i < layer_times_[c].size(); ++i)
+      for (int k = 0; k < 4; ++k)
+        if (layer_times_[c][i].calls[k] > 0)
+          seconds[first + i][k] = layer_times_[c][i].seconds[k] / double(layer_times_[c][i].calls[k]);
+  }
+  return seconds;
+}
+
 template <class T> double Trainer<T>::evaluate() {
   // Forward only, one micro-batch at a time down the virtual stages: a chain, so blocking messages are safe.
   const int seq = config_.model.seq_len, mb = sequences_per_microbatch_;
@@ -489,9 +349,10 @@ template <class T> double Trainer<T>::evaluate() {
       if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
       if (v > 0) {
         const int prev = schedule_.rank_of(v - 1);
-        if (prev == grid_.stage)
-          Kokkos::deep_copy(space_, chunk.input(slot), chunks_[c - 1]->output(slots[c - 1]));
-        else {
+        if (prev == grid_.stage) {
+          const int from = schedule_.chunk_of(v - 1);
+          Kokkos::deep_copy(space_, chunk.input(slot), chunks_[from]->output(slots[from]));
+        } else {
           comm::Request r;
           transport_->recv(chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, v, r);
           if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::recv_activation, 0, c, prev}, 0);
