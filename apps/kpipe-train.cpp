@@ -65,6 +65,10 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     metrics_writer = std::make_unique<runtime::MetricsWriter>(rank == 0 ? config.output.metrics : std::string());
     if (rank == 0 && !config.output.profile.empty())  // written at the end: checked now
       require_writable(config.output.profile, fmt::format("output.profile = '{}'", config.output.profile));
+  });
+  // A second agreement, which every rank enters: the trainer's constructor has collectives of its own
+  // (memory.limit_per_rank = auto), which must not meet a rank already agreeing on an input's failure.
+  comm::agree(grid.world, {timeout, "setting up the trainer, the trace and the timeline"}, [&] {
     trainer_owner = std::make_unique<runtime::Trainer<float>>(config, corpus, grid);
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
     if (!config.output.trace.empty())
