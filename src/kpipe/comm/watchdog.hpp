@@ -1,6 +1,6 @@
 #pragma once
-// A bound on a section of code that may wait for other ranks where kpipe cannot poll: inside a library's
-// collective calls (parallel HDF5 creating a file's datasets together). A helper thread waits for the
+// A bound on a section of code that may wait for other ranks where kpipe cannot poll: MPI calls that have no
+// non-blocking form (MPI_Finalize, MPI_Comm_split_type). A helper thread waits for the
 // section to end; when it does not within the bound, the thread says what this rank was doing and ends the
 // process, which ends the MPI job (mpiexec takes every rank down when one exits before MPI_Finalize).
 // The thread calls no MPI function.
