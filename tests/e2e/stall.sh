@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A rank that stops (SIGSTOP) ends the whole job within pipeline.recv_timeout_s (plus rank 0's grace when
 # rank 0 is the one stopped), with a message naming the rank and what the others were waiting in: in a
-# pipeline (point-to-point), and with data parallelism where every rank waits in collectives.
+# pipeline (point-to-point), and with data parallelism where every rank waits in collectives (both reductions).
 # Usage: stall.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 train=$1; shift
@@ -43,6 +43,10 @@ mpi=("$@")
 stop "pipeline, rank 1 stopped" 1 "<1\)|rank 1 (never reached|reached it, then)" --pipeline-size 2 --microbatches 2
 stop "data parallel allreduce, rank 1 stopped" 1 "rank 1 (never reached|reached it, then)" --data-parallel 2 \
   --microbatches 2 --pipeline.dp_reduction allreduce
+# The ordered reduction (the default): replica 0 sends its sum to replica 1 (a bounded send) and waits in
+# replica 1's broadcast of the final sum (a bounded collective).
+stop "data parallel ordered, rank 1 stopped" 1 "rank 1 (never reached|reached it, then)|ss[0-9.]*>1\): not delivered" --data-parallel 2 \
+  --microbatches 2
 stop "data parallel allreduce, rank 0 stopped" 0 "rank 0 \(which names" --data-parallel 2 --microbatches 2 \
   --pipeline.dp_reduction allreduce
 echo "$passes passed, $failures failed"

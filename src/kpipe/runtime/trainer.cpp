@@ -130,10 +130,12 @@ template <class T> void Trainer<T>::wait_receive(StepState& st, std::size_t i) {
 
 template <class T> void Trainer<T>::timeout(const Action& a, std::size_t index) const {
   // A peer that never answers: say who waited for what, then take every rank down (no silent hang).
-  std::fprintf(stderr, "kpipe: rank %d (stage %d, replica %d) step %lld position %zu (%s): no message within "
+  const bool send = schedule::is_send(a.op) || a.op == Op::send_sum;
+  std::fprintf(stderr, "kpipe: rank %d (stage %d, replica %d) step %lld position %zu (%s): %s within "
                        "pipeline.recv_timeout_s = %g s; aborting\n",
                grid_.world_rank, grid_.stage, grid_.replica, static_cast<long long>(step_), index,
-               schedule::to_token(a, schedule_.chunks).c_str(), config_.pipeline.recv_timeout_s);
+               schedule::to_token(a, schedule_.chunks).c_str(), send ? "not delivered" : "no message",
+               config_.pipeline.recv_timeout_s);
   std::fflush(stderr);
   MPI_Abort(grid_.world, 3);
   std::abort();
@@ -248,7 +250,7 @@ template <class T> StepStats Trainer<T>::step() {
   space_.fence();
   std::vector<model::Chunk<T>*> chunks;
   for (auto& chunk : chunks_) chunks.push_back(chunk.get());
-  reduction_->finish(chunks);
+  reduction_->finish(chunks, step_);
 
   StepStats stats;
   stats.pipeline_seconds = pipeline_end - start;
