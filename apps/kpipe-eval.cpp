@@ -86,7 +86,7 @@ int evaluate(const Options& o, int rank) {
   config.train.microbatches = config.train.batch = o.pipeline_size;
   config.train.eval_batches = int((windows + config.train.batch - 1) / config.train.batch);
   validate(config);
-  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1);
+  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
   double loss = 0;
   {
     runtime::Trainer<float> trainer(config, corpus, grid);

@@ -88,7 +88,7 @@ int generate(Options o, int rank, int world_size) {
   validate(config);
   data::Corpus corpus;  // holds no text: only the tokenizer, for the model's vocabulary check
   corpus.tokenizer = tokenizer;
-  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1);
+  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
   double seconds = 0;
   {
     runtime::Trainer<float> trainer(config, corpus, grid);

@@ -47,7 +47,8 @@ std::string duration(double seconds) {
 // on every rank (agreed), errors after it may be one rank's alone.
 int train(kpipe::Config config, int rank, bool& set_up) {
   using namespace kpipe;
-  auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
+  auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel,
+                               config.pipeline.recv_timeout_s);
   const double timeout = config.pipeline.recv_timeout_s;
   memory::Meter meter;  // every Kokkos allocation from here on, by category, beside the plan's prediction
   io::validate_checkpoint_config(config.checkpoint);

@@ -2,11 +2,12 @@
 
 #include <cstdint>
 
+#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/error.hpp"
 
 namespace kpipe::comm {
 
-ProcessGrid make_grid(MPI_Comm world, int pipeline_size, int data_parallel) {
+ProcessGrid make_grid(MPI_Comm world, int pipeline_size, int data_parallel, double timeout_s) {
   ProcessGrid g;
   MPI_Comm_rank(world, &g.world_rank);
   MPI_Comm_size(world, &g.world_size);
@@ -21,6 +22,7 @@ ProcessGrid make_grid(MPI_Comm world, int pipeline_size, int data_parallel) {
   g.data_parallel = data_parallel;
   g.stage = g.world_rank % pipeline_size;
   g.replica = g.world_rank / pipeline_size;
+  const Watchdog watch(g.world_rank, {timeout_s, "splitting the world into pipelines and replicas"});
   MPI_Comm_split(world, g.replica, g.stage, &g.pipeline);
   MPI_Comm_split(world, g.stage, g.replica, &g.replicas);
   return g;
