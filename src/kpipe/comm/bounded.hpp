@@ -1,7 +1,7 @@
 #pragma once
 // Collectives with a bound. Every collective kpipe runs goes through here, so that a rank that stops
 // (SIGSTOP, a hung file system, a dead node) ends the whole job within pipeline.recv_timeout_s instead of
-// leaving the others in MPI_Allreduce forever (docs/architecture.md, property 7).
+// leaving the others in MPI_Allreduce forever (docs/architecture.md, property 5).
 //
 // Each call starts the MPI non-blocking collective (MPI_Iallreduce, MPI_Ibcast, ...) and polls it until it
 // completes or the bound passes. So that the message can name who is missing, every rank other than rank 0
