@@ -28,6 +28,7 @@
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/planner/costs.hpp"
@@ -238,6 +239,7 @@ int run(const Options& o, const CLI::App& app) {
       svg.title = fmt::format("{}: p = {}, m = {}, {} steps, no flush; steady bubble {}; weight versions per rank {}",
                               name, s.ranks, s.microbatches, s.steps, percent(sim.steady_bubble), versions);
     }
+    kpipe::require_writable(o.svg, fmt::format("--svg = '{}'", o.svg));
     std::ofstream out(o.svg);
     require(bool(out), "--svg = '{}': cannot write", o.svg);
     out << timeline_svg(sim.timeline, s.chunks, svg);

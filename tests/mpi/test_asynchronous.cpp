@@ -87,7 +87,9 @@ TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
       // Versions held: measured = the validator's count from the lists = the theory.
       const int predicted = schedule::versions_held(trainer.schedule())[grid.stage];
       EXPECT_EQ(trainer.peak_versions(0), predicted);
-      if (k.extra_steps >= 0) EXPECT_EQ(predicted, schedule::versions_bound(updates, p, grid.stage));
+      if (k.extra_steps >= 0) {
+        EXPECT_EQ(predicted, schedule::versions_bound(updates, p, grid.stage));
+      }
       // Evaluation after the run sees the newest weights, as the reference's checksum does.
       EXPECT_TRUE(std::isfinite(trainer.evaluate()));
     }

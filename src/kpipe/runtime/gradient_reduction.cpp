@@ -1,6 +1,10 @@
 #include "kpipe/runtime/gradient_reduction.hpp"
 
+#include <fmt/format.h>
+
 #include <type_traits>
+
+#include "kpipe/comm/bounded.hpp"
 
 namespace kpipe::runtime {
 
@@ -38,20 +42,22 @@ template <class T> void GradientReduction<T>::send(model::Chunk<T>& chunk, const
   transport_->send(g.data(), g.span() * sizeof(T), a.peer, a.microbatch, sent_[a.chunk]);
 }
 
-template <class T> void GradientReduction<T>::finish(const std::vector<model::Chunk<T>*>& chunks) {
+template <class T> void GradientReduction<T>::finish(const std::vector<model::Chunk<T>*>& chunks, std::int64_t step) {
   if (grid_->data_parallel == 1) return;
   for (std::size_t c = 0; c < sent_.size(); ++c)
     if (sent_[c].active()) wait(sent_[c], sent_action_[c]);
-  const auto type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
+  const auto type = comm::mpi_type<T>();
   for (auto* chunk : chunks) {
     const auto& g = chunk->params().grads();
     const int count = int(g.span());
     // Collectives read the buffer where MPI can (host, CUDA-aware MPI), else a host copy of it.
     auto collective = [&](T* data) {
       if (ordered_)
-        MPI_Bcast(data, count, type, holder_of_last_, grid_->replicas);
+        comm::bcast(data, count, type, holder_of_last_, grid_->replicas,
+                    {timeout_s_, fmt::format("the broadcast of the replicas' gradient sum of step {}", step)});
       else
-        MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, grid_->replicas);
+        comm::allreduce(data, count, type, MPI_SUM, grid_->replicas,
+                        {timeout_s_, fmt::format("the allreduce of the replicas' gradients of step {}", step)});
     };
 #if defined(KPIPE_CUDA_AWARE_MPI)
     collective(g.data());

@@ -4,6 +4,7 @@
 // gradient buffer, send it on from there) and ends with the last group's holder broadcasting the final
 // sum; "allreduce" sums the replicas' buffers after the lists. Either way every replica ends the step with
 // the same gradients.
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -26,8 +27,9 @@ template <class T> class GradientReduction {
   void receive(model::Chunk<T>& chunk, const schedule::Action& action);
   // send_sum: the chunk's gradient buffer goes to the next group's holder (its weight gradients are done).
   void send(model::Chunk<T>& chunk, const schedule::Action& action);
-  // After the step's lists: every chunk's gradients are the whole mini-batch's, on every replica.
-  void finish(const std::vector<model::Chunk<T>*>& chunks);
+  // After the step's lists: every chunk's gradients are the whole mini-batch's, on every replica. The
+  // broadcast or allreduce is bounded by timeout_s; `step` names it if it does not complete.
+  void finish(const std::vector<model::Chunk<T>*>& chunks, std::int64_t step);
 
  private:
   void wait(comm::Request& request, const schedule::Action& action);
