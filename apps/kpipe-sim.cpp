@@ -315,8 +315,19 @@ int run_memory(const Config& config, const PlanOptions& o) {
   const auto ranks = memory::plan_ranks(config, desc, replicated);
   const auto costs = planner::stage_costs(config, desc, replicated, machine_of(o));
   const auto sim = schedule::simulate(replicated, costs);
-  std::printf("layout %s on %d ranks: predicted step %.4g s, bubble %s (%s)\n", planner::layout_name(config).c_str(),
-              int(ranks.size()), sim.makespan, percent(sim.bubble).c_str(), costs_source(o).c_str());
+  const auto& lists = replicated.replicas.front();
+  if (lists.asynchronous()) {
+    // No flush: a step of the steady state (between warm-up and drain), as kpipe-train measures it.
+    const auto& ends = sim.step_ends.front();
+    const double from = sim.steady_first > 0 ? ends[sim.steady_first - 1] : 0.0;
+    const double step = (ends[sim.steady_last] - from) / double(sim.steady_last - sim.steady_first + 1);
+    std::printf("layout %s on %d ranks: predicted step %.4g s in the steady state, bubble %s there (%s)\n",
+                planner::layout_name(config).c_str(), int(ranks.size()), step, percent(sim.steady_bubble).c_str(),
+                costs_source(o).c_str());
+  } else {
+    std::printf("layout %s on %d ranks: predicted step %.4g s, bubble %s (%s)\n", planner::layout_name(config).c_str(),
+                int(ranks.size()), sim.makespan, percent(sim.bubble).c_str(), costs_source(o).c_str());
+  }
   std::printf("\nmemory per rank, MiB (slots and backward sets per chunk; message buffers):\n");
   print_memory_table(ranks);
   for (const auto& r : ranks) {
