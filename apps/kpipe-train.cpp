@@ -5,7 +5,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -21,6 +20,7 @@
 #include "kpipe/io/trace.hpp"
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
+#include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/signals.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
@@ -158,45 +158,49 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int rc = 0;
-  {
-    // Kokkos takes its --kokkos-* options out of argv; it must not see --help, which is ours.
-    std::vector<char*> kokkos_args;
-    for (int i = 0; i < argc; ++i)
-      if (std::string(argv[i]) != "--help" && std::string(argv[i]) != "-h") kokkos_args.push_back(argv[i]);
-    int kokkos_argc = int(kokkos_args.size());
-    Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
-    // What Kokkos consumed is gone from kokkos_args; put --help back where the user had it.
-    std::vector<const char*> args(kokkos_args.begin(), kokkos_args.begin() + kokkos_argc);
+  try {
+    // The configuration comes first: it decides how Kokkos starts (threads per rank; the GPU follows the
+    // node-local rank), so Kokkos' own command-line options have no say.
     for (int i = 1; i < argc; ++i)
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") args.push_back(argv[i]);
-    try {
-      bool resume = false;
-      bool trace_full = false;
-      const auto command_line =
-          kpipe::parse_command_line("kpipe-train", int(args.size()), args.data(), [&](CLI::App& app) {
-            app.add_flag("--resume", resume, "resume from the checkpoint `latest` names in --checkpoint-dir (none: start)")
-                ->group("[checkpoint]");
-            app.add_flag("--trace-full", trace_full, "also trace the full tensors of micro-batch 0 (output.trace_full = 1)")
-                ->group("[output]");
-            app.footer(
-                "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 3 a receive\n"
-                "timed out (pipeline.recv_timeout_s: the job is aborted); 4 stopped\n"
-                "after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 75 a stop\n"
-                "signal (SIGUSR1/SIGTERM) arrived and a checkpoint was written: requeue the job with --resume.");
-          });
-      auto config = command_line.config;
-      if (resume) config.checkpoint.resume = "latest";
-      if (trace_full) config.output.trace_full = 1;
-      rc = command_line.exit_now ? command_line.exit_code : train(config, rank);
-    } catch (const kpipe::InputError& e) {
-      // Every rank reads the same input and fails the same way; one of them says so.
-      if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
-      rc = kpipe::exit_bad_input;
-    } catch (const std::exception& e) {
-      // Anything else may have struck one rank only: say where, and take the whole job down (no hang).
-      fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
+      kpipe::require(std::string(argv[i]).rfind("--kokkos", 0) != 0,
+                     "{}: kpipe-train starts Kokkos itself: set host threads with --pipeline.threads_per_rank (each "
+                     "rank drives the GPU of its node-local rank); other Kokkos settings through KOKKOS_* "
+                     "environment variables",
+                     argv[i]);
+    bool resume = false;
+    bool trace_full = false;
+    const auto command_line =
+        kpipe::parse_command_line("kpipe-train", argc, argv, [&](CLI::App& app) {
+          app.add_flag("--resume", resume, "resume from the checkpoint `latest` names in --checkpoint-dir (none: start)")
+              ->group("[checkpoint]");
+          app.add_flag("--trace-full", trace_full, "also trace the full tensors of micro-batch 0 (output.trace_full = 1)")
+              ->group("[output]");
+          app.footer(
+              "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 3 a receive\n"
+              "timed out (pipeline.recv_timeout_s: the job is aborted); 4 stopped\n"
+              "after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 75 a stop\n"
+              "signal (SIGUSR1/SIGTERM) arrived and a checkpoint was written: requeue the job with --resume.");
+        });
+    auto config = command_line.config;
+    if (resume) config.checkpoint.resume = "latest";
+    if (trace_full) config.output.trace_full = 1;
+    if (command_line.exit_now) {
+      rc = command_line.exit_code;
+    } else {
+      const auto placement = kpipe::runtime::place_rank(config.pipeline, MPI_COMM_WORLD);
+      if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
+      config.pipeline.transport = placement.transport;
+      kpipe::runtime::KokkosSession kokkos(placement);
+      rc = train(config, rank);
     }
+  } catch (const kpipe::InputError& e) {
+    // Every rank reads the same input and fails the same way; one of them says so.
+    if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
+    rc = kpipe::exit_bad_input;
+  } catch (const std::exception& e) {
+    // Anything else may have struck one rank only: say where, and take the whole job down (no hang).
+    fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
   MPI_Finalize();
   return rc;

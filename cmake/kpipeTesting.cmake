@@ -13,6 +13,10 @@ if(kpipe_mpiexec_version MATCHES "Open MPI|OpenRTE|open-mpi")
   endif()
 endif()
 set(KPIPE_MPIEXEC_FLAGS "${kpipe_default_mpiexec_flags}" CACHE STRING "Extra mpiexec flags for the MPI tests")
+# Host threads per test process (OMP_NUM_THREADS): 1 keeps the suite's MPI tests within two cores; the OpenMP
+# CI job runs with 2, so that the threaded backend and the device path's multi-thread teams are exercised.
+set(KPIPE_TEST_THREADS 1 CACHE STRING "OMP_NUM_THREADS for every test process")
+set(kpipe_test_environment "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=${KPIPE_TEST_THREADS}")
 function(kpipe_add_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;MPI_RANKS;LABELS;LIBRARIES" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
@@ -27,11 +31,11 @@ function(kpipe_add_test)
         COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${KPIPE_MPIEXEC_FLAGS}
                 ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${T_NAME}> ${MPIEXEC_POSTFLAGS})
       set_tests_properties(${T_NAME}_np${n} PROPERTIES PROCESSORS ${n} TIMEOUT ${T_TIMEOUT}
-        LABELS "mpi;${T_LABELS}" ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+        LABELS "mpi;${T_LABELS}" ENVIRONMENT "${kpipe_test_environment}")
     endforeach()
   else()
     add_test(NAME ${T_NAME} COMMAND ${T_NAME})
     set_tests_properties(${T_NAME} PROPERTIES TIMEOUT ${T_TIMEOUT} LABELS "${T_LABELS}"
-      ENVIRONMENT "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=1")
+      ENVIRONMENT "${kpipe_test_environment}")
   endif()
 endfunction()

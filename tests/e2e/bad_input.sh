@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # kpipe-train on bad input: exit code 2 and exactly one line on stderr naming the key and the value,
 # before any work (no "step" line). Usage: bad_input.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
+# Environment (set by ctest): KPIPE_NCCL=1 on builds with NCCL, KPIPE_THREADED_HOST=1 where Kokkos has OpenMP.
 set -u
 train=$1; shift
 mpiexec=("$@")
 failures=0
+checks=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '[model]\ndmodel = 3\n' > "$work/unknown.toml"
@@ -16,6 +18,7 @@ expect() {
   local needles=()
   while [ "$1" != "--" ]; do needles+=("$1"); shift; done
   shift
+  checks=$((checks + 1))
   "$@" >"$work/out" 2>"$work/err"
   local rc=$?
   local lines
@@ -44,5 +47,18 @@ expect too-many-stages "pipeline" -- "${mpiexec[@]}" -n 4 "$train" --pipeline-si
 printf 'B0 F0 S\nF0 B0 S\n' > "$work/bad.sched"  # rank 0 runs a backward before its forward
 expect bad-schedule-file "schedule" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --microbatches 1 --schedule-file "$work/bad.sched"
 
-echo "$((11 - failures)) passed, $failures failed"
+expect bad-transport "pipeline.transport" "carrier" -- "$train" --transport carrier
+expect kokkos-option "--kokkos-num-threads" "pipeline.threads_per_rank" -- "$train" --kokkos-num-threads=2
+expect negative-threads "pipeline.threads_per_rank" "-1" -- "$train" --threads-per-rank -1
+if [ "${KPIPE_NCCL:-0}" != 1 ]; then
+  expect nccl-on-host-build "pipeline.transport" "nccl" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --transport nccl
+else  # a GPU node with fewer GPUs than 3 ranks (scripts/gpu-check.sh runs on one GPU)
+  expect nccl-ranks-share-a-gpu "pipeline.transport" "refuses two ranks on one GPU" -- \
+    "${mpiexec[@]}" -n 3 "$train" --pipeline-size 3 --transport nccl
+fi
+if [ "${KPIPE_THREADED_HOST:-0}" != 1 ]; then
+  expect threads-on-serial "pipeline.threads_per_rank" "no threaded host backend" -- "$train" --threads-per-rank 2
+fi
+
+echo "$((checks - failures)) passed, $failures failed"
 [ $failures -eq 0 ]

@@ -60,6 +60,12 @@ struct PipelineConfig {
   // (docs/architecture.md, property 1), at the price of running the weight-gradient work of replicas one after another.
   // "allreduce": MPI_Allreduce of each replica's sum; faster, equal to one rank's up to rounding.
   std::string dp_reduction = "ordered";
+  // How stages and replicas exchange data: "nccl" (GPU buffers through NCCL, on the compute stream), "mpi"
+  // (MPI; device buffers through pinned host copies unless MPI is CUDA-aware), or "auto": NCCL when kpipe is
+  // built with CUDA and NCCL and every rank of a node has a GPU of its own, MPI otherwise (comm/transport.hpp).
+  std::string transport = "auto";
+  // Host threads of each rank's Kokkos (OpenMP backend); 0 leaves it to Kokkos and OMP_NUM_THREADS.
+  int threads_per_rank = 0;
 };
 
 struct OutputConfig {

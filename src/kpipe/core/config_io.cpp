@@ -102,6 +102,12 @@ const std::vector<Key>& keys() {
             {"ordered", "allreduce"}),
       entry("pipeline.recv_timeout_s", &C::pipeline, &P::recv_timeout_s,
            "a receive waiting longer than this many seconds aborts the run"),
+      entry("pipeline.transport", &C::pipeline, &P::transport,
+            "stage-to-stage and replica transfers: auto (NCCL on GPUs when built with it), mpi or nccl",
+            "--transport", {"auto", "mpi", "nccl"}),
+      entry("pipeline.threads_per_rank", &C::pipeline, &P::threads_per_rank,
+            "host threads per rank (Kokkos OpenMP backend); 0: Kokkos' choice (OMP_NUM_THREADS)",
+            "--threads-per-rank"),
       entry("output.metrics", &C::output, &OutputConfig::metrics, "JSON Lines metrics file (empty: none)",
            "--metrics"),
       entry("output.trace", &C::output, &OutputConfig::trace, "activation trace HDF5 file (empty: none)", "--trace"),
@@ -531,6 +537,8 @@ void validate(const Config& config) {
   one_of("pipeline.schedule", pipeline.schedule);
   one_of("pipeline.partition", pipeline.partition);
   one_of("pipeline.dp_reduction", pipeline.dp_reduction);
+  one_of("pipeline.transport", pipeline.transport);
+  at_least("pipeline.threads_per_rank", pipeline.threads_per_rank, 0);
   positive("pipeline.recv_timeout_s", pipeline.recv_timeout_s);
   require(pipeline.chunks == 1 || pipeline.schedule == "interleaved" || !pipeline.schedule_file.empty(),
           "pipeline.chunks = {} needs pipeline.schedule = \"interleaved\" (got \"{}\")", pipeline.chunks,

@@ -13,9 +13,11 @@
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/partition/partition.hpp"
+#include "kpipe/runtime/placement.hpp"
 #include "kpipe/schedule/delivery.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/stream_order.hpp"
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
 
@@ -71,14 +73,14 @@ std::vector<Action> defer_weight_gradients(const std::vector<Action>& list, std:
 // Where one step stands on this rank.
 template <class T> struct Trainer<T>::StepState {
   std::vector<std::vector<int>> slot;             // [chunk][micro-batch] -> slot, -1 when none
-  std::vector<comm::Request> recv;                // per action index
+  std::vector<comm::Transfer> recv;               // per action index
   std::vector<bool> posted;                       // per action index
   // A send in flight reads its slot's buffer, or, once the slot has been retired, the buffer it took along.
   struct PendingSend {
     int chunk, slot;
     bool gradient;
     std::size_t delivered_after;
-    comm::Request request;
+    comm::Transfer transfer;
     View2<T> detached;  // empty while the send reads from its slot
     bool reads_slot(int c, int s) const { return chunk == c && slot == s && detached.data() == nullptr; }
   };
@@ -87,6 +89,7 @@ template <class T> struct Trainer<T>::StepState {
   std::vector<std::vector<View2<T>>> arrived_activation, arrived_gradient;
   std::vector<bool> last_touch;                   // per action index: the last use of its (chunk, micro-batch)
   std::vector<double> loss_sums;                  // per global micro-batch (last stage only)
+  std::vector<std::size_t> timed;                 // per ActionClock index: the compute action's timeline entry
   double busy = 0;
   double start = 0;  // when the step began
 };
@@ -102,6 +105,25 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   local_microbatches_ = tc.microbatches / grid.data_parallel;
   sequences_per_microbatch_ = tc.batch / tc.microbatches;
   schedule_ = make_schedule(config, local_microbatches_);
+  // The transport ("auto" resolved as runtime/placement.hpp does without looking at the node). NCCL runs
+  // transfers in stream order exactly where the list puts them: the schedule goes through the pass that
+  // arranges its receives for that, and what runs must then be proved to match in order per pair of ranks
+  // and to be free of deadlocks under NCCL's blocking semantics (schedule/stream_order.hpp).
+  // Test hook: KPIPE_TEST_TRANSPORT=mpi-stream-ordered runs MPI with NCCL's semantics
+  // (comm/stream_ordered_mpi.hpp), so that CPU tests run the NCCL path end to end.
+  std::string transport = default_transport(pc.transport);
+  if (const char* kind = std::getenv("KPIPE_TEST_TRANSPORT")) transport = kind;
+  if (transport == "nccl" || transport == "mpi-stream-ordered") {
+    schedule_ = schedule::order_for_streams(schedule_);
+    schedule::validate(schedule_);
+    schedule::Schedule executed = schedule_;
+    if (grid.data_parallel > 1 && pc.dp_reduction == "ordered" && grid.replica > 0)
+      for (auto& list : executed.actions) {
+        std::size_t unused = 0;
+        list = defer_weight_gradients(list, unused);
+      }
+    schedule::validate_stream_order(executed);
+  }
   actions_ = schedule_.actions[grid.stage];
   deferred_from_ = actions_.size();
   if (grid.data_parallel > 1 && pc.dp_reduction == "ordered" && grid.replica > 0)
@@ -127,23 +149,48 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   }
   action_seconds_.assign(chunks_.size(), {});
   action_count_.assign(chunks_.size(), {});
-  transport_ = comm::make_transport(grid.pipeline);
-  replica_transport_ = comm::make_transport(grid.replicas);
+  transport_ = comm::make_transport(transport, grid.pipeline, pc.recv_timeout_s);
+  replica_transport_ = comm::make_transport(transport, grid.replicas, pc.recv_timeout_s);
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
-  host_inputs_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_inputs"), rows);
-  host_targets_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_targets"), rows);
+  host_inputs_ = decltype(host_inputs_)(uninitialized("kpipe::runtime::Trainer::host_inputs"), local_microbatches_, rows);
+  host_targets_ = decltype(host_targets_)(uninitialized("kpipe::runtime::Trainer::host_targets"), local_microbatches_, rows);
 }
 
 template <class T> Trainer<T>::~Trainer() = default;
 
-template <class T> void Trainer<T>::load_tokens(int c, int slot, std::int64_t step, int microbatch) {
+// Every micro-batch's windows of the step into the staging rows, where a chunk on this rank reads tokens.
+template <class T> void Trainer<T>::stage_tokens(std::int64_t step) {
+  if (std::none_of(chunks_.begin(), chunks_.end(), [](const auto& c) { return c->first() || c->last(); })) return;
+  for (int mb = 0; mb < local_microbatches_; ++mb) {
+    const int global_mb = grid_.replica * local_microbatches_ + mb;
+    data::fill_train_windows(corpus_->train, config_.train.seed, step, global_mb * sequences_per_microbatch_,
+                             sequences_per_microbatch_, config_.model.seq_len, &host_inputs_(mb, 0),
+                             &host_targets_(mb, 0));
+  }
+}
+
+// Staging row `row` into the slot's token buffers, queued on the stream (no wait: the row is not refilled
+// before the step's final fence).
+template <class T> void Trainer<T>::load_tokens(int c, int slot, int row) {
   auto& chunk = *chunks_[c];
-  const int global_mb = grid_.replica * local_microbatches_ + microbatch;
-  data::fill_train_windows(corpus_->train, config_.train.seed, step, global_mb * sequences_per_microbatch_,
-                           sequences_per_microbatch_, config_.model.seq_len, host_inputs_.data(), host_targets_.data());
-  if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
-  if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
-  space_.fence();  // the host buffers are refilled for the next micro-batch
+  if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), Kokkos::subview(host_inputs_, row, Kokkos::ALL));
+  if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), Kokkos::subview(host_targets_, row, Kokkos::ALL));
+}
+
+// The compute actions' spans, now that the stream has run them (ActionClock), into the timeline and the means.
+template <class T> void Trainer<T>::read_action_times(StepState& st) {
+  const auto spans = clock_.read();
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    TimedAction& entry = timeline_[st.timed[k]];
+    entry.start = spans[k].start;
+    entry.end = spans[k].end;
+    const double seconds = spans[k].end - spans[k].start;
+    st.busy += seconds;
+    if (step_ > 0) {  // the first step allocates the stash: not representative
+      action_seconds_[entry.action.chunk][int(entry.action.op)] += seconds;
+      ++action_count_[entry.action.chunk][int(entry.action.op)];
+    }
+  }
 }
 
 template <class T> int Trainer<T>::slot_for(StepState& st, int c, int mb) {
@@ -159,7 +206,7 @@ template <class T> int Trainer<T>::slot_for(StepState& st, int c, int mb) {
 template <class T> void Trainer<T>::retire(StepState& st, int c, int mb) {
   const int slot = st.slot[c][mb];
   for (auto& send : st.sends) {
-    if (!send.reads_slot(c, slot) || !send.request.active()) continue;
+    if (!send.reads_slot(c, slot) || !send.transfer.active()) continue;
     auto& chunk = *chunks_[c];
     View2<T> spare = take_spare();
     if (send.gradient)
@@ -199,10 +246,10 @@ template <class T> template <class Swap> void Trainer<T>::move_in(View2<T>& rece
 // number of buffers allocated is the same on every run.
 template <class T> void Trainer<T>::reclaim(StepState& st, std::size_t done) {
   for (auto& s : st.sends) {
-    if (s.request.active() && s.delivered_after <= done &&
-        !transport_->wait(s.request, config_.pipeline.recv_timeout_s))
+    if (s.transfer.active() && s.delivered_after <= done &&
+        !transport_->wait(space_, s.transfer, config_.pipeline.recv_timeout_s))
       timeout(Action{}, done);
-    if (!s.request.active() && s.detached.data() != nullptr) {
+    if (!s.transfer.active() && s.detached.data() != nullptr) {
       spare_buffers_.push_back(s.detached);
       s.detached = View2<T>();
     }
@@ -218,14 +265,14 @@ template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
   auto& arrived = a.op == Op::recv_activation ? st.arrived_activation : st.arrived_gradient;
   const View2<T> buffer = arrived[a.chunk][a.microbatch] = take_spare();
   const auto message = schedule::message_of(schedule_, grid_.stage, a);
-  transport_->recv(buffer.data(), buffer.span() * sizeof(T), a.peer, schedule::message_tag(schedule_, message),
-                   st.recv[i]);
+  st.recv[i] = transport_->recv(space_, buffer.data(), buffer.span() * sizeof(T), a.peer,
+                                schedule::message_tag(schedule_, message));
   st.posted[i] = true;
 }
 
 template <class T> void Trainer<T>::wait_receive(StepState& st, std::size_t i) {
   post_receive(st, i);
-  if (!transport_->wait(st.recv[i], config_.pipeline.recv_timeout_s))
+  if (!transport_->wait(space_, st.recv[i], config_.pipeline.recv_timeout_s))
     timeout(actions_[i], i);
 }
 
@@ -249,14 +296,20 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
   const bool local_prev = vstage > 0 && schedule_.rank_of(vstage - 1) == grid_.stage;
   const T loss_scale = T(1.0 / (double(config_.train.batch) * config_.model.seq_len));
 
-  if (schedule::is_compute(a.op)) {
-    // Post the receives the next compute action will need, so that they arrive while this one runs.
+  if (schedule::is_compute(a.op) && !transport_->stream_ordered()) {
+    // Post the receives the next compute action will need, so that they arrive while this one runs. (Not on
+    // a stream-ordered transport: a receive posted ahead would hold the stream until its data arrived.)
     std::size_t j = i + 1;
     while (j < list.size() && !schedule::is_compute(list[j].op)) ++j;
     for (std::size_t k = i + 1; k < list.size() && k <= j + 2; ++k)
       if (schedule::is_recv(list[k].op)) post_receive(st, k);
   }
   const double start = now();
+  // Consecutive messages go out as one group (NCCL: a pair of ranks sending to each other cannot deadlock;
+  // schedule/stream_order.hpp proves the groups safe). MPI posts never block: the calls do nothing there.
+  const bool comm_action = schedule::is_comm(a.op);
+  if (comm_action && (i == 0 || !schedule::is_comm(list[i - 1].op))) transport_->begin_group();
+  const std::size_t timed = schedule::is_compute(a.op) ? clock_.begin(space_) : 0;
   switch (a.op) {
     case Op::recv_activation:
     case Op::recv_gradient: wait_receive(st, i); break;
@@ -265,18 +318,18 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       auto& chunk = *chunks_[c];
       const int slot = st.slot[c][mb];
       const View2<T>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
-      space_.fence();  // the buffer is complete before MPI reads it
-      st.sends.push_back({c, slot, a.op == Op::send_gradient, delivered_after_[i], {}, {}});
-      transport_->send(buffer.data(), buffer.span() * sizeof(T), a.peer,
-                       schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a)),
-                       st.sends.back().request);
+      // The transport orders the send after the kernels queued so far (they complete the buffer).
+      st.sends.push_back({c, slot, a.op == Op::send_gradient, delivered_after_[i],
+                          transport_->send(space_, buffer.data(), buffer.span() * sizeof(T), a.peer,
+                                           schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a))),
+                          {}});
       break;
     }
     case Op::forward: {
       auto& chunk = *chunks_[c];
       const int slot = slot_for(st, c, mb);
       move_in(st.arrived_activation[c][mb], [&](View2<T>& b) { chunk.swap_input(slot, b); });
-      if (chunk.first() || chunk.last()) load_tokens(c, slot, step_, mb);
+      if (chunk.first() || chunk.last()) load_tokens(c, slot, mb);
       chunk.forward(space_, slot);
       if (chunk.last()) st.loss_sums[grid_.replica * local_microbatches_ + mb] = chunk.loss_sum(space_, slot);
       peak_stash_ = std::max(peak_stash_, ++stash_);
@@ -307,19 +360,15 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     }
     case Op::step: break;  // after the list: see step()
   }
-  if (schedule::is_comm(a.op)) {
+  if (comm_action && (i + 1 == list.size() || !schedule::is_comm(list[i + 1].op))) transport_->end_group();
+  if (comm_action) {  // host time of posting (and, for receives, of waiting)
     const auto& chunk = *chunks_[c];
     timeline_.push_back({a, start - st.start, now() - st.start, chunk.rows() * chunk.channels() * std::int64_t(sizeof(T))});
   }
-  if (schedule::is_compute(a.op)) {
-    space_.fence();
-    const double seconds = now() - start;
-    timeline_.push_back({a, start - st.start, start - st.start + seconds, 0});
-    st.busy += seconds;
-    if (step_ > 0) {  // the first step allocates the stash: not representative
-      action_seconds_[c][int(a.op)] += seconds;
-      ++action_count_[c][int(a.op)];
-    }
+  if (schedule::is_compute(a.op)) {  // no fence: the span is read from the stream at the step's end
+    clock_.end(space_, timed);
+    timeline_.push_back({a, 0, 0, 0});
+    st.timed.push_back(timeline_.size() - 1);
   }
   if (observer_ && schedule::is_compute(a.op)) observer_(a, st.slot[c][mb]);
   reclaim(st, i);
@@ -334,10 +383,12 @@ template <class T> StepStats Trainer<T>::step() {
   StepState st;
   st.start = start;
   timeline_.clear();
+  stage_tokens(step_);
+  clock_.start(space_);
   st.slot.assign(chunks_.size(), std::vector<int>(local_microbatches_, -1));
   st.arrived_activation.assign(chunks_.size(), std::vector<View2<T>>(local_microbatches_));
   st.arrived_gradient.assign(chunks_.size(), std::vector<View2<T>>(local_microbatches_));
-  st.recv.assign(list.size(), comm::Request{});
+  st.recv.assign(list.size(), comm::Transfer{});
   st.posted.assign(list.size(), false);
   st.last_touch.assign(list.size(), false);
   {
@@ -354,13 +405,16 @@ template <class T> StepStats Trainer<T>::step() {
     // The previous replica's gradient sum arrives, then this replica's weight gradients add onto it.
     for (auto& chunk : chunks_) {
       const auto& g = chunk->params().grads();
-      comm::Request r;
-      replica_transport_->recv(g.data(), g.span() * sizeof(T), grid_.replica - 1, 0, r);
-      if (!replica_transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{}, deferred_from_);
+      comm::Transfer r = replica_transport_->recv(space_, g.data(), g.span() * sizeof(T), grid_.replica - 1, 0);
+      if (!replica_transport_->wait(space_, r, config_.pipeline.recv_timeout_s)) timeout(Action{}, deferred_from_);
     }
   }
   for (std::size_t i = deferred_from_; i < list.size(); ++i) run_action(st, i);
   reclaim(st, list.size());
+  // Stream-ordered transfers: the host learns here, with a bound, that the stream got through them.
+  if (transport_->stream_ordered() && !transport_->synchronize(space_, config_.pipeline.recv_timeout_s))
+    timeout(Action{}, list.size());
+  read_action_times(st);  // waits for the stream to finish the step's last compute action
   const double pipeline_end = now();
   if (grid_.data_parallel > 1) reduce_across_replicas();
 
@@ -381,37 +435,25 @@ template <class T> StepStats Trainer<T>::step() {
   return stats;
 }
 
+// Every replica's gradient sum becomes the same total. "ordered": the running sum passes down the replicas
+// (each added its weight gradients onto the previous one's, see step()), then the last replica's is
+// broadcast; "allreduce": one all-reduce. Both through the replica transport, on the stream.
 template <class T> void Trainer<T>::reduce_across_replicas() {
-  const auto type = std::is_same_v<T, float> ? MPI_FLOAT : MPI_DOUBLE;
-  space_.fence();
+  const double limit = config_.pipeline.recv_timeout_s;
+  const bool ordered = config_.pipeline.dp_reduction == "ordered";
   for (auto& chunk : chunks_) {
     const auto& g = chunk->params().grads();
-    const int count = int(g.span());
-    if (config_.pipeline.dp_reduction == "ordered" && grid_.replica + 1 < grid_.data_parallel) {
-      // The running sum goes on to the next replica; the last one's becomes everyone's below.
-      comm::Request r;
-      replica_transport_->send(g.data(), g.span() * sizeof(T), grid_.replica + 1, 0, r);
-      if (!replica_transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{}, actions_.size());
+    if (ordered && grid_.replica + 1 < grid_.data_parallel) {
+      comm::Transfer sent = replica_transport_->send(space_, g.data(), g.span() * sizeof(T), grid_.replica + 1, 0);
+      if (!replica_transport_->wait(space_, sent, limit)) timeout(Action{}, actions_.size());
     }
-    // Collectives read the buffer where MPI can (host, CUDA-aware MPI), else a host copy of it.
-    auto collective = [&](T* data) {
-      if (config_.pipeline.dp_reduction == "ordered")
-        MPI_Bcast(data, count, type, grid_.data_parallel - 1, grid_.replicas);
-      else
-        MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, grid_.replicas);
-    };
-#if defined(KPIPE_CUDA_AWARE_MPI)
-    collective(g.data());
-#else
-    if constexpr (Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
-      collective(g.data());
-    } else {
-      auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), g);
-      collective(host.data());
-      Kokkos::deep_copy(g, host);
-    }
-#endif
+    comm::Transfer total =
+        ordered ? replica_transport_->broadcast(space_, g.data(), g.span(), comm::scalar_of<T>(), grid_.data_parallel - 1)
+                : replica_transport_->all_reduce_sum(space_, g.data(), g.span(), comm::scalar_of<T>());
+    if (!replica_transport_->wait(space_, total, limit)) timeout(Action{}, actions_.size());
   }
+  if (replica_transport_->stream_ordered() && !replica_transport_->synchronize(space_, limit))
+    timeout(Action{}, actions_.size());
 }
 
 template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
@@ -471,16 +513,15 @@ template <class T> double Trainer<T>::evaluate() {
       const int c = schedule_.chunk_of(v);
       auto& chunk = *chunks_[c];
       const int slot = slots[c];
-      if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
-      if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
+      load_tokens(c, slot, 0);  // staging row 0 holds the window (refilled after the fence below)
       if (v > 0) {
         const int prev = schedule_.rank_of(v - 1);
         if (prev == grid_.stage)
           Kokkos::deep_copy(space_, chunk.input(slot), chunks_[c - 1]->output(slots[c - 1]));
         else {
-          comm::Request r;
-          transport_->recv(chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, v, r);
-          if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::recv_activation, 0, c, prev}, 0);
+          comm::Transfer r = transport_->recv(space_, chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, v);
+          if (!transport_->wait(space_, r, config_.pipeline.recv_timeout_s))
+            timeout(Action{Op::recv_activation, 0, c, prev}, 0);
         }
       }
       chunk.forward(space_, slot);
@@ -488,10 +529,10 @@ template <class T> double Trainer<T>::evaluate() {
       if (chunk.last())
         loss_sum += chunk.loss_sum(space_, slot);
       else if (schedule_.rank_of(v + 1) != grid_.stage) {
-        comm::Request r;
-        transport_->send(chunk.output(slot).data(), chunk.output(slot).span() * sizeof(T), schedule_.rank_of(v + 1),
-                         v + 1, r);
-        if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::send_activation, 0, c, -1}, 0);
+        comm::Transfer r = transport_->send(space_, chunk.output(slot).data(), chunk.output(slot).span() * sizeof(T),
+                                            schedule_.rank_of(v + 1), v + 1);
+        if (!transport_->wait(space_, r, config_.pipeline.recv_timeout_s))
+          timeout(Action{Op::send_activation, 0, c, -1}, 0);
       }
     }
   }

@@ -16,6 +16,7 @@
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/model/chunk.hpp"
 #include "kpipe/model/desc.hpp"
+#include "kpipe/runtime/action_clock.hpp"
 #include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::runtime {
@@ -80,7 +81,9 @@ template <class T> class Trainer {
   void reclaim(StepState& st, std::size_t done);
   View2<T> take_spare();
   template <class Swap> void move_in(View2<T>& received, const Swap& swap);
-  void load_tokens(int chunk, int slot, std::int64_t step, int microbatch);
+  void stage_tokens(std::int64_t step);
+  void load_tokens(int chunk, int slot, int staging_row);
+  void read_action_times(StepState& st);
   void reduce_across_replicas();
   void optimizer_step(StepStats& stats);
   [[noreturn]] void timeout(const schedule::Action& a, std::size_t index) const;
@@ -109,7 +112,11 @@ template <class T> class Trainer {
   std::vector<TimedAction> timeline_;
   ActionObserver observer_;
   double test_stall_seconds_ = 0;  // test hook KPIPE_TEST_STALL="rank:seconds": that rank sleeps before step 0
-  Kokkos::View<Token*, HostSpace> host_inputs_, host_targets_;
+  // Tokens of every micro-batch of a step ([micro-batch, row]), filled at the step's start and copied to the
+  // device as each F needs them: no copy waits for the stream, and the next step refills them after the
+  // step's final fence.
+  Kokkos::View<Token**, Kokkos::LayoutRight, PinnedSpace> host_inputs_, host_targets_;
+  ActionClock clock_;
 };
 
 // Per-layer sums of squared gradients of a store, in global layer order.
