@@ -60,6 +60,8 @@ template <class T> class Chunk {
   void backward_weight(const ExecSpace& space, int slot);
   // Last chunk: the sum of the slot's per-token losses (after forward).
   double loss_sum(const ExecSpace& space, int slot) const;
+  // The same, left in `into` (device memory) without waiting for it.
+  void loss_sum(const ExecSpace& space, int slot, const Kokkos::View<double, MemSpace>& into) const;
 
   // For observers (activation traces), global layer index `layer` of this chunk: its output [N, C] (the
   // head's: the logits [N, V], valid after forward until backward_input), and the gradient w.r.t. that

@@ -154,6 +154,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
   host_inputs_ = decltype(host_inputs_)(uninitialized("kpipe::runtime::Trainer::host_inputs"), local_microbatches_, rows);
   host_targets_ = decltype(host_targets_)(uninitialized("kpipe::runtime::Trainer::host_targets"), local_microbatches_, rows);
+  loss_sums_ = Kokkos::View<double*, MemSpace>("kpipe::runtime::Trainer::loss_sums", tc.microbatches);
 }
 
 template <class T> Trainer<T>::~Trainer() = default;
@@ -331,7 +332,8 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       move_in(st.arrived_activation[c][mb], [&](View2<T>& b) { chunk.swap_input(slot, b); });
       if (chunk.first() || chunk.last()) load_tokens(c, slot, mb);
       chunk.forward(space_, slot);
-      if (chunk.last()) st.loss_sums[grid_.replica * local_microbatches_ + mb] = chunk.loss_sum(space_, slot);
+      if (chunk.last())  // left on the device: read once at the step's end
+        chunk.loss_sum(space_, slot, Kokkos::subview(loss_sums_, grid_.replica * local_microbatches_ + mb));
       peak_stash_ = std::max(peak_stash_, ++stash_);
       if (local_next) {  // the next virtual stage is ours too (one rank, several chunks): hand over in place
         const int next = slot_for(st, c + 1, mb);
@@ -400,6 +402,7 @@ template <class T> StepStats Trainer<T>::step() {
     }
   }
   st.loss_sums.assign(config_.train.microbatches, 0.0);
+  Kokkos::deep_copy(space_, loss_sums_, 0.0);  // micro-batches whose loss is elsewhere count 0
   for (std::size_t i = 0; i < deferred_from_; ++i) run_action(st, i);
   if (grid_.data_parallel > 1 && config_.pipeline.dp_reduction == "ordered" && grid_.replica > 0) {
     // The previous replica's gradient sum arrives, then this replica's weight gradients add onto it.
@@ -415,6 +418,9 @@ template <class T> StepStats Trainer<T>::step() {
   if (transport_->stream_ordered() && !transport_->synchronize(space_, config_.pipeline.recv_timeout_s))
     timeout(Action{}, list.size());
   read_action_times(st);  // waits for the stream to finish the step's last compute action
+  Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(st.loss_sums.data(),
+                                                                                             st.loss_sums.size()),
+                    loss_sums_);
   const double pipeline_end = now();
   if (grid_.data_parallel > 1) reduce_across_replicas();
 

@@ -117,6 +117,7 @@ template <class T> class Trainer {
   // step's final fence.
   Kokkos::View<Token**, Kokkos::LayoutRight, PinnedSpace> host_inputs_, host_targets_;
   ActionClock clock_;
+  Kokkos::View<double*, MemSpace> loss_sums_;  // per global micro-batch, on the device until the step's end
 };
 
 // Per-layer sums of squared gradients of a store, in global layer order.
