@@ -1,6 +1,7 @@
 // kpipe-eval: the mean per-token loss of a checkpoint over consecutive, non-overlapping windows of
 // seq_len + 1 tokens from the start of a token file (kpipe-prepare) or a text file. The model comes from
-// the checkpoint (its config attribute); the pipeline layout is this run's:
+// the checkpoint (its config attribute), and so does the tokenizer: a text file is encoded with it, and a
+// token file must have been made by the same one. The pipeline layout is this run's:
 //   mpiexec -n 4 kpipe-eval runs/ckpt/step-00000100 --data corpus.h5 --pipeline-size 4
 // Prints the loss with 9 significant digits on stdout (rank 0); details on stderr. The result is the same
 // on every layout (forward passes are bit-identical across layouts, docs/architecture.md, property 1).
@@ -19,6 +20,7 @@
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/data/token_file.hpp"
 #include "kpipe/io/checkpoint.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
@@ -31,14 +33,17 @@ struct Options {
 };
 
 // The tokens to evaluate on, in file order: a token file's splits (train then validation, or one of
-// them), or a whole text file.
-std::vector<kpipe::Token> load_tokens(const Options& o) {
+// them), or a whole text file encoded with the checkpoint's tokenizer.
+std::vector<kpipe::Token> load_tokens(const Options& o, const kpipe::data::Tokenizer& tokenizer) {
   using namespace kpipe;
   if (!data::is_hdf5_file(o.data)) {
     require(o.split == "all", "--split = {}: a text file has no splits (use all)", o.split);
-    return data::text_corpus(kpipe::read_bytes(o.data, fmt::format("--data = {}", o.data)), 1.0, o.data).validation;
+    return tokenizer.encode(kpipe::read_bytes(o.data, fmt::format("--data = {}", o.data)));
   }
   auto corpus = data::read_token_file(o.data, fmt::format("--data = {}", o.data));
+  require(corpus.tokenizer.kind() == tokenizer.kind() && corpus.tokenizer.serialized_model() == tokenizer.serialized_model(),
+          "--data = {}: made by a {} tokenizer (vocabulary {}) other than the checkpoint's ({}, vocabulary {})", o.data,
+          data::to_string(corpus.tokenizer.kind()), corpus.vocab(), data::to_string(tokenizer.kind()), tokenizer.vocab());
   if (o.split == "train") return corpus.train;
   if (o.split == "validation") return corpus.validation;
   corpus.train.insert(corpus.train.end(), corpus.validation.begin(), corpus.validation.end());
@@ -50,7 +55,8 @@ int evaluate(const Options& o, const std::string& transport, int rank) {
   Config config = io::checkpoint_config(o.checkpoint);
   const auto info = io::read_checkpoint_info(o.checkpoint);
   data::Corpus corpus;
-  corpus.validation = load_tokens(o);
+  corpus.tokenizer = io::read_checkpoint_tokenizer(o.checkpoint);
+  corpus.validation = load_tokens(o, corpus.tokenizer);
   corpus.source = o.data;
   const std::int64_t available = data::validation_windows(std::int64_t(corpus.validation.size()), config.model.seq_len);
   const std::int64_t windows = o.max_windows > 0 ? std::min<std::int64_t>(available, o.max_windows) : available;

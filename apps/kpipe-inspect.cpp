@@ -21,6 +21,7 @@
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/h5_file.hpp"
 #include "kpipe/io/timeline.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/schedule/render.hpp"
 
@@ -44,6 +45,8 @@ std::vector<std::string> dataset_paths(hid_t file) {
   auto visit = [](hid_t group, const char* name, const H5L_info_t*, void* data) -> herr_t {
     H5O_info_t info;
     h5::QuietErrors quiet;
+    // Tensors only: the tokenizer's serialized model (/tokenizer/model) is shown by its kind and vocabulary.
+    if (std::strncmp(name, io::tokenizer_group, std::strlen(io::tokenizer_group)) == 0) return 0;
     if (H5Oget_info_by_name(group, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET)
       static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
     return 0;
@@ -81,6 +84,9 @@ int inspect_checkpoint(const std::string& path) {
              info.kpipe_version, info.created);
   fmt::print("layout: pipeline_size {}, data_parallel {}, chunks {}, schedule {}\n", info.pipeline_size,
              info.data_parallel, info.chunks, info.schedule);
+  // Read (and checksummed) as kpipe-generate would; a damaged tokenizer is bad input like a damaged tensor.
+  const auto tokenizer = io::read_tokenizer(file.get(), fmt::format("checkpoint file '{}'", entry));
+  fmt::print("tokenizer: {}, vocabulary {}\n", kpipe::data::to_string(tokenizer.kind()), tokenizer.vocab());
   const auto paths = dataset_paths(file.get());
   fmt::print("{} tensors\n\n{:<52} {:>16} {:>14} {:>12}\n", paths.size(), "tensor", "shape", "L2 norm", "absmax");
   double total = 0;
@@ -131,7 +137,15 @@ int diff_checkpoints(const std::string& a_path, const std::string& b_path) {
     fmt::print("{:<52} {:>14.6g}\n", p, worst);
   }
   fmt::print("\n{} of {} tensors differ\n", differing, all.size());
-  return differing > 0 ? exit_differ : 0;
+  // The same weights mean nothing under another vocabulary: the tokenizers must match too.
+  const auto a_tokenizer = io::read_tokenizer(a.get(), fmt::format("checkpoint file '{}'", a_entry));
+  const auto b_tokenizer = io::read_tokenizer(b.get(), fmt::format("checkpoint file '{}'", b_entry));
+  const bool same_tokenizer = a_tokenizer.kind() == b_tokenizer.kind() &&
+                              a_tokenizer.serialized_model() == b_tokenizer.serialized_model();
+  if (!same_tokenizer)
+    fmt::print("tokenizers differ: A {} (vocabulary {}), B {} (vocabulary {})\n", kpipe::data::to_string(a_tokenizer.kind()),
+               a_tokenizer.vocab(), kpipe::data::to_string(b_tokenizer.kind()), b_tokenizer.vocab());
+  return differing > 0 || !same_tokenizer ? exit_differ : 0;
 }
 
 // ---- Timelines ----

@@ -4,6 +4,9 @@
 //   kpipe-sim --schedule 1f1b --stages 4 --microbatches 8
 //   kpipe-sim --schedule interleaved --stages 4 --microbatches 8 --chunks 2 --cost-f 0.5 --cost-b 1 --svg t.svg
 //   kpipe-sim --schedule-file my.sched --print-schedule
+//   kpipe-sim --schedule 1f1b --stages 4 --preset small --vocab 8192 --partition balanced
+// With --preset, each stage's costs come from the partitioned model's FLOPs (GFLOP per micro-batch of
+// --sequences sequences), so the embedding and the LM head weigh what they weigh.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -12,7 +15,9 @@
 #include <iostream>
 #include <string>
 
+#include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/partition/stage_costs.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/render.hpp"
@@ -34,6 +39,8 @@ struct Options {
   bool print_schedule = false, lowered = false, no_gantt = false;
   std::string svg;
   int width = 160;
+  std::string preset, partition = "balanced";  // --preset: costs from the model
+  int vocab = 0, sequences = 1;
 };
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", 100 * fraction); }
@@ -82,17 +89,44 @@ std::string in_option_terms(std::string message) {
   return message;
 }
 
+// Per virtual stage, from the model's FLOPs; prints the partition and what each stage holds.
+std::vector<Costs> model_costs(const Options& o, const Schedule& s) {
+  ModelConfig model = preset(o.preset).model;
+  if (o.vocab > 0) model.vocab = o.vocab;
+  const model::ModelDesc desc = model::describe(model);
+  const partition::InFlight in_flight{peak_stash(s), o.sequences};
+  const auto ranges = partition::partition_layers(desc, s.ranks, s.chunks, o.partition, in_flight);
+  const auto costs = partition::stage_costs(desc, ranges, o.sequences, o.costs);
+  const auto memory = partition::stage_memory(partition::layer_memory(desc, s.ranks, s.chunks, in_flight), ranges);
+  std::printf("model %s: %d blocks, d_model %d, seq_len %d, vocabulary %d; %s partition, %d sequence%s per "
+              "micro-batch\n", o.preset.c_str(), model.n_layers, model.d_model, model.seq_len, model.vocab,
+              o.partition.c_str(), o.sequences, o.sequences == 1 ? "" : "s");
+  std::printf("%-6s %-5s %-10s %10s %10s %12s\n", "stage", "rank", "layers", "F GFLOP", "B GFLOP", "memory MB");
+  for (std::size_t k = 0; k < ranges.size(); ++k)
+    std::printf("%-6zu %-5d %-10s %10.4g %10.4g %12.1f\n", k, s.rank_of(int(k)),
+                fmt::format("{}-{}", ranges[k].first, ranges[k].last - 1).c_str(), costs[k].f, costs[k].b,
+                memory[k] * 4 / 1e6);  // float32 scalars
+  return costs;
+}
+
 int run(const Options& o, const CLI::App& app) {
   const Schedule s = make_schedule(o, app);
   validate(s);
-  const SimResult sim = simulate(s, o.costs);
+  const bool from_model = !o.preset.empty();
+  require(from_model || (app.count("--vocab") == 0 && app.count("--partition") == 0 && app.count("--sequences") == 0),
+          "--vocab, --partition and --sequences need --preset (costs from a model)");
+  const SimResult sim = from_model ? simulate(s, model_costs(o, s)) : simulate(s, o.costs);
   const std::string name = o.schedule_file.empty() ? o.schedule + (o.split ? " (split backward)" : "") : o.schedule_file;
 
   std::printf("schedule %s: %s, %s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
               plural(s.microbatches, "micro-batch", "micro-batches").c_str(), plural(s.chunks, "chunk", "chunks").c_str());
   const Costs& c = o.costs;
-  std::printf("costs per chunk: f=%g b=%g i=%g w=%g step=%g latency=%g per_byte=%g activation_bytes=%g\n", c.f, c.b,
-              c.i, c.w, c.step, c.latency, c.per_byte, c.activation_bytes);
+  if (from_model)
+    std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
+                c.step, c.latency, c.per_byte, c.activation_bytes);
+  else
+    std::printf("costs per chunk: f=%g b=%g i=%g w=%g step=%g latency=%g per_byte=%g activation_bytes=%g\n", c.f,
+                c.b, c.i, c.w, c.step, c.latency, c.per_byte, c.activation_bytes);
   if (o.print_schedule) {
     std::printf("\n%s", to_text(o.lowered ? lower(s) : s).c_str());
   }
@@ -141,6 +175,11 @@ int main(int argc, char** argv) {
   app.add_option("--per-byte", o.costs.per_byte, "transfer time per byte")->check(non_negative)->capture_default_str();
   app.add_option("--activation-bytes", o.costs.activation_bytes, "bytes of one activation message")
       ->check(non_negative)->capture_default_str();
+  app.add_option("--preset", o.preset, "costs from this model's FLOPs: tiny, small or bench (partitioned over the stages)");
+  app.add_option("--vocab", o.vocab, "with --preset: its vocabulary (e.g. a BPE model's 8192)")->check(at_least_one);
+  app.add_option("--partition", o.partition, "with --preset: uniform or balanced")->capture_default_str();
+  app.add_option("--sequences", o.sequences, "with --preset: sequences per micro-batch")->check(at_least_one)
+      ->capture_default_str();
   app.add_flag("--print-schedule", o.print_schedule, "print the schedule in text form");
   app.add_flag("--lowered", o.lowered, "with --print-schedule: include the sends and receives");
   app.add_flag("--no-gantt", o.no_gantt, "leave out the text Gantt chart");

@@ -34,15 +34,16 @@ std::string duration(double seconds) {
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
 }
 
-int train(const kpipe::Config& config, int rank) {
+int train(kpipe::Config config, int rank) {
   using namespace kpipe;
   auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
   const auto corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
+  data::fit_vocabulary(config.model, corpus);  // the data's vocabulary (a BPE token file's, say) sizes the model
   runtime::MetricsWriter metrics(rank == 0 ? config.output.metrics : std::string());
   runtime::Trainer<float> trainer(config, corpus, grid);
-  // Checkpoints: resume (checkpoint.resume), write every checkpoint.every steps, and on SIGUSR1/SIGTERM.
+  // Checkpoints: resume (checkpoint.resume), write every checkpoint.every steps, and on SIGUSR1/SIGTERM
+  // (the handlers are installed first thing in main).
   io::validate_checkpoint_config(config.checkpoint);
-  runtime::install_stop_handlers();
   io::resume_training(trainer, config.checkpoint);
   auto save = [&] {
     const std::string path = io::save_checkpoint(trainer, config.checkpoint.dir, config.checkpoint.keep);
@@ -58,9 +59,10 @@ int train(const kpipe::Config& config, int rank) {
   int skipped_in_a_row = 0;
   const auto& desc = trainer.desc();
   if (rank == 0)
-    fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, batch {} x {} micro-batches, data: {}\n",
-               desc.num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len,
-               config.train.batch, config.train.microbatches, corpus.source);
+    fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, vocabulary {} ({}), batch {} x {} "
+               "micro-batches, data: {}\n",
+               desc.num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len, config.model.vocab,
+               data::to_string(corpus.tokenizer.kind()), config.train.batch, config.train.microbatches, corpus.source);
 
   const auto start = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
@@ -70,7 +72,7 @@ int train(const kpipe::Config& config, int rank) {
     if (tracer) tracer->begin_step(s);
     const auto stats = trainer.step();
     if (tracer) tracer->end_step();
-    if (timeline) timeline->record(s);
+    if (timeline) timeline->record(stats);
     // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
     // after train.max_skipped_steps in a row (every rank sees the same stats, so every rank stops).
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
@@ -109,11 +111,12 @@ int train(const kpipe::Config& config, int rank) {
         return 1;
       }
       if (!saved) save();
+      const int code = runtime::stop_exit_code(signal);
       if (rank == 0)
-        fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} (requeue me)\n",
-                   signal, s + 1, runtime::exit_checkpointed_on_signal);
+        fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} ({})\n", signal,
+                   s + 1, code, code == runtime::exit_checkpointed_on_signal ? "requeue me" : "terminated");
       comm::free_grid(grid);
-      return runtime::exit_checkpointed_on_signal;
+      return code;
     }
     if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last) {
       const double val = trainer.evaluate();
@@ -154,6 +157,9 @@ int train(const kpipe::Config& config, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before anything else: a batch system's SIGUSR1 or SIGTERM that arrives during start-up is recorded and
+  // acted on after the first step, instead of killing the job with nothing saved.
+  kpipe::runtime::install_stop_handlers();
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -178,8 +184,9 @@ int main(int argc, char** argv) {
           app.footer(
               "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 3 a receive\n"
               "timed out (pipeline.recv_timeout_s: the job is aborted); 4 stopped\n"
-              "after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 75 a stop\n"
-              "signal (SIGUSR1/SIGTERM) arrived and a checkpoint was written: requeue the job with --resume.");
+              "after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 75 SIGUSR1\n"
+              "arrived and a checkpoint was written: requeue the job with --resume; 143 the same on SIGTERM\n"
+              "(the job is being ended: not to be requeued).");
         });
     auto config = command_line.config;
     if (resume) config.checkpoint.resume = "latest";

@@ -10,6 +10,7 @@ packages=(
   libhdf5-openmpi-dev hdf5-tools
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
+  libsentencepiece-dev sentencepiece
   python3-h5py python3-numpy python3-matplotlib
 )
 

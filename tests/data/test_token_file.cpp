@@ -78,11 +78,21 @@ TEST(TokenFile, EmptySplitAndEmptySource) {
   EXPECT_EQ(back.source, "");
 }
 
-TEST(TokenFile, TokensMustBeBytes) {
+TEST(TokenFile, TokensMustBeInTheVocabulary) {
   test::TempDir dir;
   Corpus corpus;
   corpus.train = {1, 256};
-  expect_input_error([&] { write_token_file(dir.path("bad.h5"), corpus); }, {"bad.h5", "256"});
+  expect_input_error([&] { write_token_file(dir.path("bad.h5"), corpus); }, {"bad.h5", "256", "[0, 256)"});
+}
+
+TEST(TokenFile, VersionOneStillReads) {
+  test::TempDir dir;
+  const std::string old = dir.path("old.h5");  // uint8 bytes, no /tokenizer: what kpipe wrote before tokenizers
+  write_raw(old, "kpipe-tokens", 1, true);
+  const Corpus back = read_token_file(old);
+  EXPECT_EQ(back.tokenizer.kind(), TokenizerKind::bytes);
+  EXPECT_EQ(back.vocab(), 256);
+  EXPECT_EQ(back.train, std::vector<Token>(100, 'a'));
 }
 
 TEST(TokenFile, WrongFilesNameTheFile) {
@@ -101,8 +111,8 @@ TEST(TokenFile, WrongFilesNameTheFile) {
   write_raw(other, "kpipe-checkpoint", 1, true);
   expect_input_error([&] { read_token_file(other); }, {other, "'kpipe-checkpoint'"});
   const std::string future = dir.path("future.h5");
-  write_raw(future, "kpipe-tokens", 2, true);
-  expect_input_error([&] { read_token_file(future); }, {future, "version 2"});
+  write_raw(future, "kpipe-tokens", 3, true);
+  expect_input_error([&] { read_token_file(future); }, {future, "version 3"});
   const std::string half = dir.path("half.h5");
   write_raw(half, "kpipe-tokens", 1, false);
   expect_input_error([&] { read_token_file(half); }, {half, "missing dataset /validation"});

@@ -61,6 +61,8 @@ check "all values finite" grep -q "all values finite" out.txt
 expect_rc 0 "inspect checkpoint" "$inspect" ck
 check "step and tensors listed" grep -q "^step 3 " out.txt
 check "model tensor with shape" grep -qE "/model/layers/00/wte +\[256, 64\]" out.txt
+check "the tokenizer, not as a tensor" grep -q "^tokenizer: bytes, vocabulary 256" out.txt
+check "no /tokenizer dataset among the tensors" test "$(grep -c "^/tokenizer" out.txt)" -eq 0
 expect_rc 1 "diff of steps 1 and 3" "$inspect" diff ck/step-00000001 ck/step-00000003
 check "diff names the differing count" grep -q "tensors differ" out.txt
 expect_rc 0 "diff of a checkpoint with itself" "$inspect" diff ck ck/step-00000003

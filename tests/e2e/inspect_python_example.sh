@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# examples/python/plot_checkpoint_and_trace.py on a fresh checkpoint and activation trace: it must write a
-# PNG. Where h5py or matplotlib cannot be imported the test says why and passes (the only escape hatch).
+# examples/python/plot_run.py on a fresh checkpoint, activation trace and timeline of a 2-rank run: it must
+# write a PNG and read what the run wrote (the loss curve of the timeline's /steps table equals the metrics'
+# losses to the bit; every tensor of the checkpoint; the tokenizer). Where h5py or matplotlib cannot be
+# imported the test says why and passes (the only escape hatch).
 # Usage: inspect_python_example.sh KPIPE_TRAIN EXAMPLE_SCRIPT MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 train=$1; example=$2; shift 2
@@ -18,9 +20,26 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir"
 failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 "$@" -n 2 "$train" --pipeline-size 2 --microbatches 2 --steps 4 --trace trace.h5 --trace-every 2 \
-  --checkpoint-dir ck --checkpoint-every 4 >/dev/null 2>train.txt || { echo "FAIL: training"; cat train.txt; exit 1; }
-"$py" "$example" ck trace.h5 plot.png || failures=1
-[ -s plot.png ] && [ "$(head -c 4 plot.png | tail -c 3)" = "PNG" ] || { echo "FAIL: no PNG written"; failures=1; }
-echo "$((1 - failures)) passed, $failures failed"
+  --timeline timeline.h5 --metrics metrics.jsonl --checkpoint-dir ck --checkpoint-every 4 >/dev/null 2>train.txt \
+  || { echo "FAIL: training"; cat train.txt; exit 1; }
+"$py" "$example" ck trace.h5 timeline.h5 plot.png >out.txt 2>&1 || fail "the example failed: $(cat out.txt)"
+cat out.txt
+[ -s plot.png ] && [ "$(head -c 4 plot.png | tail -c 3)" = "PNG" ] || fail "no PNG written"
+# tiny preset: embedding (2 tensors), 2 blocks (12 each), head (3): 29 tensors; 2 ranks x 4 steps of actions.
+grep -q "loss over 4 steps" out.txt || fail "the loss curve does not have 4 steps"
+grep -q "29 tensors" out.txt || fail "not every tensor of the checkpoint was read"
+grep -q "tokenizer bytes (vocabulary 256)" out.txt || fail "the checkpoint's tokenizer was not read"
+"$py" - <<'PY' || fail "the timeline's /steps losses differ from the metrics'"
+import json, h5py
+metrics = [json.loads(line) for line in open("metrics.jsonl")]
+losses = [m["loss"] for m in metrics if "step" in m and not m.get("final")]
+with h5py.File("timeline.h5") as f:
+    stored = list(f["steps/loss"][()])
+    steps = list(f["steps/step"][()])
+assert steps == list(range(len(losses))), (steps, losses)
+assert stored == losses, (stored, losses)
+PY
+echo "$((1 - (failures > 0))) passed, $failures failed"
 [ "$failures" -eq 0 ]

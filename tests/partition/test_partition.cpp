@@ -6,6 +6,8 @@
 #include <functional>
 #include <random>
 
+#include <fmt/ranges.h>
+
 #include "kpipe/core/error.hpp"
 #include "kpipe/model/desc.hpp"
 #include "kpipe/partition/partition.hpp"
@@ -121,6 +123,96 @@ TEST(Partition, ModelDescription) {
       expect_cover(balanced, 8, ranks * chunks);
       EXPECT_LE(bottleneck(costs, balanced), bottleneck(costs, partition_layers(model, ranks, chunks, "uniform")));
     }
+}
+
+// Blocks on each stage (the embedding and the head are not blocks).
+std::vector<int> blocks_per_stage(const model::ModelDesc& model, const std::vector<LayerRange>& ranges) {
+  std::vector<int> blocks;
+  for (const auto& r : ranges) {
+    int n = 0;
+    for (int l = r.first; l < r.last; ++l) n += model.layers[l].kind == model::LayerKind::block;
+    blocks.push_back(n);
+  }
+  return blocks;
+}
+
+model::ModelDesc small_model(int vocab, int n_layers) {
+  ModelConfig config;  // the small preset's shape
+  config.seq_len = 128;
+  config.d_model = 128;
+  config.n_heads = 4;
+  config.n_layers = n_layers;
+  config.vocab = vocab;
+  return model::describe(config);
+}
+
+TEST(Partition, TheLastStageGetsFewerBlocksAsTheVocabularyGrows) {
+  // The LM head's products (6 T C V FLOPs per sequence) grow with the vocabulary; the balanced partition
+  // moves blocks off the last stage to make room.
+  for (const int ranks : {2, 4}) {
+    std::vector<int> last_blocks;
+    for (const int vocab : {256, 2048, 8192, 32768}) {
+      const auto model = small_model(vocab, 8);
+      const auto ranges = partition_layers(model, ranks, 1, "balanced", {{}, 4});
+      last_blocks.push_back(blocks_per_stage(model, ranges).back());
+      const auto costs = layer_costs(model);
+      EXPECT_LE(bottleneck(costs, ranges), bottleneck(costs, partition_layers(model, ranks, 1, "uniform")));
+    }
+    SCOPED_TRACE(fmt::format("{} ranks: blocks on the last stage {}", ranks, fmt::join(last_blocks, ", ")));
+    for (std::size_t i = 1; i < last_blocks.size(); ++i) EXPECT_LE(last_blocks[i], last_blocks[i - 1]);
+    EXPECT_LT(last_blocks.back(), last_blocks.front());
+    EXPECT_EQ(last_blocks.back(), 0) << "at 32768 the head alone outweighs a stage's share";
+  }
+}
+
+TEST(Partition, AmongEquallyFastPartitionsTheLeastMemoryWins) {
+  // Layer 0 (an embedding) costs no time but holds a large table; the head (last) is the bottleneck alone,
+  // so the first two stages may split the four blocks in several equally fast ways. Without memory the
+  // evenest wins; with it, the first stage (three micro-batches in flight, and the table) keeps none.
+  const std::vector<double> time{0, 1, 1, 1, 1, 5};
+  EXPECT_EQ(partition_layers(time, 3, "balanced"), (std::vector<LayerRange>{{0, 3}, {3, 5}, {5, 6}}));
+  LayerMemory memory{{10, 1, 1, 1, 1, 1}, {0, 1, 1, 1, 1, 1}, {3, 2, 1}};
+  const auto ranges = partition_layers(time, 3, "balanced", memory);
+  EXPECT_EQ(ranges, (std::vector<LayerRange>{{0, 1}, {1, 5}, {5, 6}}));
+  EXPECT_EQ(stage_memory(memory, ranges), (std::vector<double>{10, 12, 2}));
+  // Memory never costs time: the bottleneck stays the head's.
+  EXPECT_EQ(bottleneck(time, ranges), 5);
+  // A table too small to matter leaves the evenest partition.
+  memory.state[0] = 0;
+  EXPECT_EQ(partition_layers(time, 3, "balanced", memory), (std::vector<LayerRange>{{0, 3}, {3, 5}, {5, 6}}));
+}
+
+TEST(Partition, TheEmbeddingTableKeepsBlocksOffTheFirstStage) {
+  // Four ranks, a head worth several blocks: the other stages tie on time, and memory decides. With a
+  // large vocabulary the first stage (the embedding's V x C table with its gradient and moments, and
+  // 1F1B's most micro-batches in flight) holds no more blocks than with bytes.
+  // (At 65536 the head's own stage holds the most memory, and the others are free again: only optimality
+  // is checked there.)
+  std::vector<int> first_blocks;
+  for (const int vocab : {256, 2048, 8192, 65536}) {
+    const auto model = small_model(vocab, 8);
+    const InFlight one_f_one_b{{4, 3, 2, 1}, 4};
+    const auto ranges = partition_layers(model, 4, 1, "balanced", one_f_one_b);
+    if (vocab <= 8192) first_blocks.push_back(blocks_per_stage(model, ranges).front());
+    const auto memory = layer_memory(model, 4, 1, one_f_one_b);
+    const auto per_stage = stage_memory(memory, ranges);
+    // No other partition as fast has a smaller peak memory (brute force over the cuts).
+    const auto costs = layer_costs(model);
+    const double fastest = bottleneck(costs, ranges);
+    const double peak = *std::max_element(per_stage.begin(), per_stage.end());
+    const int n = int(costs.size());
+    for (int a = 1; a < n; ++a)
+      for (int b = a + 1; b < n; ++b)
+        for (int c = b + 1; c < n; ++c) {
+          const std::vector<LayerRange> other{{0, a}, {a, b}, {b, c}, {c, n}};
+          if (bottleneck(costs, other) > fastest) continue;
+          const auto m = stage_memory(memory, other);
+          EXPECT_GE(*std::max_element(m.begin(), m.end()), peak) << a << " " << b << " " << c;
+        }
+  }
+  SCOPED_TRACE(fmt::format("blocks on the first stage: {}", fmt::join(first_blocks, ", ")));
+  for (std::size_t i = 1; i < first_blocks.size(); ++i) EXPECT_LE(first_blocks[i], first_blocks[i - 1]);
+  EXPECT_LT(first_blocks.back(), first_blocks.front());
 }
 
 template <class F> std::string error_of(F&& f) {

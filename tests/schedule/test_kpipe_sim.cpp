@@ -70,9 +70,34 @@ TEST_F(KpipeSim, ReadsPrintsAndDrawsAHandWrittenSchedule) {
   std::remove((dir + "kpipe_sim_test.svg").c_str());
 }
 
+double makespan(const std::string& output) {
+  const auto at = output.find("makespan ");
+  return at == std::string::npos ? -1 : std::stod(output.substr(at + 9));
+}
+
+TEST_F(KpipeSim, CostsFromAModelFollowItsVocabulary) {
+  // The small preset on 2 stages: with bytes the balanced partition splits the blocks evenly; with a BPE
+  // vocabulary of 8192 the LM head takes a stage of its own, and the uniform partition (two blocks beside
+  // the head) is predicted far slower than the balanced one.
+  const std::string base = "--schedule 1f1b --stages 2 --microbatches 4 --preset small --sequences 4 --no-gantt";
+  const Outcome bytes = run(base + " --vocab 256");
+  ASSERT_EQ(bytes.status, 0) << bytes.output;
+  EXPECT_NE(bytes.output.find("0      0     0-2"), std::string::npos) << bytes.output;
+  EXPECT_NE(bytes.output.find("1      1     3-5"), std::string::npos) << bytes.output;
+  const Outcome bpe = run(base + " --vocab 8192");
+  ASSERT_EQ(bpe.status, 0) << bpe.output;
+  EXPECT_NE(bpe.output.find("0      0     0-4"), std::string::npos) << bpe.output;
+  EXPECT_NE(bpe.output.find("1      1     5-5"), std::string::npos) << bpe.output;
+  const Outcome uniform = run(base + " --vocab 8192 --partition uniform");
+  ASSERT_EQ(uniform.status, 0) << uniform.output;
+  EXPECT_GT(makespan(uniform.output), 1.2 * makespan(bpe.output)) << uniform.output << bpe.output;
+  EXPECT_GT(makespan(bpe.output), 1.5 * makespan(bytes.output)) << "the head's FLOPs count";
+}
+
 TEST_F(KpipeSim, BadInputIsOneLineAndExitCodeTwo) {
   for (const char* arguments : {"--schedule zigzag", "--schedule interleaved --chunks 2 --microbatches 6",
-                                "--stages 0", "--cost-b -2", "--no-such-option", "--schedule-file /nonexistent/x"}) {
+                                "--stages 0", "--cost-b -2", "--no-such-option", "--schedule-file /nonexistent/x",
+                                "--vocab 8192", "--preset huge", "--preset small --partition greedy"}) {
     const Outcome r = run(arguments);
     EXPECT_EQ(r.status, 2) << arguments;
     EXPECT_EQ(r.output.rfind("kpipe-sim: error: ", 0), 0u) << r.output;

@@ -8,7 +8,7 @@
 namespace kpipe {
 
 struct ModelConfig {
-  int vocab = 256;        // byte-level
+  int vocab = 256;        // bytes; kpipe-train raises it to the data's vocabulary (data::fit_vocabulary)
   int seq_len = 64;       // tokens per training window (and the size of the position table)
   int d_model = 64;
   int n_layers = 2;       // transformer blocks

@@ -54,7 +54,7 @@ const std::vector<Key>& keys() {
   using D = DataConfig;
   using P = PipelineConfig;
   static const std::vector<Key> table = {
-      entry("model.vocab", &C::model, &M::vocab, "vocabulary size (tokens are bytes: at least 256)"),
+      entry("model.vocab", &C::model, &M::vocab, "vocabulary size: at least 256, raised to the data's (a BPE token file's)"),
       entry("model.seq_len", &C::model, &M::seq_len, "tokens per training window (at least 2)"),
       entry("model.d_model", &C::model, &M::d_model, "width of the residual stream"),
       entry("model.n_layers", &C::model, &M::n_layers, "transformer blocks"),

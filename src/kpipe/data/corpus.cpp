@@ -23,6 +23,19 @@ Corpus text_corpus(const std::string& bytes, double val_fraction, std::string so
   return corpus;
 }
 
+Corpus encoded_corpus(const std::string& text, const Tokenizer& tokenizer, double val_fraction, std::string source) {
+  std::vector<Token> tokens = tokenizer.encode(text);
+  const auto size = static_cast<std::int64_t>(tokens.size());
+  const auto held_out = std::min<std::int64_t>(size, std::max<std::int64_t>(0, std::llround(size * val_fraction)));
+  Corpus corpus;
+  corpus.validation.assign(tokens.end() - held_out, tokens.end());
+  tokens.resize(std::size_t(size - held_out));
+  corpus.train = std::move(tokens);
+  corpus.source = std::move(source);
+  corpus.tokenizer = tokenizer;
+  return corpus;
+}
+
 namespace {
 
 void require_window(const std::string& label, const char* split, std::size_t tokens, int seq_len) {
@@ -49,5 +62,7 @@ Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len) {
   require_window(label, "validation", corpus.validation.size(), seq_len);
   return corpus;
 }
+
+void fit_vocabulary(ModelConfig& model, const Corpus& corpus) { model.vocab = std::max(model.vocab, corpus.vocab()); }
 
 }  // namespace kpipe::data

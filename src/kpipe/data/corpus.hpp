@@ -1,29 +1,38 @@
 #pragma once
-// A tokenized corpus: bytes as tokens (vocabulary 256), split into a training part and a held-out
-// validation part (the last fraction of the text). Where it comes from is DataConfig::path: empty, the
-// embedded synthetic corpus (data/synthetic.hpp); an HDF5 token file (data/token_file.hpp, written by
-// kpipe-prepare); anything else, a text file read as bytes.
+// A tokenized corpus, split into a training part and a held-out validation part (the last fraction of the
+// text), with the tokenizer that made it (data/tokenizer.hpp: bytes, or a BPE model). Where it comes from
+// is DataConfig::path: empty, the embedded synthetic corpus (data/synthetic.hpp, bytes); an HDF5 token file
+// (data/token_file.hpp, written by kpipe-prepare, with its tokenizer); anything else, a text file read as
+// bytes.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/tensor.hpp"
+#include "kpipe/data/tokenizer.hpp"
 
 namespace kpipe::data {
 
-inline constexpr int byte_vocab = 256;
-
 struct Corpus {
-  std::vector<Token> train, validation;
+  std::vector<Token> train, validation;  // ids in [0, tokenizer.vocab())
   std::string source;  // a file name, or a description of the synthetic corpus
+  Tokenizer tokenizer;  // bytes unless the token file says otherwise
+  int vocab() const { return tokenizer.vocab(); }
 };
 
 // The bytes of text as tokens; the last round(size * val_fraction) bytes are the validation split.
 Corpus text_corpus(const std::string& bytes, double val_fraction, std::string source);
 
+// The text encoded by `tokenizer`, split the same way by tokens (the held-out part is the text's end).
+Corpus encoded_corpus(const std::string& text, const Tokenizer& tokenizer, double val_fraction, std::string source);
+
 // The corpus a run trains on (see above). Every split must hold at least seq_len + 1 tokens (one window);
 // an unreadable file or a too-small split is an InputError naming data.path (or data.synthetic_tokens).
 Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len);
+
+// The model's vocabulary follows the data: model.vocab is raised to the corpus's (a BPE token file's, say);
+// a larger model.vocab stays (a padded vocabulary: the extra ids never occur and are never generated).
+void fit_vocabulary(ModelConfig& model, const Corpus& corpus);
 
 }  // namespace kpipe::data

@@ -1,6 +1,6 @@
 #pragma once
 // Entropies of a token sequence in nats (the unit of the training loss). A model that learned only how
-// often each byte occurs reaches the unigram entropy; one that also learned which byte follows which
+// often each token occurs reaches the unigram entropy; one that also learned which token follows which
 // reaches the bigram conditional entropy; a model that learned real structure goes below both.
 #include <vector>
 
@@ -8,7 +8,7 @@
 
 namespace kpipe::data {
 
-// H(X) of the byte frequencies; 0 for an empty sequence.
+// H(X) of the token frequencies (any vocabulary); 0 for an empty sequence.
 double unigram_entropy_nats(const std::vector<Token>& tokens);
 
 // H(X[t+1] | X[t]) over consecutive pairs; 0 for fewer than two tokens.

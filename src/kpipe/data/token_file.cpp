@@ -13,12 +13,13 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/io/h5_file.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
 
 namespace kpipe::data {
 namespace {
 
 constexpr const char* format_name = "kpipe-tokens";
-constexpr int format_version = 1;
+constexpr int format_version = 2;  // 1: bytes only (uint8, no /tokenizer); 2: any tokenizer
 constexpr hsize_t chunk_tokens = 1 << 16;
 
 // HDF5 handles that close themselves, and silence for HDF5's own error printing (io/h5_file.hpp).
@@ -43,14 +44,16 @@ void write_int_attribute(hid_t object, const char* name, int value, const std::s
           "{}: cannot write attribute '{}'", label, name);
 }
 
-void write_split(hid_t file, const char* name, const std::vector<Token>& tokens, const std::string& label) {
-  std::vector<std::uint8_t> bytes(tokens.size());
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    require(tokens[i] >= 0 && tokens[i] < byte_vocab, "{}: {} token {} at position {} is not a byte", label, name,
-            tokens[i], i);
-    bytes[i] = static_cast<std::uint8_t>(tokens[i]);
-  }
-  const hsize_t size = bytes.size();
+// The smallest unsigned type that holds every id of the vocabulary (int32 beyond 16 bits).
+hid_t token_file_type(int vocab) {
+  return vocab <= 256 ? H5T_STD_U8LE : vocab <= 65536 ? H5T_STD_U16LE : H5T_STD_I32LE;
+}
+
+void write_split(hid_t file, const char* name, const std::vector<Token>& tokens, int vocab, const std::string& label) {
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    require(tokens[i] >= 0 && tokens[i] < vocab, "{}: {} token {} at position {} is outside the vocabulary [0, {})",
+            label, name, tokens[i], i, vocab);
+  const hsize_t size = tokens.size();
   const Handle space(H5Screate_simple(1, &size, nullptr), H5Sclose);
   const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   if (size > 0) {  // a chunk may not exceed a fixed-size dataset, and an empty one needs none
@@ -58,11 +61,12 @@ void write_split(hid_t file, const char* name, const std::vector<Token>& tokens,
     H5Pset_chunk(properties.get(), 1, &chunk);
     if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) H5Pset_deflate(properties.get(), 6);
   }
-  const Handle dataset(H5Dcreate2(file, name, H5T_STD_U8LE, space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT),
-                       H5Dclose);
+  const Handle dataset(
+      H5Dcreate2(file, name, token_file_type(vocab), space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT),
+      H5Dclose);
   require(dataset.valid(), "{}: cannot create dataset /{}", label, name);
-  if (size > 0)
-    require(H5Dwrite(dataset.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) >= 0,
+  if (size > 0)  // HDF5 converts the int32 ids to the file's type
+    require(H5Dwrite(dataset.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()) >= 0,
             "{}: cannot write dataset /{}", label, name);
 }
 
@@ -95,7 +99,7 @@ long long read_int_attribute(hid_t object, const char* name, const std::string& 
   return value;
 }
 
-std::vector<Token> read_split(hid_t file, const char* name, const std::string& label) {
+std::vector<Token> read_split(hid_t file, const char* name, int vocab, const std::string& label) {
   require(H5Lexists(file, name, H5P_DEFAULT) > 0, "{}: missing dataset /{}", label, name);
   const Handle dataset(H5Dopen2(file, name, H5P_DEFAULT), H5Dclose);
   require(dataset.valid(), "{}: /{} is not a dataset", label, name);
@@ -109,9 +113,10 @@ std::vector<Token> read_split(hid_t file, const char* name, const std::string& l
   if (size > 0)
     require(H5Dread(dataset.get(), H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, tokens.data()) >= 0,
             "{}: cannot read dataset /{} (corrupt file?)", label, name);
-  const auto bad = std::find_if(tokens.begin(), tokens.end(), [](Token t) { return t < 0 || t >= byte_vocab; });
-  require(bad == tokens.end(), "{}: dataset /{} holds token {} at position {}, outside [0, {})", label, name,
-          bad == tokens.end() ? 0 : *bad, bad - tokens.begin(), byte_vocab);
+  // Checked here, once, so that no kernel ever indexes the embedding with an id outside the vocabulary.
+  const auto bad = std::find_if(tokens.begin(), tokens.end(), [vocab](Token t) { return t < 0 || t >= vocab; });
+  require(bad == tokens.end(), "{}: dataset /{} holds token {} at position {}, outside the vocabulary [0, {})", label,
+          name, bad == tokens.end() ? 0 : *bad, bad - tokens.begin(), vocab);
   return tokens;
 }
 
@@ -125,11 +130,12 @@ void write_token_file(const std::string& path, const Corpus& corpus) {
     errno = 0;
     const Handle file(H5Fcreate(partial.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     require(file.valid(), "{}: cannot create ({})", label, errno != 0 ? std::strerror(errno) : "HDF5 error");
-    write_split(file.get(), "train", corpus.train, label);
-    write_split(file.get(), "validation", corpus.validation, label);
+    write_split(file.get(), "train", corpus.train, corpus.vocab(), label);
+    write_split(file.get(), "validation", corpus.validation, corpus.vocab(), label);
+    io::write_tokenizer(file.get(), corpus.tokenizer, label);
     write_string_attribute(file.get(), "format", format_name, label);
     write_int_attribute(file.get(), "version", format_version, label);
-    write_int_attribute(file.get(), "vocab", byte_vocab, label);
+    write_int_attribute(file.get(), "vocab", corpus.vocab(), label);
     write_string_attribute(file.get(), "source", corpus.source, label);
     require(H5Fflush(file.get(), H5F_SCOPE_GLOBAL) >= 0, "{}: cannot write", label);
   }
@@ -157,15 +163,17 @@ Corpus read_token_file(const std::string& path, const std::string& label_or_empt
           format_name);
   require(H5Aexists(file.get(), "version") > 0, "{}: no 'version' attribute", label);
   const long long version = read_int_attribute(file.get(), "version", label);
-  require(version == format_version, "{}: version {} is not supported (this kpipe reads version {})", label, version,
-          format_version);
+  require(version >= 1 && version <= format_version,
+          "{}: version {} is not supported (this kpipe reads versions 1 to {})", label, version, format_version);
   require(H5Aexists(file.get(), "vocab") > 0, "{}: no 'vocab' attribute", label);
   const long long vocab = read_int_attribute(file.get(), "vocab", label);
-  require(vocab == byte_vocab, "{}: vocab = {}, expected {} (byte tokens)", label, vocab, byte_vocab);
 
   Corpus corpus;
-  corpus.train = read_split(file.get(), "train", label);
-  corpus.validation = read_split(file.get(), "validation", label);
+  corpus.tokenizer = io::read_tokenizer(file.get(), label);  // version 1 has none: bytes
+  require(vocab == corpus.vocab(), "{}: vocab = {}, but its {} tokenizer has {}", label, vocab,
+          to_string(corpus.tokenizer.kind()), corpus.vocab());
+  corpus.train = read_split(file.get(), "train", corpus.vocab(), label);
+  corpus.validation = read_split(file.get(), "validation", corpus.vocab(), label);
   corpus.source = H5Aexists(file.get(), "source") > 0 ? read_string_attribute(file.get(), "source", label) : path;
   return corpus;
 }

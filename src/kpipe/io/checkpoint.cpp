@@ -25,6 +25,7 @@
 #include "kpipe/version.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/io/h5_file.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
 
 namespace kpipe::io {
 
@@ -293,6 +294,8 @@ void write_entry_file(runtime::Trainer<T>& trainer, const std::string& path, con
   }
   write_int_attribute(root, "tensors", tensors, path);
   write_string_attribute(root, "files", files, path);
+  // What the model's token ids mean, so that kpipe-generate decodes them (io/tokenizer_store.hpp).
+  write_tokenizer(root, trainer.corpus().tokenizer, path);
 
   const Handle training(H5Gcreate2(root, "training", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
   write_int_attribute(training.get(), "step", trainer.next_step(), path);

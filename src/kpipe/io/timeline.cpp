@@ -48,8 +48,23 @@ TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info
   h5::write_attribute(root, "schedule", info.schedule);
   const h5::Handle group = h5::require_group(root, "timeline");
   h5::write_attribute(group.get(), "ops", std::string(op_names));
-  // Empty columns, so that a run with no step still has the table.
-  append({});
+  // Empty columns, so that a run with no step still has the tables.
+  append(std::vector<TimelineRow>{});
+  const h5::Handle steps = h5::require_group(root, "steps");
+  for (const char* name : {"step", "tokens"}) h5::append(steps.get(), name, std::vector<std::int64_t>{});
+  for (const char* name : {"loss", "lr", "grad_norm", "seconds"}) h5::append(steps.get(), name, std::vector<double>{});
+}
+
+void TimelineWriter::append(const StepRow& row) {
+  const h5::Handle group = h5::open_group(file_.get(), "steps");
+  const hid_t g = group.get();
+  h5::append(g, "step", std::vector<std::int64_t>{row.step});
+  h5::append(g, "loss", std::vector<double>{row.loss});
+  h5::append(g, "lr", std::vector<double>{row.lr});
+  h5::append(g, "grad_norm", std::vector<double>{row.grad_norm});
+  h5::append(g, "seconds", std::vector<double>{row.seconds});
+  h5::append(g, "tokens", std::vector<std::int64_t>{row.tokens});
+  // No flush of its own: the step's actions, appended next, flush the file once for both.
 }
 
 void TimelineWriter::append(const std::vector<TimelineRow>& rows) {
@@ -259,6 +274,11 @@ template <class T> void TimelineRecorder<T>::record(std::int64_t step) {
     rows.push_back(row);
   }
   writer_->append(rows);
+}
+
+template <class T> void TimelineRecorder<T>::record(const runtime::StepStats& stats) {
+  if (writer_) writer_->append(StepRow{stats.step, stats.loss, stats.lr, stats.grad_norm, stats.seconds, stats.tokens});
+  record(stats.step);
 }
 
 template class TimelineRecorder<float>;

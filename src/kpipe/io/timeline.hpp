@@ -32,11 +32,19 @@ struct TimelineInfo {
   std::string schedule;    // name, or "file" for a hand-written schedule
 };
 
+// One optimizer step as the run saw it (the /steps table, beside the actions): for loss curves.
+struct StepRow {
+  std::int64_t step = 0;
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  std::int64_t tokens = 0;
+};
+
 // The HDF5 file, written by one process (no MPI here).
 class TimelineWriter {
  public:
   TimelineWriter(const std::string& path, const TimelineInfo& info);
   void append(const std::vector<TimelineRow>& rows);
+  void append(const StepRow& row);  // not flushed until the next append of actions (or the close)
 
  private:
   std::string path_;
@@ -67,6 +75,8 @@ template <class T> class TimelineRecorder {
   TimelineRecorder(const runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid, const Config& config,
                    const std::string& path);
   void record(std::int64_t step);  // collective over the world: rank 0 appends every rank's last step
+  // The same, and rank 0 appends the step's loss, learning rate, gradient norm, time and tokens to /steps.
+  void record(const runtime::StepStats& stats);
 
  private:
   const runtime::Trainer<T>* trainer_;

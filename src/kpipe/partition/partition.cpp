@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "kpipe/core/error.hpp"
 
@@ -47,14 +48,46 @@ double min_bottleneck(const PrefixSums& cost, int layers, int stages) {
   return best[layers];
 }
 
-std::vector<LayerRange> balanced(const std::vector<double>& costs, int stages) {
+// Stage k's memory for layers [first, last).
+struct MemoryModel {
+  PrefixSums state, stash;
+  std::vector<double> in_flight;
+  bool empty;
+  explicit MemoryModel(const LayerMemory& m)
+      : state(m.state), stash(m.stash), in_flight(m.in_flight), empty(m.state.empty()) {}
+  double of(int stage, int first, int last) const {
+    return empty ? 0.0 : state.range(first, last) + in_flight[stage] * stash.range(first, last);
+  }
+};
+
+// The smallest achievable peak stage memory among the partitions whose every stage takes at most time_bound.
+double min_peak_memory(const PrefixSums& cost, const MemoryModel& memory, int layers, int stages, double time_bound) {
+  if (memory.empty) return 0;
+  // best[s][i]: the smallest peak memory of layers [i, layers) in the last s stages.
+  std::vector<double> best(layers + 1, infinite), next(layers + 1);
+  best[layers] = 0;
+  for (int s = 1; s <= stages; ++s) {
+    std::fill(next.begin(), next.end(), infinite);
+    const int stage = stages - s;  // the first of the s stages
+    for (int i = 0; i + s <= layers; ++i)
+      for (int j = i + 1; j + (s - 1) <= layers; ++j)
+        if (cost.range(i, j) <= time_bound && best[j] < infinite)
+          next[i] = std::min(next[i], std::max(best[j], memory.of(stage, i, j)));
+    best.swap(next);
+  }
+  return best[0];
+}
+
+std::vector<LayerRange> balanced(const std::vector<double>& costs, int stages, const LayerMemory& layer_memory) {
   const int layers = int(costs.size());
   const PrefixSums cost(costs);
+  const MemoryModel memory(layer_memory);
   const double bound = min_bottleneck(cost, layers, stages);
-  // squares[s][i]: smallest sum of squared stage costs of layers [i, layers) in s stages, none above bound;
-  // end[s][i]: the first stage's end in the last (largest) choice that reaches it. Taking the last choice at
-  // every step gives the lexicographically largest boundaries among the optimal partitions: earlier stages
-  // get the extra layers, as in uniform (equal costs give uniform's partition).
+  const double memory_bound = min_peak_memory(cost, memory, layers, stages, bound);
+  // squares[s][i]: smallest sum of squared stage costs of layers [i, layers) in s stages, none above the time
+  // bound nor the memory bound; end[s][i]: the first stage's end in the last (largest) choice that reaches it.
+  // Taking the last choice at every step gives the lexicographically largest boundaries among the optimal
+  // partitions: earlier stages get the extra layers, as in uniform (equal costs give uniform's partition).
   std::vector<std::vector<double>> squares(stages + 1, std::vector<double>(layers + 1, infinite));
   std::vector<std::vector<int>> end(stages + 1, std::vector<int>(layers + 1, -1));
   squares[0][layers] = 0;
@@ -62,7 +95,7 @@ std::vector<LayerRange> balanced(const std::vector<double>& costs, int stages) {
     for (int i = 0; i + s <= layers; ++i)
       for (int j = i + 1; j + (s - 1) <= layers; ++j) {
         const double c = cost.range(i, j);
-        if (c > bound || squares[s - 1][j] == infinite) continue;
+        if (c > bound || squares[s - 1][j] == infinite || memory.of(stages - s, i, j) > memory_bound) continue;
         const double candidate = c * c + squares[s - 1][j];
         if (candidate <= squares[s][i]) {
           squares[s][i] = candidate;
@@ -84,7 +117,8 @@ const std::vector<std::string>& partition_methods() {
   return methods;
 }
 
-std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs, int stages, const std::string& method) {
+std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs, int stages, const std::string& method,
+                                         const LayerMemory& memory) {
   const int layers = int(layer_costs.size());
   require(stages >= 1 && stages <= layers,
           "partition: {} stages for {} layers: need between 1 and {} (at least one layer per stage)", stages, layers,
@@ -92,12 +126,18 @@ std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs,
   for (int i = 0; i < layers; ++i)
     require(layer_costs[i] >= 0 && std::isfinite(layer_costs[i]), "partition: layer {} cost {}: must be a "
             "non-negative number", i, layer_costs[i]);
+  if (!memory.state.empty() &&
+      (int(memory.state.size()) != layers || int(memory.stash.size()) != layers || int(memory.in_flight.size()) != stages))
+    throw std::invalid_argument(fmt::format("partition: memory of {} and {} layers, {} stages; expected {} layers, {} "
+                                            "stages", memory.state.size(), memory.stash.size(), memory.in_flight.size(),
+                                            layers, stages));
   if (method == "uniform") return uniform(layers, stages);
-  if (method == "balanced") return balanced(layer_costs, stages);
+  if (method == "balanced") return balanced(layer_costs, stages, memory);
   throw InputError(fmt::format("pipeline.partition = '{}': unknown method (uniform, balanced)", method));
 }
 
-std::vector<LayerRange> partition_layers(const model::ModelDesc& model, int ranks, int chunks, const std::string& method) {
+std::vector<LayerRange> partition_layers(const model::ModelDesc& model, int ranks, int chunks, const std::string& method,
+                                         const InFlight& in_flight) {
   const int layers = int(model.layers.size());
   require(ranks >= 1, "pipeline.pipeline_size = {}: need at least one stage", ranks);
   require(chunks >= 1, "pipeline.chunks = {}: need at least one chunk per rank", chunks);
@@ -105,7 +145,29 @@ std::vector<LayerRange> partition_layers(const model::ModelDesc& model, int rank
           "pipeline.pipeline_size = {} x pipeline.chunks = {} = {} virtual stages for a model of {} layers "
           "(embedding, {} blocks, head): at most one stage per layer",
           ranks, chunks, ranks * chunks, layers, layers - 2);
-  return partition_layers(layer_costs(model), ranks * chunks, method);
+  return partition_layers(layer_costs(model), ranks * chunks, method, layer_memory(model, ranks, chunks, in_flight));
+}
+
+LayerMemory layer_memory(const model::ModelDesc& model, int ranks, int chunks, const InFlight& in_flight) {
+  LayerMemory memory;
+  for (const auto& layer : model.layers) {
+    memory.state.push_back(4.0 * double(layer.num_params()));
+    memory.stash.push_back(double(layer.stash_elems) * std::max(in_flight.sequences, 1));
+  }
+  // Virtual stage k = c * ranks + r lives on rank r, which shares its peak among its chunks.
+  for (int k = 0; k < ranks * chunks; ++k) {
+    const int r = k % ranks;
+    const int peak = in_flight.per_rank.empty() ? ranks - r : in_flight.per_rank.at(std::size_t(r));
+    memory.in_flight.push_back(double(peak) / chunks);
+  }
+  return memory;
+}
+
+std::vector<double> stage_memory(const LayerMemory& memory, const std::vector<LayerRange>& ranges) {
+  const MemoryModel model(memory);
+  std::vector<double> bytes;
+  for (std::size_t k = 0; k < ranges.size(); ++k) bytes.push_back(model.of(int(k), ranges[k].first, ranges[k].last));
+  return bytes;
 }
 
 std::vector<double> layer_costs(const model::ModelDesc& model) {

@@ -8,14 +8,20 @@ namespace {
 
 volatile std::sig_atomic_t stop_signal = 0;
 
-extern "C" void record_stop_signal(int signal) { stop_signal = signal; }
+// SIGTERM sticks: a later SIGUSR1 must not turn "end the job" back into "requeue me".
+extern "C" void record_stop_signal(int signal) {
+  if (stop_signal != SIGTERM) stop_signal = signal;
+}
 
 }  // namespace
 
 void install_stop_handlers() {
   struct sigaction action {};
   action.sa_handler = record_stop_signal;
+  // Each handler runs with both signals blocked, so that its read and write of the flag are not split.
   sigemptyset(&action.sa_mask);
+  sigaddset(&action.sa_mask, SIGUSR1);
+  sigaddset(&action.sa_mask, SIGTERM);
   action.sa_flags = SA_RESTART;
   sigaction(SIGUSR1, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);

@@ -99,6 +99,10 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)) {
   const auto& tc = config.train;
   const auto& pc = config.pipeline;
+  // Every id indexes the embedding and the head: the data's vocabulary must fit the model's.
+  require(corpus.vocab() <= config.model.vocab,
+          "model.vocab = {}: the data ({}) has a vocabulary of {} ({} tokens)", config.model.vocab, corpus.source,
+          corpus.vocab(), data::to_string(corpus.tokenizer.kind()));
   require(tc.microbatches % grid.data_parallel == 0,
           "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", tc.microbatches,
           grid.data_parallel);
@@ -130,7 +134,9 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     actions_ = defer_weight_gradients(actions_, deferred_from_);
   delivered_after_ = schedule::delivery_points(schedule_, grid.stage, actions_);
 
-  const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition);
+  // The balanced partition weighs each stage's memory with what the schedule keeps in flight there.
+  const partition::InFlight in_flight{schedule::peak_stash(schedule_), sequences_per_microbatch_};
+  const auto ranges = partition::partition_layers(desc_, grid.pipeline_size, pc.chunks, pc.partition, in_flight);
   // Gradient buffers per slot only where an I and its W run apart (split backwards, or the weight
   // gradients deferred for the ordered reduction); with plain B one set per chunk serves every slot.
   const bool split = std::any_of(actions_.begin(), actions_.end(), [](const Action& a) {
@@ -531,7 +537,9 @@ template <class T> double Trainer<T>::evaluate() {
         }
       }
       chunk.forward(space_, slot);
-      space_.fence();
+      // A fence, bounded: on a stream-ordered transport (NCCL) a receive that never comes holds the stream.
+      if (!transport_->synchronize(space_, config_.pipeline.recv_timeout_s))
+        timeout(Action{Op::recv_activation, 0, c, v > 0 ? schedule_.rank_of(v - 1) : grid_.stage}, 0);
       if (chunk.last())
         loss_sum += chunk.loss_sum(space_, slot);
       else if (schedule_.rank_of(v + 1) != grid_.stage) {

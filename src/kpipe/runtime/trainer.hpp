@@ -58,8 +58,12 @@ template <class T> class Trainer {
   std::uint64_t param_checksum() const;  // every rank gets the whole model's checksum
   const model::ModelDesc& desc() const { return desc_; }
   const Config& config() const { return config_; }
+  const data::Corpus& corpus() const { return *corpus_; }  // its tokenizer is what the model's ids mean
   const comm::ProcessGrid& grid() const { return grid_; }
   const schedule::Schedule& schedule() const { return schedule_; }
+  // Stage-to-stage transfers on the pipeline communicator (what pipeline.transport chose), for work that
+  // follows the same layout outside a step (generation).
+  comm::Transport& transport() { return *transport_; }
   int chunks() const { return int(chunks_.size()); }
   model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
   const model::Chunk<T>& chunk(int c) const { return *chunks_.at(c); }

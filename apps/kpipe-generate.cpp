@@ -1,0 +1,160 @@
+// kpipe-generate: text from a trained checkpoint, on any pipeline layout. The model and the tokenizer come
+// from the checkpoint (bytes, or the BPE model kpipe-prepare trained); the pipeline size is the world's:
+//   kpipe-generate runs/ck --prompt "Once upon a time" --tokens 200 --temperature 0.8 --top-k 40 --seed 7
+//   mpiexec -n 2 kpipe-generate runs/ck --prompt "..." --seed 7      (the same text as on one rank)
+// The text (prompt and continuation) goes to stdout on rank 0 as it is generated; the speed to stderr.
+// Each token is one full-window forward down the stages (runtime/generator.hpp says why).
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "kpipe/comm/grid.hpp"
+#include "kpipe/core/config_io.hpp"
+#include "kpipe/core/error.hpp"
+#include "kpipe/io/checkpoint.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/runtime/generator.hpp"
+#include "kpipe/runtime/placement.hpp"
+
+namespace {
+
+struct Options {
+  std::string checkpoint, prompt, schedule = "1f1b";
+  int tokens = 200, pipeline_size = 0, chunks = 1;
+  kpipe::runtime::SamplingOptions sampling;
+  bool quiet = false;
+};
+
+// Prints the text as it grows. A decoder may change its mind about the last characters (a multi-byte
+// character still missing bytes decodes as U+FFFD until they come), so only a prefix that stays is printed.
+class TextStream {
+ public:
+  TextStream(const kpipe::data::Tokenizer& tokenizer, bool print) : tokenizer_(&tokenizer), print_(print) {}
+  void update(const std::vector<kpipe::Token>& tokens, bool final) {
+    const std::string text = tokenizer_->decode(tokens);
+    if (text.compare(0, printed_.size(), printed_) != 0) return;  // not settled yet
+    std::size_t end = text.size();
+    static const std::string replacement = "\xEF\xBF\xBD";  // U+FFFD: perhaps a character still incomplete
+    while (!final && end >= printed_.size() + replacement.size() &&
+           text.compare(end - replacement.size(), replacement.size(), replacement) == 0)
+      end -= replacement.size();
+    if (print_) {
+      std::fwrite(text.data() + printed_.size(), 1, end - printed_.size(), stdout);
+      std::fflush(stdout);
+    }
+    printed_.assign(text, 0, end);
+  }
+
+ private:
+  const kpipe::data::Tokenizer* tokenizer_;
+  bool print_;
+  std::string printed_;
+};
+
+int generate(Options o, const std::string& transport, int rank, int world_size) {
+  using namespace kpipe;
+  runtime::validate(o.sampling);
+  require(o.tokens >= 0, "--tokens = {}: expected an integer >= 0", o.tokens);
+  if (o.pipeline_size == 0) o.pipeline_size = world_size;
+  require(o.pipeline_size >= 1 && o.pipeline_size == world_size,
+          "--pipeline-size = {}: generation runs one pipeline, on all {} ranks", o.pipeline_size, world_size);
+  Config config = io::checkpoint_config(o.checkpoint);
+  const data::Tokenizer tokenizer = io::read_checkpoint_tokenizer(o.checkpoint);
+  const std::vector<Token> prompt = tokenizer.encode(o.prompt);
+  require(!prompt.empty(), "--prompt is empty: give some text to continue");
+
+  // One sequence per forward down this run's pipeline; the layout may differ from the one that trained.
+  auto& p = config.pipeline;
+  p.pipeline_size = o.pipeline_size;
+  p.data_parallel = 1;
+  p.chunks = o.chunks;
+  p.schedule = o.schedule;
+  p.schedule_file.clear();
+  p.transport = transport;
+  // One sequence per micro-batch (the trainer's schedule, never run here, wants p of them when interleaved).
+  config.train.batch = config.train.microbatches = o.pipeline_size;
+  validate(config);
+  data::Corpus corpus;  // holds no text: only the tokenizer, for the model's vocabulary check
+  corpus.tokenizer = tokenizer;
+  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1);
+  double seconds = 0;
+  {
+    runtime::Trainer<float> trainer(config, corpus, grid);
+    io::load_checkpoint(trainer, o.checkpoint);
+    runtime::Generator<float> generator(trainer, tokenizer);
+    std::vector<Token> tokens = prompt;
+    TextStream stream(tokenizer, rank == 0 && !o.quiet);
+    stream.update(tokens, false);
+    const auto start = std::chrono::steady_clock::now();
+    generator.generate(tokens, o.tokens, o.sampling, [&](Token) { stream.update(tokens, false); });
+    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    stream.update(tokens, true);
+    if (rank == 0 && !o.quiet) std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  comm::free_grid(grid);
+  if (rank == 0)
+    fmt::print(stderr, "kpipe-generate: {} tokens in {:.2f} s ({:.1f} ms per token: a forward of {} tokens on {} "
+               "rank{}), {} tokenizer, vocabulary {}, temperature {}, top-k {}, seed {}\n",
+               o.tokens, seconds, o.tokens > 0 ? 1e3 * seconds / o.tokens : 0.0, config.model.seq_len,
+               o.pipeline_size, o.pipeline_size == 1 ? "" : "s", data::to_string(tokenizer.kind()), tokenizer.vocab(),
+               o.sampling.temperature, o.sampling.top_k, o.sampling.seed);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, world_size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+  int rc = 0;
+  {
+    Options o;
+    CLI::App app("Generates text from a checkpoint (model and tokenizer from the checkpoint) on any pipeline layout.",
+                 "kpipe-generate");
+    app.add_option("checkpoint", o.checkpoint, "a step-<N> directory, its checkpoint.h5, or a checkpoint.dir (latest)")
+        ->required();
+    app.add_option("--prompt", o.prompt, "text to continue")->required();
+    app.add_option("--tokens", o.tokens, "tokens to generate")->capture_default_str();
+    app.add_option("--temperature", o.sampling.temperature, "softmax temperature (0: greedy)")->capture_default_str();
+    app.add_option("--top-k", o.sampling.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+    app.add_option("--seed", o.sampling.seed, "seed of the sampling: the same seed gives the same text on any layout")
+        ->capture_default_str();
+    app.add_option("--pipeline-size", o.pipeline_size, "stages (default: the number of MPI ranks)");
+    app.add_option("--chunks", o.chunks, "model chunks per rank (with --schedule interleaved)");
+    app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
+    app.add_flag("--quiet", o.quiet, "print only the speed (stderr), not the text");
+    app.footer("Exit codes: 0 done; 2 bad input (checkpoint, options, layout), on every rank alike; 3 a rank stopped "
+               "answering (pipeline.recv_timeout_s).");
+    try {
+      try {
+        app.parse(argc, argv);
+      } catch (const CLI::Success&) {
+        if (rank == 0) std::fputs(app.help().c_str(), stdout);
+        throw;
+      } catch (const CLI::ParseError& e) {
+        throw kpipe::InputError(e.what());
+      }
+      // Each rank drives the GPU of its node-local rank (host threads: OMP_NUM_THREADS).
+      const auto placement = kpipe::runtime::place_rank(kpipe::PipelineConfig(), MPI_COMM_WORLD);
+      kpipe::runtime::KokkosSession kokkos(placement);
+      rc = generate(o, placement.transport, rank, world_size);
+    } catch (const CLI::Success&) {
+      rc = 0;
+    } catch (const kpipe::InputError& e) {
+      if (rank == 0) fmt::print(stderr, "kpipe-generate: error: {}\n", e.what());
+      rc = kpipe::exit_bad_input;
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "kpipe-generate: rank {}: error: {}\n", rank, e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  MPI_Finalize();
+  return rc;
+}
