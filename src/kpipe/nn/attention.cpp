@@ -358,16 +358,16 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<
   const View2<const T> x = stash.qkv;
   if constexpr (P == KernelPath::device) {
     forward_rows(space, shape, x, stash.probs, out);
-    return;
+  } else {  // host path: per-head products through the host BLAS
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h)
+        causal_scores(space, qkv_head(x, shape, 0, b, h), qkv_head(x, shape, 1, b, h), head(stash.probs, b, h));
+    causal_softmax(space, stash.probs, T(1) / math::sqrt(T(hd)));
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h)  // head h's output straight into its columns of out
+        lower_times(space, head(stash.probs, b, h), qkv_head(x, shape, 2, b, h),
+                    sequence_columns(out, shape, b, h * hd, hd));
   }
-  for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h)
-      causal_scores(space, qkv_head(x, shape, 0, b, h), qkv_head(x, shape, 1, b, h), head(stash.probs, b, h));
-  causal_softmax(space, stash.probs, T(1) / math::sqrt(T(hd)));
-  for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h)  // head h's output straight into its columns of out
-      lower_times(space, head(stash.probs, b, h), qkv_head(x, shape, 2, b, h),
-                  sequence_columns(out, shape, b, h * hd, hd));
 }
 
 template <class T, KernelPath P>
@@ -384,25 +384,25 @@ void attention_backward_input(const ExecSpace& space, const AttentionShape& shap
   const View2<const T> x = stash.qkv;
   if constexpr (P == KernelPath::device) {
     backward_rows(space, shape, x, View4<const T>(stash.probs), dy, work.dprobs, dqkv);
-    return;
+  } else {  // host path: per-head products through the host BLAS
+    // dO of head h is its columns of dout; dq, dk, dv of head h go straight into their columns of dqkv.
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h) {
+        const auto dheads = sequence_columns(dy, shape, b, h * hd, hd);
+        causal_scores(space, dheads, qkv_head(x, shape, 2, b, h), head(work.dprobs, b, h));  // dP = dO v^T
+        lower_transposed_times(space, head(stash.probs, b, h), dheads,
+                               sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd));  // dv = P^T dO
+      }
+    const auto& dscores = work.dprobs;  // overwritten in place: dL/d(q k^T) from here on
+    causal_softmax_backward(space, stash.probs, dscores, T(1) / math::sqrt(T(hd)));
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h) {
+        lower_times(space, head(dscores, b, h), qkv_head(x, shape, 1, b, h),
+                    sequence_columns(dqkv, shape, b, h * hd, hd));  // dq = dS k
+        lower_transposed_times(space, head(dscores, b, h), qkv_head(x, shape, 0, b, h),
+                               sequence_columns(dqkv, shape, b, channels + h * hd, hd));  // dk = dS^T q
+      }
   }
-  // dO of head h is its columns of dout; dq, dk, dv of head h go straight into their columns of dqkv.
-  for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h) {
-      const auto dheads = sequence_columns(dy, shape, b, h * hd, hd);
-      causal_scores(space, dheads, qkv_head(x, shape, 2, b, h), head(work.dprobs, b, h));  // dP = dO v^T
-      lower_transposed_times(space, head(stash.probs, b, h), dheads,
-                             sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd));  // dv = P^T dO
-    }
-  const auto& dscores = work.dprobs;  // overwritten in place: dL/d(q k^T) from here on
-  causal_softmax_backward(space, stash.probs, dscores, T(1) / math::sqrt(T(hd)));
-  for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h) {
-      lower_times(space, head(dscores, b, h), qkv_head(x, shape, 1, b, h),
-                  sequence_columns(dqkv, shape, b, h * hd, hd));  // dq = dS k
-      lower_transposed_times(space, head(dscores, b, h), qkv_head(x, shape, 0, b, h),
-                             sequence_columns(dqkv, shape, b, channels + h * hd, hd));  // dk = dS^T q
-    }
 }
 
 double attention_forward_flops(const AttentionShape& shape) {
