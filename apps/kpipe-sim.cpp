@@ -6,20 +6,32 @@
 //   kpipe-sim --schedule-file my.sched --print-schedule
 //   kpipe-sim --schedule 1f1b --stages 4 --preset small --vocab 8192 --partition balanced
 // With --preset, each stage's costs come from the partitioned model's FLOPs (GFLOP per micro-batch of
-// --sequences sequences), so the embedding and the LM head weigh what they weigh.
+// --sequences sequences, --recompute's recomputation included; planner/costs.hpp, the cost model that
+// --memory and --recommend use), so the embedding and the LM head weigh what they weigh.
+// With a training configuration (kpipe-train's options) instead of a bare schedule:
+//   kpipe-sim --memory [kpipe-train options]    every rank's predicted memory by category, and the step time
+//   kpipe-sim --recommend --ranks N --memory-per-rank SIZE [model options]   the fastest layouts that fit
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <vector>
 
+#include "kpipe/core/bytes.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
-#include "kpipe/partition/stage_costs.hpp"
+#include "kpipe/memory/plan.hpp"
+#include "kpipe/partition/configured.hpp"
+#include "kpipe/planner/costs.hpp"
+#include "kpipe/planner/recommend.hpp"
+#include "kpipe/schedule/configured.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/render.hpp"
 #include "kpipe/schedule/simulate.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -39,7 +51,9 @@ struct Options {
   bool print_schedule = false, lowered = false, no_gantt = false;
   std::string svg;
   int width = 160;
-  std::string preset, partition = "balanced";  // --preset: costs from the model
+  int replicas = 1, dp_group = 1;  // data-parallel replicas of the schedule, ordered reduction's group
+  bool allreduce = false;
+  std::string preset, partition = "balanced", recompute = "none";  // --preset: costs from the model
   int vocab = 0, sequences = 1;
 };
 
@@ -49,7 +63,9 @@ std::string plural(int n, const char* one, const char* many) { return fmt::forma
 
 Schedule make_schedule(const Options& o, const CLI::App& app) {
   if (o.schedule_file.empty()) {
-    Schedule s = generate(o.schedule, o.stages, o.microbatches, o.chunks);
+    // zb-v runs two chunks per rank: that is the default for it.
+    const int chunks = o.schedule == "zb-v" && app.count("--chunks") == 0 ? 2 : o.chunks;
+    Schedule s = generate(o.schedule, o.stages, o.microbatches, chunks);
     return o.split ? split_backward(s) : s;
   }
   require(app.count("--schedule") == 0, "--schedule and --schedule-file: give one of them");
@@ -82,29 +98,40 @@ std::string in_option_terms(std::string message) {
                                                        {"pipeline.schedule ", "--schedule "},
                                                        {"pipeline.pipeline_size", "--stages"},
                                                        {"train.microbatches", "--microbatches"},
-                                                       {"pipeline.chunks", "--chunks"}};
+                                                       {"pipeline.chunks", "--chunks"},
+                                                       {"pipeline.dp_reduction_group", "--dp-group"},
+                                                       {"pipeline.data_parallel", "--replicas"},
+                                                       {"memory.recompute", "--recompute"}};
   for (const auto& [key, option] : names)
     for (auto at = message.find(key); at != std::string::npos; at = message.find(key, at))
       message.replace(at, std::string(key).size(), option);
   return message;
 }
 
-// Per virtual stage, from the model's FLOPs; prints the partition and what each stage holds.
-std::vector<Costs> model_costs(const Options& o, const Schedule& s) {
+// Per virtual stage, from the model's FLOPs (the planner's cost model at 1 GFLOP/s, so in GFLOP); prints the
+// partition and what each stage holds.
+std::vector<Costs> model_costs(const Options& o, const Replicated& world) {
+  const Schedule& s = world.replicas.front();
   ModelConfig model = preset(o.preset).model;
   if (o.vocab > 0) model.vocab = o.vocab;
   const model::ModelDesc desc = model::describe(model);
-  const partition::InFlight in_flight{peak_stash(s), o.sequences};
+  const partition::InFlight in_flight = partition::in_flight(world, o.sequences);
   const auto ranges = partition::partition_layers(desc, s.ranks, s.chunks, o.partition, in_flight);
-  const auto costs = partition::stage_costs(desc, ranges, o.sequences, o.costs);
+  planner::Machine gflops;
+  gflops.flops_per_second = 1e9;
+  const auto costs =
+      planner::stage_costs(desc, planner::layer_seconds(desc, gflops, nn::parse_recompute(o.recompute)), ranges,
+                           o.sequences, o.costs);
   const auto memory = partition::stage_memory(partition::layer_memory(desc, s.ranks, s.chunks, in_flight), ranges);
   std::printf("model %s: %d blocks, d_model %d, seq_len %d, vocabulary %d; %s partition, %d sequence%s per "
-              "micro-batch\n", o.preset.c_str(), model.n_layers, model.d_model, model.seq_len, model.vocab,
-              o.partition.c_str(), o.sequences, o.sequences == 1 ? "" : "s");
-  std::printf("%-6s %-5s %-10s %10s %10s %12s\n", "stage", "rank", "layers", "F GFLOP", "B GFLOP", "memory MB");
+              "micro-batch%s\n", o.preset.c_str(), model.n_layers, model.d_model, model.seq_len, model.vocab,
+              o.partition.c_str(), o.sequences, o.sequences == 1 ? "" : "s",
+              o.recompute == "none" ? "" : fmt::format(", recompute {}", o.recompute).c_str());
+  std::printf("%-6s %-5s %-10s %10s %10s %10s %12s\n", "stage", "rank", "layers", "F GFLOP", "B GFLOP", "R GFLOP",
+              "memory MB");
   for (std::size_t k = 0; k < ranges.size(); ++k)
-    std::printf("%-6zu %-5d %-10s %10.4g %10.4g %12.1f\n", k, s.rank_of(int(k)),
-                fmt::format("{}-{}", ranges[k].first, ranges[k].last - 1).c_str(), costs[k].f, costs[k].b,
+    std::printf("%-6zu %-5d %-10s %10.4g %10.4g %10.4g %12.1f\n", k, s.rank_of(int(k)),
+                fmt::format("{}-{}", ranges[k].first, ranges[k].last - 1).c_str(), costs[k].f, costs[k].b, costs[k].r,
                 memory[k] * 4 / 1e6);  // float32 scalars
   return costs;
 }
@@ -113,10 +140,20 @@ int run(const Options& o, const CLI::App& app) {
   const Schedule s = make_schedule(o, app);
   validate(s);
   const bool from_model = !o.preset.empty();
-  require(from_model || (app.count("--vocab") == 0 && app.count("--partition") == 0 && app.count("--sequences") == 0),
-          "--vocab, --partition and --sequences need --preset (costs from a model)");
-  const SimResult sim = from_model ? simulate(s, model_costs(o, s)) : simulate(s, o.costs);
-  const std::string name = o.schedule_file.empty() ? o.schedule + (o.split ? " (split backward)" : "") : o.schedule_file;
+  require(from_model || (app.count("--vocab") == 0 && app.count("--partition") == 0 && app.count("--sequences") == 0 &&
+                         app.count("--recompute") == 0),
+          "--vocab, --partition, --sequences and --recompute need --preset (costs from a model)");
+  // With replicas, every replica's lists (the ordered reduction's pass, or an allreduce after them).
+  const bool replicated = o.replicas > 1;
+  const Replicated world = !replicated ? Replicated{{s}, false, 1}
+                           : o.allreduce ? allreduce_replicas(s, o.replicas)
+                                         : order_reduction(s, o.replicas, o.dp_group);
+  const std::vector<Costs> costs = from_model ? model_costs(o, world) : std::vector<Costs>(s.ranks, o.costs);
+  const SimResult sim = replicated ? simulate(world, costs) : simulate(s, costs);
+  std::string name = o.schedule_file.empty() ? o.schedule + (o.split ? " (split backward)" : "") : o.schedule_file;
+  if (replicated)
+    name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
+                        : fmt::format(" x {} replicas (ordered, groups of {})", o.replicas, o.dp_group);
 
   std::printf("schedule %s: %s, %s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
               plural(s.microbatches, "micro-batch", "micro-batches").c_str(), plural(s.chunks, "chunk", "chunks").c_str());
@@ -125,20 +162,25 @@ int run(const Options& o, const CLI::App& app) {
     std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
                 c.step, c.latency, c.per_byte, c.activation_bytes);
   else
-    std::printf("costs per chunk: f=%g b=%g i=%g w=%g step=%g latency=%g per_byte=%g activation_bytes=%g\n", c.f,
-                c.b, c.i, c.w, c.step, c.latency, c.per_byte, c.activation_bytes);
+    std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n",
+                c.f, c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
+                replicated ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
   if (o.print_schedule) {
-    std::printf("\n%s", to_text(o.lowered ? lower(s) : s).c_str());
+    for (int replica = 0; replica < world.replica_count(); ++replica) {
+      if (replicated) std::printf("\n# replica %d", replica);
+      std::printf("\n%s", to_text(o.lowered ? lower(world.replicas[replica]) : world.replicas[replica]).c_str());
+    }
   }
   if (!o.no_gantt) {
     GanttOptions gantt;
     gantt.max_width = o.width;
     std::printf("\n%s", gantt_text(sim.timeline, s.chunks, gantt).c_str());
   }
-  std::printf("\n%-6s %10s %10s %8s %11s\n", "rank", "busy", "idle", "bubble", "peak stash");
-  for (int r = 0; r < s.ranks; ++r)
-    std::printf("%-6d %10.4g %10.4g %8s %11d\n", r, sim.busy[r], sim.makespan - sim.busy[r],
+  std::printf("\n%-6s %10s %10s %8s %11s\n", replicated ? "rank*" : "rank", "busy", "idle", "bubble", "peak stash");
+  for (std::size_t r = 0; r < sim.busy.size(); ++r)
+    std::printf("%-6zu %10.4g %10.4g %8s %11d\n", r, sim.busy[r], sim.makespan - sim.busy[r],
                 percent(sim.idle_fraction[r]).c_str(), sim.peak_stash[r]);
+  if (replicated) std::printf("(* world rank = replica x %d + rank)\n", s.ranks);
   std::printf("makespan %.6g, bubble %s (mean idle fraction)\n", sim.makespan, percent(sim.bubble).c_str());
 
   if (!o.svg.empty()) {
@@ -155,29 +197,195 @@ int run(const Options& o, const CLI::App& app) {
   return 0;
 }
 
+// ---- --memory and --recommend: a training configuration ----
+
+struct PlanOptions {
+  bool recommend = false, memory = false;
+  int ranks = 0, top = 5;
+  std::string memory_per_rank, profile;
+  planner::Machine machine;
+};
+
+// The options of this mode, as opposed to the configuration's (which go on to the recommended command lines).
+const std::vector<std::string> plan_flags = {"--recommend", "--memory"};
+const std::vector<std::string> plan_options = {"--ranks",   "--memory-per-rank", "--top",      "--profile",
+                                               "--flops-per-second", "--latency", "--bandwidth"};
+
+// The keys a recommendation sets (with their short spellings): the user's own values for them are dropped.
+const std::vector<std::string> layout_options = {
+    "--pipeline.pipeline_size", "--pipeline-size", "--pipeline.data_parallel", "--data-parallel",
+    "--pipeline.schedule",      "--schedule",      "--pipeline.chunks",        "--chunks",
+    "--train.microbatches",     "--microbatches",  "--memory.recompute",       "--recompute",
+    "--pipeline.partition",     "--memory.limit_per_rank", "--memory-limit-per-rank", "--pipeline.schedule_file",
+    "--schedule-file"};
+
+std::vector<std::string> model_arguments(int argc, char** argv) {
+  std::vector<std::string> kept;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i], name = a.substr(0, a.find('='));
+    if (std::find(plan_flags.begin(), plan_flags.end(), a) != plan_flags.end()) continue;
+    if (std::find(plan_options.begin(), plan_options.end(), name) != plan_options.end() ||
+        std::find(layout_options.begin(), layout_options.end(), name) != layout_options.end()) {
+      if (name == a) ++i;  // its value follows
+      continue;
+    }
+    kept.push_back(a.find(' ') == std::string::npos ? a : "'" + a + "'");
+  }
+  return kept;
+}
+
+planner::Machine machine_of(const PlanOptions& o) {
+  planner::Machine m = o.machine;
+  if (!o.profile.empty()) m.profile = planner::read_profile(o.profile);
+  return m;
+}
+
+std::string costs_source(const PlanOptions& o) {
+  return o.profile.empty() ? fmt::format("model FLOPs at {:g} FLOP/s per rank", o.machine.flops_per_second)
+                           : fmt::format("layer times measured in {}", o.profile);
+}
+
+void print_memory_table(const std::vector<memory::RankMemory>& ranks) {
+  std::printf("%-5s", "rank");
+  for (auto c : memory::all_categories) std::printf(" %15s", memory::to_string(c));
+  std::printf(" %15s\n", "total");
+  for (const auto& r : ranks) {
+    std::printf("%-5d", r.world_rank);
+    for (auto c : memory::all_categories) std::printf(" %15.2f", double(r.bytes[int(c)]) / (1024.0 * 1024.0));
+    std::printf(" %15.2f\n", double(r.total()) / (1024.0 * 1024.0));
+  }
+}
+
+int run_memory(const Config& config, const PlanOptions& o) {
+  const auto desc = model::describe(config.model);
+  const auto replicated = schedule::configured_schedule(config);
+  const auto ranks = memory::plan_ranks(config, desc, replicated);
+  const auto costs = planner::stage_costs(config, desc, replicated, machine_of(o));
+  const auto sim = schedule::simulate(replicated, costs);
+  std::printf("layout %s on %d ranks: predicted step %.4g s, bubble %s (%s)\n", planner::layout_name(config).c_str(),
+              int(ranks.size()), sim.makespan, percent(sim.bubble).c_str(), costs_source(o).c_str());
+  std::printf("\nmemory per rank, MiB (slots and backward sets per chunk; message buffers):\n");
+  print_memory_table(ranks);
+  for (const auto& r : ranks) {
+    std::string pools;
+    for (const auto& c : r.chunks) pools += fmt::format(" {}/{}", c.slots, c.backward_sets);
+    std::printf("rank %d: slots/backward sets per chunk%s; %d message buffers\n", r.world_rank, pools.c_str(),
+                r.message_buffers);
+  }
+  return 0;
+}
+
+int run_recommend(const Config& config, const PlanOptions& o, const std::vector<std::string>& model_args) {
+  require(o.ranks >= 1, "--ranks = {}: the number of ranks to lay the model out on (at least 1)", o.ranks);
+  const auto budget = parse_bytes(o.memory_per_rank);
+  require(budget.has_value() && *budget > 0, "--memory-per-rank = '{}': expected a size such as 512MiB, 6GiB, 2e9",
+          o.memory_per_rank);
+  planner::Search search;
+  search.ranks = o.ranks;
+  search.memory_per_rank = *budget;
+  search.top = o.top;
+  search.machine = machine_of(o);
+  const auto r = planner::recommend(config, search);
+  const auto desc = model::describe(config.model);
+  std::printf("model: %lld parameters, %d layers, d_model %d, seq_len %d, batch %d; costs: %s\n",
+              static_cast<long long>(desc.num_params()), config.model.n_layers, config.model.d_model,
+              config.model.seq_len, config.train.batch, costs_source(o).c_str());
+  std::printf("%d layouts on %d ranks, %d fit in %s per rank\n", r.layouts, o.ranks, r.fitting,
+              format_bytes(*budget).c_str());
+  if (r.best.empty()) {
+    std::printf("\nnothing fits: the leanest layout on %d ranks needs %s per rank (%s)\n", o.ranks,
+                format_bytes(r.leanest->memory).c_str(), planner::layout_name(r.leanest->config).c_str());
+    if (r.ranks_needed && r.leanest_there->memory <= *budget)
+      std::printf("with %d ranks it fits: %s per rank (%s)\n  %s\n", *r.ranks_needed,
+                  format_bytes(r.leanest_there->memory).c_str(), planner::layout_name(r.leanest_there->config).c_str(),
+                  planner::command_line(*r.leanest_there, *r.ranks_needed, model_args, o.memory_per_rank).c_str());
+    else if (r.ranks_needed)
+      std::printf("not even on %d ranks, whose leanest layout needs %s per rank (%s): a smaller model, batch or "
+                  "sequence\n",
+                  *r.ranks_needed, format_bytes(r.leanest_there->memory).c_str(),
+                  planner::layout_name(r.leanest_there->config).c_str());
+    else
+      std::printf("and no layout has more stages (the model has %d layers)\n", config.model.n_layers + 2);
+    return 1;
+  }
+  std::printf("\n%3s %12s %8s %14s  %s\n", "#", "step (s)", "bubble", "memory/rank", "layout");
+  int index = 0;
+  for (const auto& c : r.best) {
+    std::printf("%3d %12.4g %8s %14s  %s\n", ++index, c.step_seconds, percent(c.bubble).c_str(),
+                format_bytes(c.memory).c_str(), planner::layout_name(c.config).c_str());
+    std::printf("    %s\n", planner::command_line(c, o.ranks, model_args, o.memory_per_rank).c_str());
+  }
+  return 0;
+}
+
+int plan_main(int argc, char** argv) {
+  PlanOptions o;
+  const auto command = parse_command_line("kpipe-sim", argc, argv, [&](CLI::App& app) {
+    app.add_flag("--recommend", o.recommend, "search the layouts of the model on --ranks ranks that fit --memory-per-rank")
+        ->group("[kpipe-sim]");
+    app.add_flag("--memory", o.memory, "print every rank's predicted memory and step time for this configuration")
+        ->group("[kpipe-sim]");
+    app.add_option("--ranks", o.ranks, "ranks to lay the model out on")->group("[kpipe-sim]");
+    app.add_option("--memory-per-rank", o.memory_per_rank, "memory budget of each rank (512MiB, 6GiB, 2e9)")
+        ->group("[kpipe-sim]");
+    app.add_option("--top", o.top, "layouts to print")->group("[kpipe-sim]")->capture_default_str();
+    app.add_option("--profile", o.profile, "layer times measured by kpipe-train --output.profile FILE")
+        ->group("[kpipe-sim]");
+    app.add_option("--flops-per-second", o.machine.flops_per_second, "compute rate per rank without a profile")
+        ->check(CLI::PositiveNumber)->group("[kpipe-sim]")->capture_default_str();
+    app.add_option("--latency", o.machine.latency, "seconds per message")
+        ->check(CLI::NonNegativeNumber)->group("[kpipe-sim]")->capture_default_str();
+    app.add_option("--bandwidth", o.machine.bytes_per_second, "bytes per second per link")
+        ->check(CLI::PositiveNumber)->group("[kpipe-sim]")->capture_default_str();
+  });
+  if (command.exit_now) return command.exit_code;
+  require(o.recommend != o.memory, "--recommend and --memory: give one of them");
+  return o.recommend ? run_recommend(command.config, o, model_arguments(argc, argv)) : run_memory(command.config, o);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--recommend" || std::string(argv[i]) == "--memory") {
+      try {
+        return plan_main(argc, argv);
+      } catch (const kpipe::InputError& e) {
+        std::fprintf(stderr, "kpipe-sim: error: %s\n", e.what());
+        return kpipe::exit_bad_input;
+      }
+    }
   Options o;
   CLI::App app{"kpipe-sim: generate or read a pipeline schedule, validate it, simulate one step and show its timeline"};
-  app.add_option("--schedule", o.schedule, "naive | gpipe | 1f1b | interleaved | zb-h1")->capture_default_str();
+  app.add_option("--schedule", o.schedule, "naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v")->capture_default_str();
   app.add_option("--stages", o.stages, "pipeline ranks p")->check(at_least_one)->capture_default_str();
   app.add_option("--microbatches", o.microbatches, "micro-batches m per step")->check(at_least_one)->capture_default_str();
-  app.add_option("--chunks", o.chunks, "model chunks v per rank (interleaved)")->check(at_least_one)->capture_default_str();
+  app.add_option("--chunks", o.chunks, "model chunks v per rank (interleaved; zb-v: 2)")->check(at_least_one)->capture_default_str();
   app.add_flag("--split-backward", o.split, "replace every B by I then W");
   app.add_option("--schedule-file", o.schedule_file, "a schedule in text form (docs/schedules.md) instead of --schedule");
   app.add_option("--cost-f", o.costs.f, "time of a forward, per micro-batch and chunk")->check(non_negative)->capture_default_str();
   app.add_option("--cost-b", o.costs.b, "time of a full backward")->check(non_negative)->capture_default_str();
   app.add_option("--cost-i", o.costs.i, "time of an input-gradient backward (I)")->check(non_negative)->capture_default_str();
   app.add_option("--cost-w", o.costs.w, "time of a weight-gradient backward (W)")->check(non_negative)->capture_default_str();
+  app.add_option("--cost-r", o.costs.r, "time of recomputing a micro-batch's dropped activations, paid by every B and I")
+      ->check(non_negative)->capture_default_str();
   app.add_option("--cost-step", o.costs.step, "time of the optimizer step")->check(non_negative)->capture_default_str();
   app.add_option("--latency", o.costs.latency, "time from a send to its arrival")->check(non_negative)->capture_default_str();
   app.add_option("--per-byte", o.costs.per_byte, "transfer time per byte")->check(non_negative)->capture_default_str();
   app.add_option("--activation-bytes", o.costs.activation_bytes, "bytes of one activation message")
       ->check(non_negative)->capture_default_str();
+  app.add_option("--replicas", o.replicas, "data-parallel replicas of the schedule, side by side")
+      ->check(at_least_one)->capture_default_str();
+  app.add_option("--dp-group", o.dp_group, "ordered reduction: consecutive micro-batches per hop of the running sum")
+      ->check(at_least_one)->capture_default_str();
+  app.add_flag("--allreduce", o.allreduce, "replicas reduce by allreduce after their lists (not ordered)");
+  app.add_option("--gradient-bytes", o.costs.gradient_bytes, "bytes of a chunk's weight gradients (the running sum)")
+      ->check(non_negative)->capture_default_str();
   app.add_option("--preset", o.preset, "costs from this model's FLOPs: tiny, small or bench (partitioned over the stages)");
   app.add_option("--vocab", o.vocab, "with --preset: its vocabulary (e.g. a BPE model's 8192)")->check(at_least_one);
   app.add_option("--partition", o.partition, "with --preset: uniform or balanced")->capture_default_str();
+  app.add_option("--recompute", o.recompute, "with --preset: none, attention, mlp or block (its cost from the FLOPs)")
+      ->capture_default_str();
   app.add_option("--sequences", o.sequences, "with --preset: sequences per micro-batch")->check(at_least_one)
       ->capture_default_str();
   app.add_flag("--print-schedule", o.print_schedule, "print the schedule in text form");

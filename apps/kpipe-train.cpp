@@ -5,6 +5,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -18,6 +20,9 @@
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/trace.hpp"
+#include "kpipe/memory/meter.hpp"
+#include "kpipe/runtime/layer_profile.hpp"
+#include "kpipe/runtime/memory_report.hpp"
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
 #include "kpipe/runtime/placement.hpp"
@@ -40,6 +45,7 @@ int train(kpipe::Config config, int rank) {
   const auto corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
   data::fit_vocabulary(config.model, corpus);  // the data's vocabulary (a BPE token file's, say) sizes the model
   runtime::MetricsWriter metrics(rank == 0 ? config.output.metrics : std::string());
+  memory::Meter meter;  // every Kokkos allocation from here on, by category, beside the plan's prediction
   runtime::Trainer<float> trainer(config, corpus, grid);
   // Checkpoints: resume (checkpoint.resume), write every checkpoint.every steps, and on SIGUSR1/SIGTERM
   // (the handlers are installed first thing in main).
@@ -66,7 +72,9 @@ int train(kpipe::Config config, int rank) {
 
   const auto start = std::chrono::steady_clock::now();
   std::int64_t tokens = 0;
-  double busy = 0, pipeline_seconds = 0;  // over the steps after the first (which allocates)
+  double busy = 0, pipeline_seconds = 0, optimizer_seconds = 0;  // over the steps after the first (which allocates)
+  int counted_steps = 0;
+  const bool profiling = !config.output.profile.empty();
   const int first_step = int(trainer.next_step());  // > 0 when resumed
   for (int s = first_step; s < config.train.steps; ++s) {
     if (tracer) tracer->begin_step(s);
@@ -83,7 +91,10 @@ int train(kpipe::Config config, int rank) {
     if (s > first_step || config.train.steps == first_step + 1) {
       busy += stats.busy_seconds;
       pipeline_seconds += stats.pipeline_seconds;
+      optimizer_seconds += stats.optimizer_seconds;
+      ++counted_steps;
     }
+    if (profiling && s == first_step) trainer.profile_layers(true);  // the first step allocates: not timed
     metrics.write_step(stats);
     if (config.train.max_skipped_steps > 0 && skipped_in_a_row >= config.train.max_skipped_steps) {
       if (rank == 0)
@@ -137,7 +148,19 @@ int train(kpipe::Config config, int rank) {
                report.measured_mean, report.simulated_mean, 1e3 * report.cost_f, 1e3 * report.cost_b,
                1e3 * report.cost_i, 1e3 * report.cost_w, ranks);
   }
+  if (profiling) {
+    trainer.profile_layers(false);
+    runtime::write_layer_profile(trainer, config.output.profile, optimizer_seconds / std::max(counted_steps, 1),
+                                 counted_steps);
+    if (rank == 0) fmt::print(stderr, "kpipe-train: layer profile written: {}\n", config.output.profile);
+  }
+  const auto memory = runtime::memory_report(trainer, meter);
+  if (rank == 0)
+    fmt::print(stderr, "memory per rank, MiB predicted/measured (memory.recompute = {}):\n{}\n", config.memory.recompute,
+               runtime::format_memory_report(memory));
   runtime::FinalMetrics final;
+  final.memory_predicted = memory.predicted;
+  final.memory_measured = memory.measured;
   final.measured_bubble = report.measured_mean;
   final.simulated_bubble = report.simulated_mean;
   final.steps = trainer.next_step();

@@ -129,7 +129,12 @@ void expect_same(const Config& a, const Config& b) {
   EXPECT_EQ(a.pipeline.schedule_file, b.pipeline.schedule_file);
   EXPECT_EQ(a.pipeline.partition, b.pipeline.partition);
   EXPECT_EQ(a.pipeline.recv_timeout_s, b.pipeline.recv_timeout_s);
+  EXPECT_EQ(a.pipeline.dp_reduction, b.pipeline.dp_reduction);
+  EXPECT_EQ(a.pipeline.dp_reduction_group, b.pipeline.dp_reduction_group);
+  EXPECT_EQ(a.memory.recompute, b.memory.recompute);
+  EXPECT_EQ(a.memory.limit_per_rank, b.memory.limit_per_rank);
   EXPECT_EQ(a.output.metrics, b.output.metrics);
+  EXPECT_EQ(a.output.profile, b.output.profile);
 }
 
 TEST(Config, TinyPresetIsTheDefaults) { expect_same(preset("tiny"), Config{}); }
@@ -338,12 +343,25 @@ TEST(Config, ValidationNamesKeysAndValues) {
       {[](Config& c) { c.pipeline.chunks = 2; }, {"pipeline.chunks = 2", "interleaved"}},
       {[](Config& c) { c.pipeline.pipeline_size = 5; }, {"pipeline.pipeline_size", "5", "model.n_layers + 2 = 4"}},
       {[](Config& c) { c.pipeline.recv_timeout_s = 0; }, {"pipeline.recv_timeout_s = 0.0"}},
+      {[](Config& c) { c.pipeline.dp_reduction_group = 0; }, {"pipeline.dp_reduction_group = 0"}},
+      {[](Config& c) { c.train.batch = 8, c.train.microbatches = 8, c.pipeline.data_parallel = 2,
+                       c.pipeline.dp_reduction_group = 3; },
+       {"pipeline.dp_reduction_group = 3 does not divide the 4 micro-batches per replica"}},
+      {[](Config& c) { c.memory.recompute = "everything"; }, {"memory.recompute = \"everything\"", "block"}},
+      {[](Config& c) { c.memory.limit_per_rank = "lots"; }, {"memory.limit_per_rank = 'lots'", "6GiB"}},
+      {[](Config& c) { c.memory.limit_per_rank = "-1GiB"; }, {"memory.limit_per_rank = '-1GiB'"}},
   };
   for (const Invalid& invalid : cases) {
     Config c;
     invalid.change(c);
     expect_input_error([&] { validate(c); }, invalid.parts);
   }
+  // zb-v takes its two chunks like interleaved does; sizes with units are limits.
+  Config v;
+  v.pipeline.schedule = "zb-v";
+  v.pipeline.chunks = 2;
+  v.memory.limit_per_rank = "1.5GiB";
+  EXPECT_NO_THROW(validate(v));
   // The command line validates too.
   expect_input_error([] { parse({"--model.d_model", "250", "--model.n_heads", "8"}); }, {"model.d_model = 250"});
 }

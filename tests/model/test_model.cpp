@@ -53,37 +53,71 @@ TEST(Model, WholeTwoBlockModelGradientsMatchFiniteDifferences) {
   }
 }
 
-// One shared set of gradient buffers (plain B) gives the same bits as buffers per slot, with two
-// micro-batches in flight; an I of another slot between an I and its W is refused, not silently wrong.
-TEST(Model, SharedGradientBuffersMatchPerSlotOnesAndRefuseSplitBackwards) {
+// Gradient hash after two micro-batches through a whole-model chunk, with the backwards in the given order:
+// "plain" runs I then W per micro-batch, "split" both I's before both W's (as zero-bubble schedules do).
+std::uint64_t two_microbatch_gradients(nn::Recompute recompute, bool split, int* backward_sets = nullptr) {
   const auto desc = describe(tiny_model());
-  const int layers = int(desc.layers.size());
   ExecSpace space;
-  std::vector<std::uint64_t> hashes;
-  for (const bool per_slot : {true, false}) {
-    Chunk<float> chunk(desc, 0, layers, 2, per_slot);
-    chunk.params().initialize(space, 7);
-    const int a = chunk.acquire(), b = chunk.acquire();
-    fill_tokens(chunk, a, 1);
-    fill_tokens(chunk, b, 2);
-    chunk.forward(space, a);
-    chunk.forward(space, b);
+  Chunk<float> chunk(desc, 0, int(desc.layers.size()), 2, recompute);
+  chunk.params().initialize(space, 7);
+  const int a = chunk.acquire(), b = chunk.acquire();
+  fill_tokens(chunk, a, 1);
+  fill_tokens(chunk, b, 2);
+  chunk.forward(space, a);
+  chunk.forward(space, b);
+  if (split) {
+    chunk.backward_input(space, a, 0.1f);
+    chunk.backward_input(space, b, 0.1f);
+    chunk.backward_weight(space, a);
+    chunk.backward_weight(space, b);
+  } else {
     for (const int slot : {a, b}) {
       chunk.backward_input(space, slot, 0.1f);
       chunk.backward_weight(space, slot);
     }
-    auto grads = Kokkos::create_mirror_view_and_copy(HostSpace(), chunk.params().grads());
-    double norm = 0;
-    for (std::size_t i = 0; i < grads.span(); ++i) norm += std::abs(grads(i));
-    EXPECT_GT(norm, 0.0) << "the comparison below is not between zeros";
-    hashes.push_back(hash_bytes(grads.data(), grads.span() * sizeof(float)));
-    if (!per_slot) {
-      chunk.backward_input(space, a, 0.1f);
-      EXPECT_THROW(chunk.backward_input(space, b, 0.1f), std::logic_error);
-      EXPECT_THROW(chunk.backward_weight(space, b), std::logic_error);
-    }
   }
-  EXPECT_EQ(hashes[0], hashes[1]);
+  if (backward_sets) *backward_sets = chunk.allocated_backward_sets();
+  auto grads = Kokkos::create_mirror_view_and_copy(HostSpace(), chunk.params().grads());
+  double norm = 0;
+  for (std::size_t i = 0; i < grads.span(); ++i) norm += std::abs(grads(i));
+  EXPECT_GT(norm, 0.0) << "the comparison is not between zeros";
+  return hash_bytes(grads.data(), grads.span() * sizeof(float));
+}
+
+// Backward buffers come from a pool: plain backwards need one set, split ones one per micro-batch between
+// its I and its W; the gradients are the same bits either way.
+TEST(Model, BackwardBuffersArePooledBetweenInputAndWeightGradients) {
+  int plain_sets = 0, split_sets = 0;
+  const auto plain = two_microbatch_gradients(nn::Recompute::none, false, &plain_sets);
+  const auto split = two_microbatch_gradients(nn::Recompute::none, true, &split_sets);
+  EXPECT_EQ(plain, split);
+  EXPECT_EQ(plain_sets, 1);
+  EXPECT_EQ(split_sets, 2);
+}
+
+// Recomputation changes what is kept, not a bit of the result, with plain and with split backwards (where
+// the recomputed activations backward_weight reads must survive the other micro-batch's backward_input).
+TEST(Model, RecomputationGivesTheSameGradientsBitForBit) {
+  const auto reference = two_microbatch_gradients(nn::Recompute::none, false);
+  for (auto mode : {nn::Recompute::attention, nn::Recompute::mlp, nn::Recompute::block})
+    for (bool split : {false, true})
+      EXPECT_EQ(two_microbatch_gradients(mode, split), reference) << nn::to_string(mode) << (split ? " split" : "");
+}
+
+// Misuse is refused, not silently wrong: a W without its I, a second I before the W.
+TEST(Model, BackwardWeightNeedsItsBackwardInput) {
+  const auto desc = describe(tiny_model());
+  ExecSpace space;
+  Chunk<float> chunk(desc, 0, int(desc.layers.size()), 2);
+  chunk.params().initialize(space, 7);
+  const int a = chunk.acquire();
+  fill_tokens(chunk, a, 1);
+  chunk.forward(space, a);
+  EXPECT_THROW(chunk.backward_weight(space, a), std::logic_error);
+  chunk.backward_input(space, a, 0.1f);
+  EXPECT_THROW(chunk.backward_input(space, a, 0.1f), std::logic_error);
+  chunk.backward_weight(space, a);
+  EXPECT_THROW(chunk.backward_weight(space, a), std::logic_error);
 }
 
 TEST(Model, LossAtInitializationIsNearUniform) {

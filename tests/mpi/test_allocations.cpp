@@ -24,7 +24,7 @@ void count_allocation(const Kokkos_Profiling_SpaceHandle, const char*, const voi
 
 TEST(HotPath, StepsAfterTheFirstAllocateNothing) {
   const auto corpus = data::synthetic_corpus(9, 40000, 0.1);
-  for (const std::string schedule : {"1f1b", "gpipe", "zb-h1", "interleaved"}) {
+  for (const std::string schedule : {"1f1b", "gpipe", "zb-h1", "interleaved", "zb-v", "zb-h1+block"}) {
     Config c;
     c.model.seq_len = 16;
     c.model.d_model = 32;
@@ -33,8 +33,9 @@ TEST(HotPath, StepsAfterTheFirstAllocateNothing) {
     c.train.microbatches = 4;
     c.train.batch = 4;
     c.train.steps = 6;
-    c.pipeline.schedule = schedule;
-    c.pipeline.chunks = schedule == "interleaved" ? 2 : 1;
+    c.pipeline.schedule = schedule.substr(0, schedule.find('+'));
+    c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
+    if (schedule.find('+') != std::string::npos) c.memory.recompute = schedule.substr(schedule.find('+') + 1);
     int ranks = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     c.pipeline.pipeline_size = ranks;

@@ -104,6 +104,36 @@ TEST(Pipeline, InterleavedMatchesOneRankBitForBit) {
   }
 }
 
+// ZB-V: two chunks per rank in a V, split backwards.
+TEST(Pipeline, ZeroBubbleVMatchesOneRankBitForBit) {
+  const int p = world_size();
+  for (int m : {1, 4, 8}) {
+    Config c = small_config(6, m);
+    const RunResult reference = train(c, MPI_COMM_SELF);
+    c.pipeline.pipeline_size = p;
+    c.pipeline.schedule = "zb-v";
+    c.pipeline.chunks = 2;
+    expect_identical(train(c, MPI_COMM_WORLD), reference, "zb-v p=" + std::to_string(p) + " m=" + std::to_string(m));
+  }
+}
+
+// Recomputation changes what is kept, not a bit of the result: every schedule, every mode, against one rank
+// that keeps everything.
+TEST(Pipeline, RecomputationMatchesOneRankBitForBit) {
+  const int p = world_size();
+  const RunResult reference = train(small_config(6, 4), MPI_COMM_SELF);
+  for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"})
+    for (const std::string mode : {"attention", "mlp", "block"}) {
+      if (mode != "block" && schedule != "zb-h1" && schedule != "1f1b") continue;  // every mode on two, block on all
+      Config c = small_config(6, 4);
+      c.pipeline.pipeline_size = p;
+      c.pipeline.schedule = schedule;
+      c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
+      c.memory.recompute = mode;
+      expect_identical(train(c, MPI_COMM_WORLD), reference, schedule + " recompute=" + mode + " p=" + std::to_string(p));
+    }
+}
+
 TEST(Pipeline, BalancedPartitionMatchesOneRankBitForBit) {
   const int p = world_size();
   Config c = small_config(4, 4);
@@ -131,6 +161,9 @@ TEST(Pipeline, MeasuredPeakStashEqualsTheValidatorsCount) {
   }
 }
 
+// The ordered reduction on every pipeline x replicas layout of the world (1 x 2, 2 x 2, 1 x 4), several
+// schedules and reduction groups: one rank's bits, and each replica keeps its schedule's activation bound
+// (the measured peak stash is the schedule's, e.g. 1F1B's min(p - s, m), not every micro-batch).
 TEST(Pipeline, DataParallelOrderedReductionMatchesOneRankBitForBit) {
   const int n = world_size();
   if (n == 1) {
@@ -138,14 +171,30 @@ TEST(Pipeline, DataParallelOrderedReductionMatchesOneRankBitForBit) {
     EXPECT_THROW(comm::make_grid(MPI_COMM_WORLD, 1, 2), InputError);
     return;
   }
-  for (const std::string schedule : {"1f1b", "zb-h1", "gpipe"}) {
-    Config c = small_config(2, 8);
-    c.pipeline.schedule = schedule;
-    const RunResult reference = train(c, MPI_COMM_SELF);
-    c.pipeline.pipeline_size = n / 2;
-    c.pipeline.data_parallel = 2;
-    expect_identical(train(c, MPI_COMM_WORLD), reference,
-                     schedule + " " + std::to_string(n / 2) + " pipeline x 2 data-parallel");
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (int replicas = 2; replicas <= n; replicas *= 2) {
+    const int p = n / replicas;
+    for (const std::string schedule : {"1f1b", "zb-h1", "gpipe", "interleaved", "zb-v"})
+      for (int group : {1, 2}) {
+        if ((schedule == "interleaved" || schedule == "zb-v") && group == 2) continue;
+        Config c = small_config(6, 4 * replicas);
+        c.train.batch = 8 * replicas;
+        const RunResult reference = train(c, MPI_COMM_SELF);
+        c.pipeline.schedule = schedule;
+        c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
+        c.pipeline.pipeline_size = p;
+        c.pipeline.data_parallel = replicas;
+        c.pipeline.dp_reduction_group = group;
+        const std::string what = schedule + " " + std::to_string(p) + " pipeline x " + std::to_string(replicas) +
+                                 " data-parallel, groups of " + std::to_string(group);
+        const RunResult run = train(c, MPI_COMM_WORLD);
+        expect_identical(run, reference, what);
+        EXPECT_EQ(run.peak_stash, run.predicted_stash.at(rank % p)) << what;
+        if (schedule == "1f1b") {
+          EXPECT_EQ(run.peak_stash, std::min(p - rank % p, 4)) << what;
+        }
+      }
   }
 }
 

@@ -96,6 +96,8 @@ TEST(StreamOrderedTransport, ChunkedSchedulesMatchOneRankBitForBit) {
   expect_like_one_rank(c, p, 1, "interleaved v=2 p=" + std::to_string(p));
   c.pipeline.schedule = "gpipe";
   expect_like_one_rank(c, p, 1, "gpipe v=2 p=" + std::to_string(p));
+  c.pipeline.schedule = "zb-v";
+  expect_like_one_rank(c, p, 1, "zb-v p=" + std::to_string(p));
 }
 
 TEST(StreamOrderedTransport, OrderedReplicaReductionMatchesOneRankBitForBit) {
@@ -104,6 +106,12 @@ TEST(StreamOrderedTransport, OrderedReplicaReductionMatchesOneRankBitForBit) {
   Config c = small_config(2, 4);
   c.pipeline.schedule = "1f1b";
   expect_like_one_rank(c, n / 2, 2, std::to_string(n / 2) + " pipeline x 2 data-parallel, ordered");
+  // The running sums travel between the pipelines' messages (schedule/reduction.hpp), on the stream too.
+  c.pipeline.dp_reduction_group = 2;
+  expect_like_one_rank(c, n / 2, 2, std::to_string(n / 2) + " pipeline x 2 data-parallel, ordered, groups of 2");
+  c.pipeline.dp_reduction_group = 1;
+  c.pipeline.schedule = "zb-h1";
+  expect_like_one_rank(c, n / 2, 2, std::to_string(n / 2) + " pipeline x 2 data-parallel, ordered, zb-h1");
 }
 
 }  // namespace

@@ -10,7 +10,11 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/model/desc.hpp"
+#include "kpipe/nn/block.hpp"
+#include "kpipe/partition/configured.hpp"
 #include "kpipe/partition/partition.hpp"
+#include "kpipe/schedule/configured.hpp"
+#include "kpipe/schedule/validate.hpp"
 
 namespace kpipe::partition {
 namespace {
@@ -213,6 +217,72 @@ TEST(Partition, TheEmbeddingTableKeepsBlocksOffTheFirstStage) {
   SCOPED_TRACE(fmt::format("blocks on the first stage: {}", fmt::join(first_blocks, ", ")));
   for (std::size_t i = 1; i < first_blocks.size(); ++i) EXPECT_LE(first_blocks[i], first_blocks[i - 1]);
   EXPECT_LT(first_blocks.back(), first_blocks.front());
+}
+
+// A run's partition (what the trainer builds, the memory plan predicts and the planner prices) weighs memory
+// with its schedule's peak per rank, the same on every replica of the ordered reduction.
+TEST(Partition, TheConfiguredPartitionWeighsWhatTheScheduleHolds) {
+  Config c;
+  c.model = small_model(8192, 8).config;
+  c.train.batch = 16;
+  c.train.microbatches = 8;
+  c.pipeline.pipeline_size = 4;
+  c.pipeline.partition = "balanced";
+  for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"})
+    for (const int replicas : {1, 2}) {
+      c.pipeline.schedule = schedule;
+      c.pipeline.data_parallel = replicas;
+      const auto run = schedule::configured_schedule(c);
+      const InFlight held = in_flight(run, 2);
+      EXPECT_EQ(held.sequences, 2);
+      EXPECT_EQ(held.per_rank, schedule::peak_stash(run.replicas.front())) << schedule << " x " << replicas;
+      const auto model = model::describe(c.model);
+      EXPECT_EQ(configured_partition(c, model, run), partition_layers(model, 4, 1, "balanced", held)) << schedule;
+    }
+  // GPipe holds every micro-batch on every rank, 1F1B p - r: the memory the partition weighs differs.
+  c.pipeline.data_parallel = 1;
+  c.pipeline.schedule = "gpipe";
+  EXPECT_EQ(in_flight(schedule::configured_schedule(c), 2).per_rank, (std::vector<int>{8, 8, 8, 8}));
+  c.pipeline.schedule = "1f1b";
+  EXPECT_EQ(in_flight(schedule::configured_schedule(c), 2).per_rank, (std::vector<int>{4, 3, 2, 1}));
+}
+
+// Under recomputation a block keeps only its kept fields in flight, and the balanced partition weighs that:
+// the small preset with a BPE vocabulary on 4 ranks (1F1B) then puts two blocks, not one, on the first stage.
+TEST(Partition, TheConfiguredPartitionWeighsWhatRecomputationKeeps) {
+  Config c;
+  c.model = small_model(8192, 4).config;
+  c.train.batch = 16;
+  c.train.microbatches = 8;
+  c.pipeline.pipeline_size = 4;
+  c.pipeline.partition = "balanced";
+  const auto model = model::describe(c.model);
+  const auto run = schedule::configured_schedule(c);
+  const auto kept_all = configured_partition(c, model, run);
+  c.memory.recompute = "block";
+  const auto kept_block = configured_partition(c, model, run);
+  EXPECT_EQ(kept_all, (std::vector<LayerRange>{{0, 1}, {1, 3}, {3, 5}, {5, 6}}));
+  EXPECT_EQ(kept_block, (std::vector<LayerRange>{{0, 2}, {2, 4}, {4, 5}, {5, 6}}));
+  // Both are as fast.
+  const auto costs = layer_costs(model);
+  EXPECT_DOUBLE_EQ(bottleneck(costs, kept_all), bottleneck(costs, kept_block));
+  InFlight held = in_flight(run, 2);
+  const nn::AttentionShape one{1, c.model.seq_len, c.model.n_heads, c.model.d_model / c.model.n_heads};
+  for (const auto& layer : model.layers)
+    held.kept_per_sequence.push_back(
+        layer.kind == model::LayerKind::block
+            ? double(nn::stash_elements(nn::kept_fields(nn::Recompute::block), one, 4 * c.model.d_model))
+            : double(layer.stash_elems));
+  const auto peak = [&](const LayerMemory& memory, const std::vector<LayerRange>& r) {
+    const auto m = stage_memory(memory, r);
+    return *std::max_element(m.begin(), m.end());
+  };
+  // Keeping every activation, the second's first stage is the heaviest: it loses on memory. Keeping what
+  // recomputation keeps, it is no heavier at its peak, and wins on evenness.
+  const auto full = layer_memory(model, 4, 1, in_flight(run, 2)), kept = layer_memory(model, 4, 1, held);
+  EXPECT_LT(peak(full, kept_all), peak(full, kept_block));
+  EXPECT_LE(peak(kept, kept_block), peak(kept, kept_all));
+  EXPECT_THROW(layer_memory(model, 4, 1, InFlight{{4, 3, 2, 1}, 2, {1.0, 2.0}}), std::invalid_argument);
 }
 
 template <class F> std::string error_of(F&& f) {

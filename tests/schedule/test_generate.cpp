@@ -31,6 +31,7 @@ std::vector<Case> all_cases() {
       }
       cases.push_back({"1f1b", p, m, 1});
       cases.push_back({"zb-h1", p, m, 1});
+      cases.push_back({"zb-v", p, m, 2});
     }
   return cases;
 }
@@ -55,7 +56,7 @@ TEST(Generate, EveryScheduleValidatesComputeOnlyLoweredAndSplit) {
     EXPECT_EQ(s.chunks, c.v);
     EXPECT_NO_THROW(validate(s));
     EXPECT_NO_THROW(validate(lower(s)));
-    if (c.name != "zb-h1") {
+    if (c.name != "zb-h1" && c.name != "zb-v") {
       EXPECT_NO_THROW(validate(split_backward(s)));
     }
     EXPECT_EQ(strip_messages(lower(s)), s);
@@ -72,8 +73,9 @@ TEST(Generate, LoweringAddsOneMessagePairPerBoundaryCrossing) {
         sends += is_send(a.op);
         recvs += is_recv(a.op);
       }
-    // Boundaries between virtual stages on different ranks, each crossed by an activation and a gradient.
-    const int crossings = c.p == 1 ? 0 : c.p * c.v - 1;
+    // Boundaries between virtual stages on different ranks, each crossed by an activation and a gradient:
+    // p*v - 1 interleaved; in a V the turn (rank p-1's two chunks) is local, 2(p-1) crossings.
+    const int crossings = c.p == 1 ? 0 : c.name == "zb-v" ? 2 * (c.p - 1) : c.p * c.v - 1;
     EXPECT_EQ(sends, 2 * c.m * crossings);
     EXPECT_EQ(recvs, sends);
   }
@@ -146,6 +148,35 @@ TEST(Generate, PeakStashClosedForms) {
   }
 }
 
+// The V placement: rank r holds virtual stages r (chunk 0) and 2p-1-r (chunk 1); a micro-batch turns around
+// on rank p-1 without a message, and comes back to rank 0 for the loss.
+TEST(Generate, ZeroBubbleVPlacesTheChunksInAV) {
+  for (int p = 1; p <= 6; ++p) {
+    const Schedule s = zero_bubble_v(p, 4);
+    EXPECT_EQ(s.placement, Placement::v);
+    for (int r = 0; r < p; ++r) {
+      EXPECT_EQ(s.virtual_stage(r, 0), r);
+      EXPECT_EQ(s.virtual_stage(r, 1), 2 * p - 1 - r);
+    }
+    for (int k = 0; k < 2 * p; ++k) EXPECT_EQ(s.virtual_stage(s.rank_of(k), s.chunk_of(k)), k);
+    EXPECT_TRUE(s.is_last_stage(0, 1));
+    // Messages: p-1 boundaries down and p-1 up, each an activation and a gradient per micro-batch.
+    int messages = 0;
+    for (const auto& list : lower(s).actions)
+      for (const Action& a : list) messages += is_comm(a.op) ? 1 : 0;
+    EXPECT_EQ(messages, 4 * 2 * (p - 1) * 4) << "p=" << p;  // 2 ends x 2 directions x 2(p-1) boundaries x m
+  }
+}
+
+// At most p micro-batches' worth of activations per rank: 2p chunk activations (each half a stage's).
+TEST(Generate, ZeroBubbleVHoldsOneFOneBsBound) {
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 24; ++m) {
+      const auto peaks = peak_stash(zero_bubble_v(p, m));
+      for (int r = 0; r < p; ++r) EXPECT_LE(peaks[r], std::min(2 * p, 2 * m)) << "p=" << p << " m=" << m << " r=" << r;
+    }
+}
+
 TEST(Generate, RejectsWhatItCannotDo) {
   EXPECT_NE(error_of([] { generate("zigzag", 4, 8, 1); }).find("pipeline.schedule = 'zigzag'"), std::string::npos);
   const std::string interleaved_error = error_of([] { generate("interleaved", 4, 6, 2); });
@@ -156,7 +187,8 @@ TEST(Generate, RejectsWhatItCannotDo) {
   EXPECT_NE(error_of([] { generate("gpipe", 0, 8, 1); }).find("pipeline.pipeline_size = 0"), std::string::npos);
   EXPECT_NE(error_of([] { generate("1f1b", 2, 0, 1); }).find("train.microbatches = 0"), std::string::npos);
   EXPECT_NE(error_of([] { generate("naive", 2, 2, 0); }).find("pipeline.chunks = 0"), std::string::npos);
-  EXPECT_EQ(schedule_names().size(), 5u);
+  EXPECT_NE(error_of([] { generate("zb-v", 4, 8, 1); }).find("pipeline.chunks = 1"), std::string::npos);
+  EXPECT_EQ(schedule_names().size(), 6u);
 }
 
 }  // namespace

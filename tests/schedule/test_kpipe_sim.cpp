@@ -70,6 +70,40 @@ TEST_F(KpipeSim, ReadsPrintsAndDrawsAHandWrittenSchedule) {
   std::remove((dir + "kpipe_sim_test.svg").c_str());
 }
 
+TEST_F(KpipeSim, ZeroBubbleVTakesTwoChunksByDefault) {
+  const Outcome r = run("--schedule zb-v --stages 4 --microbatches 8 --cost-f 0.5 --cost-i 0.5 --cost-w 0.5");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("schedule zb-v: 4 ranks, 8 micro-batches, 2 chunks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("makespan 25.5, bubble 5.9%"), std::string::npos) << r.output;
+}
+
+// --memory: every rank's predicted memory by category for a training configuration (kpipe-train's options).
+TEST_F(KpipeSim, MemoryOfAConfiguration) {
+  const Outcome r = run("--memory --preset bench --pipeline-size 2 --schedule 1f1b --microbatches 8");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("layout p2 x d1 1f1b m=8 recompute=none partition=uniform on 2 ranks"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("activations"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0: slots/backward sets per chunk 2/1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: slots/backward sets per chunk 1/1"), std::string::npos) << r.output;
+}
+
+// --recommend: the fastest layouts that fit, each with its kpipe-train command line; what it takes when none does.
+TEST_F(KpipeSim, RecommendsLayoutsThatFit) {
+  const Outcome r = run("--recommend --ranks 2 --memory-per-rank 100MiB --preset bench --top 3");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("fit in 100 MiB per rank"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  1 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  3 "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("  4 "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("mpiexec -n 2 kpipe-train --preset bench --pipeline-size "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--memory-limit-per-rank 100MiB"), std::string::npos) << r.output;
+  const Outcome none = run("--recommend --ranks 1 --memory-per-rank 50MiB --preset bench");
+  EXPECT_EQ(none.status, 1) << none.output;
+  EXPECT_NE(none.output.find("nothing fits: the leanest layout on 1 ranks needs"), std::string::npos) << none.output;
+  EXPECT_NE(none.output.find(" ranks it fits: "), std::string::npos) << none.output;
+}
+
 double makespan(const std::string& output) {
   const auto at = output.find("makespan ");
   return at == std::string::npos ? -1 : std::stod(output.substr(at + 9));
@@ -92,12 +126,21 @@ TEST_F(KpipeSim, CostsFromAModelFollowItsVocabulary) {
   ASSERT_EQ(uniform.status, 0) << uniform.output;
   EXPECT_GT(makespan(uniform.output), 1.2 * makespan(bpe.output)) << uniform.output << bpe.output;
   EXPECT_GT(makespan(bpe.output), 1.5 * makespan(bytes.output)) << "the head's FLOPs count";
+  // Recomputation is priced by the same cost model: every block's recomputed forward, paid before its backward.
+  const Outcome block = run(base + " --vocab 256 --recompute block");
+  ASSERT_EQ(block.status, 0) << block.output;
+  EXPECT_NE(block.output.find("recompute block"), std::string::npos) << block.output;
+  EXPECT_GT(makespan(block.output), 1.1 * makespan(bytes.output)) << block.output;
+  EXPECT_LT(makespan(block.output), 1.5 * makespan(bytes.output)) << block.output;
 }
 
 TEST_F(KpipeSim, BadInputIsOneLineAndExitCodeTwo) {
   for (const char* arguments : {"--schedule zigzag", "--schedule interleaved --chunks 2 --microbatches 6",
                                 "--stages 0", "--cost-b -2", "--no-such-option", "--schedule-file /nonexistent/x",
-                                "--vocab 8192", "--preset huge", "--preset small --partition greedy"}) {
+                                "--recommend --ranks 2 --memory-per-rank lots", "--recommend --memory-per-rank 1GiB",
+                                "--memory --model.d_model 250", "--recommend --memory --ranks 2 --memory-per-rank 1G",
+                                "--vocab 8192", "--preset huge", "--preset small --partition greedy",
+                                "--recompute block", "--preset small --recompute everything"}) {
     const Outcome r = run(arguments);
     EXPECT_EQ(r.status, 2) << arguments;
     EXPECT_EQ(r.output.rfind("kpipe-sim: error: ", 0), 0u) << r.output;

@@ -80,6 +80,43 @@ TEST(Simulate, ZeroBubbleH1CutsTheBubbleToAThird) {
   }
 }
 
+// ZB-V with f = i = w per chunk (a chunk is half a stage) and m a multiple of p: the only idle time is the
+// (p-1) forwards before the first activation reaches rank p-1, makespan 6m + (p-1); half of ZB-H1's
+// (p-1)(F + I - W) with the same stage costs (F = I = W = 2), at the same memory (p micro-batches'
+// activations on every rank). Other m: within p of the bound max(6m + p - 1, 4p + 1) (4p + 1: one
+// micro-batch's path down the V and back, then its last W).
+TEST(Simulate, ZeroBubbleVIdlesOnlyWhileTheFirstActivationTravels) {
+  Costs chunk;
+  chunk.f = chunk.i = chunk.w = 1;
+  Costs stage;
+  stage.f = stage.i = stage.w = 2;
+  for (int p = 1; p <= 8; ++p)
+    for (int m = 1; m <= 24; ++m) {
+      SCOPED_TRACE(fmt::format("p={} m={}", p, m));
+      const SimResult v = simulate(zero_bubble_v(p, m), chunk);
+      const double bound = std::max(6.0 * m + (p - 1), 4.0 * p + 1);
+      if (m % p == 0) {
+        EXPECT_NEAR(v.makespan, bound, 1e-9);
+        const SimResult h1 = simulate(zero_bubble_h1(p, m), stage);
+        EXPECT_NEAR(h1.makespan - 6.0 * m, 2.0 * (v.makespan - 6.0 * m), 1e-9);
+      } else {
+        EXPECT_GE(v.makespan, bound - 1e-9);
+        EXPECT_LE(v.makespan, bound + p);
+      }
+    }
+}
+
+// Recomputation is paid by every B and I.
+TEST(Simulate, RecomputationCostsEveryBackward) {
+  Costs c = costs(1, 2);
+  c.r = 0.5;
+  const SimResult with = simulate(one_f_one_b(3, 6), c);
+  const SimResult without = simulate(one_f_one_b(3, 6), costs(1, 2.5));
+  EXPECT_DOUBLE_EQ(with.makespan, without.makespan);
+  c.i = c.w = 1;
+  EXPECT_DOUBLE_EQ(simulate(zero_bubble_h1(2, 4), c).busy[0], 4 * (1 + 1.5 + 1));
+}
+
 // GPipe with a message latency L and transfer time: the forward and the backward each cross p - 1 links,
 // makespan (m + p - 1)(f + b) + 2 (p - 1)(L + bytes * per_byte).
 TEST(Simulate, MessagesCostLatencyAndBandwidth) {

@@ -33,6 +33,7 @@ TEST(Text, EveryGeneratedScheduleRoundTrips) {
           schedules.push_back(split_backward(one_f_one_b(p, m)));
         }
         if (v == 1 || m % p == 0) schedules.push_back(interleaved(p, m, v));
+        if (v == 2) schedules.push_back(zero_bubble_v(p, m));  // its placement line comes along
         for (const Schedule& s : schedules) {
           EXPECT_EQ(parse(to_text(s)), s) << to_text(s);
           EXPECT_EQ(parse(to_text(lower(s))), lower(s)) << to_text(lower(s));
@@ -69,14 +70,14 @@ TEST(Text, CommentsBlankLinesAndInference) {
 
 TEST(Text, ErrorsNameLineAndToken) {
   EXPECT_EQ(parse_error("F0 B0 S\n\nF0 X1 S\n"),
-            "schedule line 3 token 2 'X1': unknown action (F, B, I, W, S, sa, ra, sg, rg)");
+            "schedule line 3 token 2 'X1': unknown action (F, B, I, W, S, sa, ra, sg, rg, ss, rs)");
   EXPECT_EQ(parse_error("F0 B S\n"), "schedule line 1 token 2 'B': expected a micro-batch number");
   EXPECT_EQ(parse_error("F0 B0.x S\n"), "schedule line 1 token 2 'B0.x': expected a chunk number after '.'");
   EXPECT_EQ(parse_error("F0 sa0 S\n"), "schedule line 1 token 2 'sa0': expected '>' and the receiving rank");
   EXPECT_EQ(parse_error("ra0>1 F0 S\n"), "schedule line 1 token 1 'ra0>1': expected '<' and the sending rank");
   EXPECT_EQ(parse_error("F0 B0x S\n"), "schedule line 1 token 2 'B0x': unexpected characters at the end");
-  EXPECT_EQ(parse_error("sx0>1\n"), "schedule line 1 token 1 'sx0>1': a message is sa, ra, sg or rg followed by the "
-                                    "micro-batch");
+  EXPECT_EQ(parse_error("sx0>1\n"), "schedule line 1 token 1 'sx0>1': a message is sa, ra, sg, rg (or ss, "
+                                    "rs) followed by the micro-batch");
   EXPECT_EQ(parse_error("F0 F9 B0 B9 S\n", 8), "schedule line 1 token 2 'F9': micro-batch 9 out of range "
                                                "(train.microbatches = 8)");
   EXPECT_EQ(parse_error("F0.2 B0.2 S\n", 0, 2), "schedule line 1 token 1 'F0.2': chunk 2 out of range "
@@ -97,7 +98,7 @@ TEST(Text, ReadsFiles) {
     ADD_FAILURE() << "no error";
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "pipeline.schedule_file = '" + path + "' line 2 token 4 'Q1': unknown action (F, B, "
-                                     "I, W, S, sa, ra, sg, rg)");
+                                     "I, W, S, sa, ra, sg, rg, ss, rs)");
   }
   {
     std::ofstream out(path);

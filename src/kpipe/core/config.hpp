@@ -50,22 +50,33 @@ struct DataConfig {
 struct PipelineConfig {
   int pipeline_size = 1;        // stages (ranks per pipeline)
   int data_parallel = 1;        // pipeline replicas
-  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved
-  int chunks = 1;               // model chunks per rank (interleaved)
+  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v
+  int chunks = 1;               // model chunks per rank (interleaved: any; zb-v: 2)
   std::string schedule_file;    // a hand-written schedule (text form) instead of a generated one
   std::string partition = "uniform";  // uniform | balanced
   double recv_timeout_s = 300;  // a receive waiting longer than this aborts the run with a message
-  // How replicas combine gradients. "ordered": replica r adds its micro-batches' weight gradients onto
-  // replica r-1's sum, in global micro-batch order, so the result is bit for bit one rank's
-  // (docs/architecture.md, property 1), at the price of running the weight-gradient work of replicas one after another.
-  // "allreduce": MPI_Allreduce of each replica's sum; faster, equal to one rank's up to rounding.
+  // How replicas combine gradients. "ordered": the micro-batches go to the replicas in round-robin groups of
+  // dp_reduction_group, and the running sum of the weight gradients travels from replica to replica once per
+  // group, so every micro-batch's gradient is added in global micro-batch order, bit for bit as on one rank
+  // (docs/architecture.md, property 1), with each replica's weight-gradient work where its schedule puts it
+  // (schedule/reduction.hpp). "allreduce": MPI_Allreduce of each replica's sum; faster, equal to one rank's
+  // up to rounding.
   std::string dp_reduction = "ordered";
+  int dp_reduction_group = 1;   // "ordered": consecutive micro-batches per hop of the running sum
   // How stages and replicas exchange data: "nccl" (GPU buffers through NCCL, on the compute stream), "mpi"
   // (MPI; device buffers through pinned host copies unless MPI is CUDA-aware), or "auto": NCCL when kpipe is
   // built with CUDA and NCCL and every rank of a node has a GPU of its own, MPI otherwise (comm/transport.hpp).
   std::string transport = "auto";
   // Host threads of each rank's Kokkos (OpenMP backend); 0 leaves it to Kokkos and OMP_NUM_THREADS.
   int threads_per_rank = 0;
+};
+
+// Memory: activation recomputation and the per-rank limit (memory/plan.hpp, docs/user-guide.md).
+struct MemoryConfig {
+  std::string recompute = "none";       // none | attention | mlp | block (nn/block.hpp)
+  // Most bytes a rank may need (the memory plan's prediction); "auto": the memory available on the node
+  // (on GPUs, on the device) shared by the ranks there; "none": no limit; or a size such as "6GiB".
+  std::string limit_per_rank = "auto";
 };
 
 struct OutputConfig {
@@ -76,6 +87,7 @@ struct OutputConfig {
   std::string trace_layers = "all"; // indices, ranges, or globs on layer paths ("1,3-4,layers/0*")
   int trace_full = 0;               // 1: also the full tensors of micro-batch 0
   std::string timeline;             // HDF5 file of every action each rank ran, every step; empty: none
+  std::string profile;              // layer profile (planner/profile.hpp) for kpipe-sim --recommend; empty: none
 };
 
 // Checkpoints (io/checkpoint.hpp, docs/checkpoint-format.md).
@@ -93,6 +105,7 @@ struct Config {
   OptimizerConfig optim;
   DataConfig data;
   PipelineConfig pipeline;
+  MemoryConfig memory;
   OutputConfig output;
   CheckpointConfig checkpoint;
 };

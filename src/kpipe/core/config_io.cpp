@@ -18,6 +18,7 @@
 #include <sstream>
 #include <variant>
 
+#include "kpipe/core/bytes.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
 
@@ -92,14 +93,18 @@ const std::vector<Key>& keys() {
            "--pipeline-size"),
       entry("pipeline.data_parallel", &C::pipeline, &P::data_parallel, "pipeline replicas", "--data-parallel"),
       entry("pipeline.schedule", &C::pipeline, &P::schedule, "pipeline schedule", "--schedule",
-           {"naive", "gpipe", "1f1b", "interleaved", "zb-h1"}),
-      entry("pipeline.chunks", &C::pipeline, &P::chunks, "model chunks per rank (interleaved)", "--chunks"),
+           {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}),
+      entry("pipeline.chunks", &C::pipeline, &P::chunks, "model chunks per rank (interleaved; zb-v takes 2)",
+            "--chunks"),
       entry("pipeline.schedule_file", &C::pipeline, &P::schedule_file,
            "a hand-written schedule (text form) instead of a generated one", "--schedule-file"),
       entry("pipeline.partition", &C::pipeline, &P::partition, "layers to stages", "", {"uniform", "balanced"}),
       entry("pipeline.dp_reduction", &C::pipeline, &P::dp_reduction,
             "replicas' gradients: ordered (bit-identical to one rank) or allreduce (faster)", "",
             {"ordered", "allreduce"}),
+      entry("pipeline.dp_reduction_group", &C::pipeline, &P::dp_reduction_group,
+            "ordered reduction: consecutive micro-batches per hop of the running gradient sum (divides the "
+            "micro-batches per replica)"),
       entry("pipeline.recv_timeout_s", &C::pipeline, &P::recv_timeout_s,
            "a receive waiting longer than this many seconds aborts the run"),
       entry("pipeline.transport", &C::pipeline, &P::transport,
@@ -108,6 +113,12 @@ const std::vector<Key>& keys() {
       entry("pipeline.threads_per_rank", &C::pipeline, &P::threads_per_rank,
             "host threads per rank (Kokkos OpenMP backend); 0: Kokkos' choice (OMP_NUM_THREADS)",
             "--threads-per-rank"),
+      entry("memory.recompute", &C::memory, &MemoryConfig::recompute,
+            "activations recomputed before backward instead of kept", "--recompute",
+            {"none", "attention", "mlp", "block"}),
+      entry("memory.limit_per_rank", &C::memory, &MemoryConfig::limit_per_rank,
+            "most memory a rank may need: auto (the node's available memory / its ranks), none, or a size (6GiB)",
+            "--memory-limit-per-rank"),
       entry("output.metrics", &C::output, &OutputConfig::metrics, "JSON Lines metrics file (empty: none)",
            "--metrics"),
       entry("output.trace", &C::output, &OutputConfig::trace, "activation trace HDF5 file (empty: none)", "--trace"),
@@ -119,6 +130,8 @@ const std::vector<Key>& keys() {
             "1: also trace the full tensors of micro-batch 0 (see --trace-full)"),
       entry("output.timeline", &C::output, &OutputConfig::timeline,
             "HDF5 file of every action each rank ran, every step (empty: none)", "--timeline"),
+      entry("output.profile", &C::output, &OutputConfig::profile,
+            "file of measured per-layer times for kpipe-sim --recommend --profile (empty: none)"),
       entry("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir,
             "directory of step-<N>/ checkpoints and `latest` (empty: none)", "--checkpoint-dir"),
       entry("checkpoint.every", &C::checkpoint, &CheckpointConfig::every,
@@ -539,14 +552,29 @@ void validate(const Config& config) {
   one_of("pipeline.dp_reduction", pipeline.dp_reduction);
   one_of("pipeline.transport", pipeline.transport);
   at_least("pipeline.threads_per_rank", pipeline.threads_per_rank, 0);
+  at_least("pipeline.dp_reduction_group", pipeline.dp_reduction_group, 1);
+  one_of("memory.recompute", config.memory.recompute);
+  require(config.memory.limit_per_rank == "auto" || config.memory.limit_per_rank == "none" ||
+              parse_bytes(config.memory.limit_per_rank).has_value(),
+          "memory.limit_per_rank = '{}': expected auto, none or a size such as 6GiB, 512MiB, 2e9",
+          config.memory.limit_per_rank);
   positive("pipeline.recv_timeout_s", pipeline.recv_timeout_s);
-  require(pipeline.chunks == 1 || pipeline.schedule == "interleaved" || !pipeline.schedule_file.empty(),
-          "pipeline.chunks = {} needs pipeline.schedule = \"interleaved\" (got \"{}\")", pipeline.chunks,
-          pipeline.schedule);
+  require(pipeline.chunks == 1 || pipeline.schedule == "interleaved" || pipeline.schedule == "zb-v" ||
+              !pipeline.schedule_file.empty(),
+          "pipeline.chunks = {} needs pipeline.schedule = \"interleaved\" or \"zb-v\" (got \"{}\")",
+          pipeline.chunks, pipeline.schedule);
   // The mini-batch's micro-batches are shared out among the replicas, the same number to each.
   require(train.microbatches % pipeline.data_parallel == 0,
           "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", train.microbatches,
           pipeline.data_parallel);
+  // The ordered reduction hands each replica whole groups of micro-batches.
+  if (pipeline.dp_reduction == "ordered" && pipeline.data_parallel > 1) {
+    const int per_replica = train.microbatches / pipeline.data_parallel;
+    require(per_replica % pipeline.dp_reduction_group == 0,
+            "pipeline.dp_reduction_group = {} does not divide the {} micro-batches per replica (train.microbatches = "
+            "{} / pipeline.data_parallel = {})",
+            pipeline.dp_reduction_group, per_replica, train.microbatches, pipeline.data_parallel);
+  }
   // The model's layers are the embedding, the blocks and the head; every model chunk needs one at least.
   const std::int64_t model_chunks = static_cast<std::int64_t>(pipeline.pipeline_size) * pipeline.chunks;
   require(model_chunks <= model.n_layers + 2,

@@ -18,8 +18,9 @@ namespace {
 
 constexpr const char* format_name = "kpipe-timeline";
 constexpr std::int64_t format_version = 1;
-constexpr const char* op_names = "F,B,I,W,S,send_activation,recv_activation,send_gradient,recv_gradient";
-constexpr int last_op = int(schedule::Op::recv_gradient);
+constexpr const char* op_names =
+    "F,B,I,W,S,send_activation,recv_activation,send_gradient,recv_gradient,send_sum,recv_sum";
+constexpr int last_op = int(schedule::Op::recv_sum);
 constexpr int packed_row = 9;  // step, rank, op, microbatch, chunk, peer, start, end, bytes
 
 const char* category(schedule::Op op) {
@@ -198,7 +199,7 @@ std::string chrome_trace(const TimelineFile& timeline) {
   }
   for (const auto& r : timeline.rows) {
     nlohmann::json args = {{"step", r.step}, {"microbatch", r.action.microbatch}, {"chunk", r.action.chunk}};
-    if (schedule::is_comm(r.action.op)) {
+    if (schedule::is_comm(r.action.op) || schedule::is_reduction(r.action.op)) {
       args["peer"] = r.action.peer;
       args["bytes"] = r.bytes;
     }

@@ -306,8 +306,7 @@ ActivationTracer<T>::ActivationTracer(runtime::Trainer<T>& trainer, const comm::
     : trainer_(&trainer),
       grid_(grid),
       options_(options),
-      selection_(options.layers),
-      local_microbatches_(config.train.microbatches / grid.data_parallel) {
+      selection_(options.layers) {
   require(options.every >= 1, "output.trace_every = {}: expected an integer >= 1", options.every);
   if (grid.world_rank == 0) {
     TraceInfo info;
@@ -335,7 +334,7 @@ template <class T> void ActivationTracer<T>::observe(const schedule::Action& act
   if (!active_ || action.op == Op::backward_weight) return;
   const TraceKind kind = action.op == Op::forward ? TraceKind::output : TraceKind::gradient;
   auto& chunk = trainer_->chunk(action.chunk);
-  const int microbatch = grid_.replica * local_microbatches_ + action.microbatch;
+  const int microbatch = trainer_->global_microbatch(action.microbatch);
   for (int layer = 0; layer < int(trainer_->desc().layers.size()); ++layer) {
     if (!chunk.has_layer(layer) || !selection_.contains(layer)) continue;
     const View2<const T> x =

@@ -132,7 +132,6 @@ template <class T> class ActivationTracer {
   comm::ProcessGrid grid_;
   TraceOptions options_;
   LayerSelection selection_;
-  int local_microbatches_;
   std::int64_t step_ = 0;
   bool active_ = false;
   std::vector<TraceRow> rows_;

@@ -2,24 +2,33 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <stdexcept>
+
+#include "kpipe/memory/category.hpp"
 
 namespace kpipe::model {
 
+// From the forward until the micro-batch is done here.
 template <class T> struct Chunk<T>::Slot {
   View1<Token> tokens, targets;
   View2<T> input, input_grad, embed_out, output_grad;
-  std::vector<nn::BlockStash<T>> block_stash;
-  std::vector<nn::BlockGrads<T>> block_grads;
+  std::vector<nn::BlockStash<T>> block_stash;  // the kept fields only
   std::optional<nn::HeadStash<T>> head_stash;
+};
+
+// From backward_input until backward_weight.
+template <class T> struct Chunk<T>::Backward {
+  std::vector<nn::BlockGrads<T>> block_grads;
+  std::vector<nn::BlockStash<T>> block_recomputed;  // the dropped fields backward_weight reads
   std::optional<nn::HeadGrads<T>> head_grads;
   std::vector<View2<T>> dact;  // dact[i]: gradient w.r.t. the output of chunk layer i (i < layers - 1)
 };
 
 template <class T>
-Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences, bool gradients_per_slot)
+Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn::Recompute recompute)
     : desc_(&desc), first_(first), last_(last), rows_(std::int64_t(sequences) * desc.config.seq_len),
-      params_(desc, first, last), gradients_per_slot_(gradients_per_slot) {
+      params_(desc, first, last), recompute_(recompute) {
   const auto& c = desc.config;
   if (first < 0 || last > int(desc.layers.size()) || first >= last)
     throw std::invalid_argument(fmt::format("chunk [{}, {}) outside the model's {} layers", first, last,
@@ -53,16 +62,18 @@ Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences, bool 
         break;
     }
   }
-  if (!blocks_.empty()) work_ = nn::allocate_work(blocks_.front());
-  if (!gradients_per_slot_) {
-    shared_grads_ = std::make_unique<Slot>();
-    allocate_grads(*shared_grads_);
+  if (!blocks_.empty()) {
+    memory::Scope scope(memory::Category::workspaces);
+    work_ = nn::allocate_work(blocks_.front());
+    const unsigned dropped = nn::stash_field::all & ~nn::kept_fields(recompute_);
+    if (dropped != 0) scratch_ = nn::allocate_stash(blocks_.front(), dropped);
   }
 }
 
 template <class T> Chunk<T>::~Chunk() = default;
 
 template <class T> std::unique_ptr<typename Chunk<T>::Slot> Chunk<T>::make_slot() const {
+  memory::Scope scope(memory::Category::activations);
   auto s = std::make_unique<Slot>();
   const int c = channels();
   if (first())
@@ -72,24 +83,31 @@ template <class T> std::unique_ptr<typename Chunk<T>::Slot> Chunk<T>::make_slot(
     s->input_grad = View2<T>(uninitialized("kpipe::model::Chunk::input_grad"), rows_, c);
   }
   if (first()) s->embed_out = View2<T>(uninitialized("kpipe::model::Chunk::embed_out"), rows_, c);
-  for (const auto& b : blocks_) s->block_stash.push_back(nn::allocate_stash(b));
+  const unsigned kept = nn::kept_fields(recompute_);
+  for (const auto& b : blocks_) s->block_stash.push_back(nn::allocate_stash(b, kept));
   if (last()) {
     s->targets = View1<Token>(uninitialized("kpipe::model::Chunk::targets"), rows_);
     s->head_stash = nn::allocate_stash(*head_, rows_);
   } else {
     s->output_grad = View2<T>(uninitialized("kpipe::model::Chunk::output_grad"), rows_, c);
   }
-  if (gradients_per_slot_) allocate_grads(*s);
   return s;
 }
 
-// The buffers backward_input fills and backward_weight reads: each block's, the head's, and the
-// gradients between the chunk's layers.
-template <class T> void Chunk<T>::allocate_grads(Slot& s) const {
-  for (const auto& b : blocks_) s.block_grads.push_back(nn::allocate_grads(b));
-  if (last()) s.head_grads = nn::allocate_grads(*head_, rows_);
+// The buffers backward_input fills and backward_weight reads: each block's inner gradients and recomputed
+// activations, the head's, and the gradients between the chunk's layers.
+template <class T> std::unique_ptr<typename Chunk<T>::Backward> Chunk<T>::make_backward() const {
+  memory::Scope scope(memory::Category::backward);
+  auto g = std::make_unique<Backward>();
+  const unsigned recomputed = nn::weight_fields(recompute_);
+  for (const auto& b : blocks_) {
+    g->block_grads.push_back(nn::allocate_grads(b));
+    g->block_recomputed.push_back(recomputed != 0 ? nn::allocate_stash(b, recomputed) : nn::BlockStash<T>{});
+  }
+  if (last()) g->head_grads = nn::allocate_grads(*head_, rows_);
   for (int i = 0; i + 1 < layers(); ++i)
-    s.dact.push_back(View2<T>(uninitialized("kpipe::model::Chunk::dact"), rows_, channels()));
+    g->dact.push_back(View2<T>(uninitialized("kpipe::model::Chunk::dact"), rows_, channels()));
+  return g;
 }
 
 template <class T> int Chunk<T>::acquire() {
@@ -98,6 +116,7 @@ template <class T> int Chunk<T>::acquire() {
   if (slot == int(busy_.size())) {
     slots_.push_back(make_slot());
     busy_.push_back(false);
+    backward_of_slot_.push_back(-1);
   }
   busy_[slot] = true;
   return slot;
@@ -151,48 +170,88 @@ template <class T> View2<T> Chunk<T>::act_in(const Slot& s, int i) const {
 }
 
 // Gradient w.r.t. chunk layer i's output.
-template <class T> View2<T> Chunk<T>::grad_out(const Slot& s, const Slot& g, int i) const {
+template <class T> View2<T> Chunk<T>::grad_out(const Slot& s, const Backward& g, int i) const {
   return i + 1 < layers() ? g.dact[i] : s.output_grad;
 }
 
 // Gradient w.r.t. chunk layer i's input.
-template <class T> View2<T> Chunk<T>::grad_in(const Slot& s, const Slot& g, int i) const {
+template <class T> View2<T> Chunk<T>::grad_in(const Slot& s, const Backward& g, int i) const {
   return i == 0 ? s.input_grad : g.dact[i - 1];
+}
+
+template <class T> nn::BlockStash<T> Chunk<T>::stash_of(const Slot& s, const Backward* g, int b) const {
+  if (recompute_ == nn::Recompute::none) return s.block_stash[b];
+  const nn::BlockStash<T> dropped = g ? nn::overlay(g->block_recomputed[b], scratch_) : scratch_;
+  return nn::overlay(s.block_stash[b], dropped);
+}
+
+template <class T> const typename Chunk<T>::Backward& Chunk<T>::backward_of(int slot, const char* what) const {
+  const int set = backward_of_slot_.at(slot);
+  if (set < 0 || backward_holder_[set] != slot)
+    throw std::logic_error(fmt::format("Chunk::{} of slot {}: no backward_input of that slot holds backward buffers",
+                                       what, slot));
+  return *backward_sets_[set];
+}
+
+template <class T>
+template <class F>
+void Chunk<T>::timed(const ExecSpace& space, int chunk_layer, int kind, const F& f) const {
+  if (!layer_times_) return f();
+  space.fence();
+  const auto start = std::chrono::steady_clock::now();
+  f();
+  space.fence();
+  auto& entry = (*layer_times_)[chunk_layer];
+  entry.seconds[kind] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++entry.calls[kind];
 }
 
 template <class T> void Chunk<T>::forward(const ExecSpace& space, int slot) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::forward");
   const Slot& s = *slots_.at(slot);
   const int offset = first() ? 1 : 0;
-  if (first()) nn::forward(space, *embedding_, s.tokens, desc_->config.seq_len, s.embed_out);
+  if (first()) timed(space, 0, 0, [&] { nn::forward(space, *embedding_, s.tokens, desc_->config.seq_len, s.embed_out); });
   for (std::size_t b = 0; b < blocks_.size(); ++b)
-    nn::forward(space, blocks_[b], act_in(s, int(b) + offset), s.block_stash[b], *work_);
-  if (last()) nn::forward(space, *head_, act_in(s, layers() - 1), s.targets, *s.head_stash);
+    timed(space, int(b) + offset, 0, [&] {
+      nn::forward(space, blocks_[b], act_in(s, int(b) + offset), stash_of(s, nullptr, int(b)), *work_);
+    });
+  if (last())
+    timed(space, layers() - 1, 0, [&] { nn::forward(space, *head_, act_in(s, layers() - 1), s.targets, *s.head_stash); });
   Kokkos::Profiling::popRegion();
 }
 
 template <class T> void Chunk<T>::backward_input(const ExecSpace& space, int slot, T loss_scale) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::backward_input");
   const Slot& s = *slots_.at(slot);
-  if (!gradients_per_slot_) {
-    // One shared set of gradient buffers: another micro-batch's I in between would overwrite what W reads.
-    if (awaiting_weights_ >= 0)
-      throw std::logic_error(fmt::format("Chunk::backward_input of slot {} before backward_weight of slot {}: "
-                                         "split backwards need gradients_per_slot",
-                                         slot, awaiting_weights_));
-    awaiting_weights_ = slot;
+  if (const int held = backward_of_slot_.at(slot); held >= 0 && backward_holder_[held] == slot)
+    throw std::logic_error(fmt::format("Chunk::backward_input of slot {} twice before its backward_weight", slot));
+  // The lowest free set of backward buffers, a new one when all are held (split backwards hold several).
+  int set = 0;
+  while (set < int(backward_sets_.size()) && backward_holder_[set] >= 0) ++set;
+  if (set == int(backward_sets_.size())) {
+    backward_sets_.push_back(make_backward());
+    backward_holder_.push_back(-1);
   }
-  const Slot& g = grads_of(s);
+  backward_holder_[set] = slot;
+  backward_of_slot_[slot] = set;
+  const Backward& g = *backward_sets_[set];
   const int offset = first() ? 1 : 0;
   if (last()) {
     const int i = layers() - 1;
-    nn::backward_input(space, *head_, act_in(s, i), s.targets, loss_scale, *s.head_stash, *g.head_grads,
-                       grad_in(s, g, i));
+    timed(space, i, 1, [&] {
+      nn::backward_input(space, *head_, act_in(s, i), s.targets, loss_scale, *s.head_stash, *g.head_grads,
+                         grad_in(s, g, i));
+    });
   }
   for (int b = int(blocks_.size()) - 1; b >= 0; --b) {
     const int i = b + offset;
-    nn::backward_input(space, blocks_[b], act_in(s, i), s.block_stash[b], g.block_grads[b], *work_,
-                       grad_out(s, g, i), grad_in(s, g, i));
+    const nn::BlockStash<T> stash = stash_of(s, &g, b);
+    if (recompute_ != nn::Recompute::none)
+      timed(space, i, 3, [&] { nn::recompute(space, blocks_[b], recompute_, act_in(s, i), stash, *work_); });
+    timed(space, i, 1, [&] {
+      nn::backward_input(space, blocks_[b], act_in(s, i), stash, g.block_grads[b], *work_, grad_out(s, g, i),
+                         grad_in(s, g, i));
+    });
   }
   Kokkos::Profiling::popRegion();
 }
@@ -200,20 +259,21 @@ template <class T> void Chunk<T>::backward_input(const ExecSpace& space, int slo
 template <class T> void Chunk<T>::backward_weight(const ExecSpace& space, int slot) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::backward_weight");
   const Slot& s = *slots_.at(slot);
-  if (!gradients_per_slot_) {
-    if (awaiting_weights_ != slot)
-      throw std::logic_error(fmt::format("Chunk::backward_weight of slot {}: the shared gradients hold slot {}'s",
-                                         slot, awaiting_weights_));
-    awaiting_weights_ = -1;
-  }
-  const Slot& g = grads_of(s);
+  const Backward& g = backward_of(slot, "backward_weight");
   const int offset = first() ? 1 : 0;
-  if (last()) nn::backward_weight(space, *head_, act_in(s, layers() - 1), *s.head_stash, *g.head_grads);
+  if (last())
+    timed(space, layers() - 1, 2,
+          [&] { nn::backward_weight(space, *head_, act_in(s, layers() - 1), *s.head_stash, *g.head_grads); });
   for (int b = int(blocks_.size()) - 1; b >= 0; --b) {
     const int i = b + offset;
-    nn::backward_weight(space, blocks_[b], act_in(s, i), s.block_stash[b], g.block_grads[b], grad_out(s, g, i));
+    timed(space, i, 2, [&] {
+      nn::backward_weight(space, blocks_[b], act_in(s, i), stash_of(s, &g, b), g.block_grads[b], grad_out(s, g, i));
+    });
   }
-  if (first()) nn::backward_weight(space, *embedding_, s.tokens, desc_->config.seq_len, grad_out(s, g, 0));
+  if (first())
+    timed(space, 0, 2,
+          [&] { nn::backward_weight(space, *embedding_, s.tokens, desc_->config.seq_len, grad_out(s, g, 0)); });
+  backward_holder_[backward_of_slot_[slot]] = -1;  // free; its contents stay readable until it is taken again
   Kokkos::Profiling::popRegion();
 }
 
@@ -239,7 +299,10 @@ template <class T> View2<const T> Chunk<T>::layer_output_grad(int slot, int laye
   const int i = layer - first_;
   if (i < 0 || i >= layers()) throw std::out_of_range(fmt::format("layer {} is not in this chunk", layer));
   if (last() && i == layers() - 1) return s.head_stash->logits;
-  return grad_out(s, grads_of(s), i);
+  const int set = backward_of_slot_.at(slot);
+  if (set < 0 || (backward_holder_[set] >= 0 && backward_holder_[set] != slot))
+    throw std::logic_error(fmt::format("Chunk::layer_output_grad of slot {}: its backward buffers were taken", slot));
+  return grad_out(s, *backward_sets_[set], i);
 }
 
 template class Chunk<float>;

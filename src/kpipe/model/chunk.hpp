@@ -3,6 +3,16 @@
 // stage. It owns their parameters (one ParameterStore) and the stashes of the micro-batches in flight,
 // and runs them layer by layer: forward, backward_input, backward_weight. The whole model on one rank
 // is the chunk [0, n_layers + 2).
+//
+// A micro-batch's memory has two lifetimes, each with its pool:
+//  - its activation slot, from its forward until its backward is done: the chunk's input, what each layer
+//    keeps for backward (under activation recomputation only each block's output), the message buffers;
+//  - its backward buffers, from backward_input until backward_weight: the layers' inner gradients and,
+//    under recomputation, the recomputed activations that backward_weight reads.
+// With plain backwards (each backward_input followed by its backward_weight) one set of backward buffers
+// serves every micro-batch; split backwards (zero-bubble schedules) hold one per micro-batch between its I
+// and its W. What recomputation drops and only backward_input reads lives in one scratch per chunk.
+#include <array>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -19,11 +29,9 @@ namespace kpipe::model {
 template <class T> class Chunk {
  public:
   // Layers [first, last) of desc for micro-batches of `sequences` sequences; desc must outlive the chunk.
-  // gradients_per_slot: every slot keeps its layers' gradient buffers from backward_input to
-  // backward_weight, which split backwards (I now, W later) need. Without it one set serves all slots,
-  // enough when each backward_input is followed by its backward_weight before the next (plain B), and a
-  // slot holds only what backward reads: about a third less memory per micro-batch in flight.
-  Chunk(const ModelDesc& desc, int first, int last, int sequences, bool gradients_per_slot = true);
+  // recompute: which block activations are dropped after the forward and computed again at the start of
+  // backward_input (nn/block.hpp); the results are the same bits either way.
+  Chunk(const ModelDesc& desc, int first, int last, int sequences, nn::Recompute recompute = nn::Recompute::none);
   ~Chunk();
 
   ParameterStore<T>& params() { return params_; }
@@ -38,6 +46,9 @@ template <class T> class Chunk {
   int acquire();
   void release(int slot);
   int allocated_slots() const { return int(slots_.size()); }  // the pool's size: what this chunk's activations hold
+  // Backward buffers are taken by backward_input and given back by backward_weight of the same slot.
+  int allocated_backward_sets() const { return int(backward_sets_.size()); }
+  nn::Recompute recompute() const { return recompute_; }
 
   // Where a slot's inputs go and outputs come from.
   const View1<Token>& tokens(int slot) const;    // first chunk: [N] input tokens
@@ -56,31 +67,46 @@ template <class T> class Chunk {
 
   void forward(const ExecSpace& space, int slot);
   // loss_scale = dL/d(per-token loss), e.g. 1 / tokens per mini-batch; used by the last chunk only.
+  // Recomputes what the forward dropped, block by block just before each block's backward.
   void backward_input(const ExecSpace& space, int slot, T loss_scale);
+  // After the slot's backward_input (std::logic_error otherwise); gives its backward buffers back.
   void backward_weight(const ExecSpace& space, int slot);
   // Last chunk: the sum of the slot's per-token losses (after forward).
   double loss_sum(const ExecSpace& space, int slot) const;
   // The same, left in `into` (device memory) without waiting for it.
   void loss_sum(const ExecSpace& space, int slot, const Kokkos::View<double, MemSpace>& into) const;
 
+  // Profiling (kpipe-train --output.profile): while set, every layer's forward, backward_input, backward_weight
+  // and recomputation runs fenced and timed, its seconds and calls added to (*times)[layer - first].
+  struct LayerTimes {
+    std::array<double, 4> seconds{};  // forward, backward_input (without recomputation), backward_weight, recompute
+    std::array<long, 4> calls{};
+  };
+  void set_layer_times(std::vector<LayerTimes>* times) { layer_times_ = times; }
+
   // For observers (activation traces), global layer index `layer` of this chunk: its output [N, C] (the
   // head's: the logits [N, V], valid after forward until backward_input), and the gradient w.r.t. that
-  // output (valid after backward_input; for the head, dL/dlogits in the same buffer).
+  // output (valid after backward_input until another slot's backward_input takes the buffers; for the head,
+  // dL/dlogits in the same buffer).
   View2<const T> layer_output(int slot, int layer) const;
   View2<const T> layer_output_grad(int slot, int layer) const;
   bool has_layer(int layer) const { return layer >= first_ && layer < last_; }
 
  private:
   struct Slot;
+  struct Backward;
   int layers() const { return last_ - first_; }
   View2<T> act_in(const Slot& s, int i) const;
   View2<T>& output_of(Slot& s) const;
-  // s: the micro-batch's slot; g: where its gradient buffers are (s itself, or the shared set)
-  View2<T> grad_out(const Slot& s, const Slot& g, int i) const;
-  View2<T> grad_in(const Slot& s, const Slot& g, int i) const;
-  void allocate_grads(Slot& s) const;
-  const Slot& grads_of(const Slot& s) const { return gradients_per_slot_ ? s : *shared_grads_; }
+  // s: the micro-batch's slot; g: its backward buffers
+  View2<T> grad_out(const Slot& s, const Backward& g, int i) const;
+  View2<T> grad_in(const Slot& s, const Backward& g, int i) const;
+  // Block b's stash as forward, backward_input and backward_weight see it: the slot's kept fields, then the
+  // backward buffers' recomputed ones (when g is given), then the scratch.
+  nn::BlockStash<T> stash_of(const Slot& s, const Backward* g, int b) const;
   std::unique_ptr<Slot> make_slot() const;
+  std::unique_ptr<Backward> make_backward() const;
+  const Backward& backward_of(int slot, const char* what) const;
 
   const ModelDesc* desc_;
   int first_, last_;
@@ -89,12 +115,16 @@ template <class T> class Chunk {
   std::optional<nn::Embedding<T>> embedding_;
   std::vector<nn::Block<T>> blocks_;
   std::optional<nn::Head<T>> head_;
+  nn::Recompute recompute_;
   std::optional<nn::BlockWork<T>> work_;
+  nn::BlockStash<T> scratch_;  // one block's dropped fields: forward writes them here, recompute too
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<bool> busy_;
-  bool gradients_per_slot_;
-  std::unique_ptr<Slot> shared_grads_;  // without gradients_per_slot: the one set of gradient buffers
-  int awaiting_weights_ = -1;           // with the shared set: the slot whose backward_weight comes next
+  std::vector<std::unique_ptr<Backward>> backward_sets_;
+  std::vector<int> backward_holder_;  // per set: the slot whose backward_input took it, -1 when free
+  std::vector<int> backward_of_slot_; // per slot: its set since its backward_input (kept after release for observers)
+  std::vector<LayerTimes>* layer_times_ = nullptr;
+  template <class F> void timed(const ExecSpace& space, int chunk_layer, int kind, const F& f) const;
 };
 
 }  // namespace kpipe::model

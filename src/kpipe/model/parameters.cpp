@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kpipe/core/rng.hpp"
+#include "kpipe/memory/category.hpp"
 
 namespace kpipe::model {
 
@@ -18,12 +19,21 @@ ParameterStore<T>::ParameterStore(const ModelDesc& desc, int first, int last) : 
       slots_.push_back({l, &spec, total});
       total += spec.numel();
     }
-  values_ = View1<T>(uninitialized("kpipe::model::ParameterStore::values"), total);
-  grads_ = View1<T>("kpipe::model::ParameterStore::grads", total);
-  moment1_ = View1<T>("kpipe::model::ParameterStore::moment1", total);
-  moment2_ = View1<T>("kpipe::model::ParameterStore::moment2", total);
-
-  View1<std::uint8_t> mask(uninitialized("kpipe::model::ParameterStore::decay_mask"), total);
+  {
+    memory::Scope scope(memory::Category::parameters);
+    values_ = View1<T>(uninitialized("kpipe::model::ParameterStore::values"), total);
+  }
+  {
+    memory::Scope scope(memory::Category::gradients);
+    grads_ = View1<T>("kpipe::model::ParameterStore::grads", total);
+  }
+  View1<std::uint8_t> mask;
+  {
+    memory::Scope scope(memory::Category::optimizer);
+    moment1_ = View1<T>("kpipe::model::ParameterStore::moment1", total);
+    moment2_ = View1<T>("kpipe::model::ParameterStore::moment2", total);
+    mask = View1<std::uint8_t>(uninitialized("kpipe::model::ParameterStore::decay_mask"), total);
+  }
   for (const auto& s : slots_)
     Kokkos::deep_copy(Kokkos::subview(mask, Kokkos::make_pair(s.offset, s.offset + s.spec->numel())),
                       std::uint8_t(s.spec->decay ? 1 : 0));

@@ -331,11 +331,13 @@ void backward_rows(const ExecSpace& space, const AttentionShape& shape, const Vi
 
 }  // namespace attention_detail
 
-template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape) {
+template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape, bool qkv, bool probs) {
   attention_detail::require_positive(shape);
   const int b = shape.batch, h = shape.heads, t = shape.seq, d = shape.head_dim;
-  return {View2<T>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(h) * d),
-          View4<T>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t)};
+  AttentionStash<T> stash;
+  if (qkv) stash.qkv = View2<T>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(h) * d);
+  if (probs) stash.probs = View4<T>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t);
+  return stash;
 }
 
 template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape) {
@@ -411,7 +413,7 @@ double attention_forward_flops(const AttentionShape& shape) {
                   blas::gemm_flops(shape.seq, shape.head_dim, shape.seq));
 }
 
-template AttentionStash<float> allocate_stash<float>(const AttentionShape&);
+template AttentionStash<float> allocate_stash<float>(const AttentionShape&, bool, bool);
 template AttentionWork<float> allocate_work<float>(const AttentionShape&);
 template void attention_forward<float, KernelPath::host>(const ExecSpace&, const AttentionShape&, In2<float>,
                                                      const AttentionStash<float>&, const AttentionWork<float>&,
@@ -425,7 +427,7 @@ template void attention_forward<float, KernelPath::device>(const ExecSpace&, con
 template void attention_backward_input<float, KernelPath::device>(const ExecSpace&, const AttentionShape&,
                                                             const AttentionStash<float>&, const AttentionWork<float>&,
                                                             In2<float>, const View2<float>&);
-template AttentionStash<double> allocate_stash<double>(const AttentionShape&);
+template AttentionStash<double> allocate_stash<double>(const AttentionShape&, bool, bool);
 template AttentionWork<double> allocate_work<double>(const AttentionShape&);
 template void attention_forward<double, KernelPath::host>(const ExecSpace&, const AttentionShape&, In2<double>,
                                                      const AttentionStash<double>&, const AttentionWork<double>&,

@@ -24,7 +24,8 @@ template <class T> struct AttentionWork {
   View4<T> dprobs;  // [B, H, T, T]
 };
 
-template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape);
+// Both parts, or the ones asked for (the others stay empty: a block that recomputes them keeps them elsewhere).
+template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape, bool qkv = true, bool probs = true);
 template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape);
 
 // qkv[B*T, 3C] (q | k | v, head h in columns h*hd..h*hd+hd-1 of each) -> out[B*T, C]. qkv is kept in

@@ -1,6 +1,7 @@
 #include "kpipe/nn/block.hpp"
 
 #include "kpipe/core/elementwise.hpp"
+#include "kpipe/core/error.hpp"
 #include "kpipe/nn/gelu.hpp"
 
 namespace kpipe::nn {
@@ -10,17 +11,113 @@ template <class T> View2<T> matrix(const char* label, std::int64_t rows, std::in
   return View2<T>(uninitialized(label), rows, cols);
 }
 template <class T> View1<T> vector(const char* label, std::int64_t n) { return View1<T>(uninitialized(label), n); }
+
+template <class V> V pick(const V& a, const V& b) { return a.data() != nullptr ? a : b; }
 }  // namespace
 
-template <class T> BlockStash<T> allocate_stash(const Block<T>& b) {
+const char* to_string(Recompute mode) {
+  switch (mode) {
+    case Recompute::none: return "none";
+    case Recompute::attention: return "attention";
+    case Recompute::mlp: return "mlp";
+    case Recompute::block: return "block";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(const std::string& name) {
+  for (Recompute mode : {Recompute::none, Recompute::attention, Recompute::mlp, Recompute::block})
+    if (name == to_string(mode)) return mode;
+  throw InputError(fmt::format("memory.recompute = '{}': expected none, attention, mlp or block", name));
+}
+
+unsigned kept_fields(Recompute mode) {
+  using namespace stash_field;
+  switch (mode) {
+    case Recompute::none: return all;
+    case Recompute::attention: return all & ~(probs | att);
+    case Recompute::mlp: return all & ~(f | g);
+    case Recompute::block: return out;
+  }
+  return all;
+}
+
+unsigned weight_fields(Recompute mode) {
+  using namespace stash_field;
+  // backward_weight reads h1 (qkv), att (proj), x2 and ln2's statistics (ln2), h2 (fc), g (fc_proj), and ln1's
+  // statistics with the block input (ln1); q|k|v, the probabilities and f serve backward_input alone.
+  return (ln1 | att | x2 | ln2 | g) & ~kept_fields(mode);
+}
+
+std::int64_t stash_elements(unsigned fields, const AttentionShape& shape, int hidden) {
+  using namespace stash_field;
+  const std::int64_t n = shape.rows(), c = shape.channels(), h = hidden;
+  const std::int64_t probs_elems = std::int64_t(shape.batch) * shape.heads * shape.seq * shape.seq;
+  std::int64_t e = 0;
+  if (fields & ln1) e += n * c + 2 * n;
+  if (fields & qkv) e += 3 * n * c;
+  if (fields & probs) e += probs_elems;
+  if (fields & att) e += n * c;
+  if (fields & x2) e += n * c;
+  if (fields & ln2) e += n * c + 2 * n;
+  if (fields & f) e += n * h;
+  if (fields & g) e += n * h;
+  if (fields & out) e += n * c;
+  return e;
+}
+
+std::int64_t grads_elements(const AttentionShape& shape, int hidden) {
+  const std::int64_t n = shape.rows(), c = shape.channels();
+  return n * hidden + n * c + n * c + 3 * n * c + n * c;  // df, dh2, dx2, dqkv, dh1
+}
+
+std::int64_t work_elements(const AttentionShape& shape) {
+  return shape.rows() * shape.channels() + std::int64_t(shape.batch) * shape.heads * shape.seq * shape.seq;
+}
+
+template <class T> BlockStash<T> allocate_stash(const Block<T>& b, unsigned fields) {
+  using namespace stash_field;
   const auto n = b.shape.rows();
-  const int c = b.shape.channels(), f = b.hidden;
-  return {matrix<T>("kpipe::nn::Block::h1", n, c),   vector<T>("kpipe::nn::Block::mean1", n),
-          vector<T>("kpipe::nn::Block::rstd1", n),   allocate_stash<T>(b.shape),
-          matrix<T>("kpipe::nn::Block::att", n, c),  matrix<T>("kpipe::nn::Block::x2", n, c),
-          matrix<T>("kpipe::nn::Block::h2", n, c),   vector<T>("kpipe::nn::Block::mean2", n),
-          vector<T>("kpipe::nn::Block::rstd2", n),   matrix<T>("kpipe::nn::Block::f", n, f),
-          matrix<T>("kpipe::nn::Block::g", n, f),    matrix<T>("kpipe::nn::Block::out", n, c)};
+  const int c = b.shape.channels(), f_width = b.hidden;
+  BlockStash<T> s;
+  if (fields & ln1) {
+    s.h1 = matrix<T>("kpipe::nn::Block::h1", n, c);
+    s.mean1 = vector<T>("kpipe::nn::Block::mean1", n);
+    s.rstd1 = vector<T>("kpipe::nn::Block::rstd1", n);
+  }
+  if (fields & (qkv | probs)) {
+    const AttentionStash<T> a = allocate_stash<T>(b.shape, (fields & qkv) != 0, (fields & probs) != 0);
+    s.attn = a;
+  }
+  if (fields & att) s.att = matrix<T>("kpipe::nn::Block::att", n, c);
+  if (fields & x2) s.x2 = matrix<T>("kpipe::nn::Block::x2", n, c);
+  if (fields & ln2) {
+    s.h2 = matrix<T>("kpipe::nn::Block::h2", n, c);
+    s.mean2 = vector<T>("kpipe::nn::Block::mean2", n);
+    s.rstd2 = vector<T>("kpipe::nn::Block::rstd2", n);
+  }
+  if (fields & f) s.f = matrix<T>("kpipe::nn::Block::f", n, f_width);
+  if (fields & g) s.g = matrix<T>("kpipe::nn::Block::g", n, f_width);
+  if (fields & out) s.out = matrix<T>("kpipe::nn::Block::out", n, c);
+  return s;
+}
+
+template <class T> BlockStash<T> overlay(const BlockStash<T>& a, const BlockStash<T>& b) {
+  BlockStash<T> s;
+  s.h1 = pick(a.h1, b.h1);
+  s.mean1 = pick(a.mean1, b.mean1);
+  s.rstd1 = pick(a.rstd1, b.rstd1);
+  s.attn.qkv = pick(a.attn.qkv, b.attn.qkv);
+  s.attn.probs = pick(a.attn.probs, b.attn.probs);
+  s.att = pick(a.att, b.att);
+  s.x2 = pick(a.x2, b.x2);
+  s.h2 = pick(a.h2, b.h2);
+  s.mean2 = pick(a.mean2, b.mean2);
+  s.rstd2 = pick(a.rstd2, b.rstd2);
+  s.f = pick(a.f, b.f);
+  s.g = pick(a.g, b.g);
+  s.out = pick(a.out, b.out);
+  return s;
 }
 
 template <class T> BlockGrads<T> allocate_grads(const Block<T>& b) {
@@ -37,13 +134,22 @@ template <class T> BlockWork<T> allocate_work(const Block<T>& b) {
   return {matrix<T>("kpipe::nn::Block::datt", n, c), allocate_work<T>(b.shape)};
 }
 
+// The forward in its three parts; recompute runs the parts that produce what a mode drops, so a recomputed
+// activation comes from the very kernels, inputs and order that produced it the first time.
+
+namespace block_detail {
+
+// x -> h1, q|k|v, probabilities, att, x2 = x + proj(att)
 template <class T>
-void forward(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockStash<T>& s, const BlockWork<T>& w) {
+void attention_half(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockStash<T>& s, const BlockWork<T>& w) {
   forward(space, b.ln1, x, s.h1, s.mean1, s.rstd1);
   forward(space, b.qkv, s.h1, s.attn.qkv);  // straight into the stash: attention reads its heads there
   attention_forward(space, b.shape, s.attn.qkv, s.attn, w.attn, s.att);
   forward_residual(space, b.proj, s.att, x, s.x2);
-  forward(space, b.ln2, s.x2, s.h2, s.mean2, s.rstd2);
+}
+
+// h2 -> f, g
+template <class T> void mlp_activation(const ExecSpace& space, const Block<T>& b, const BlockStash<T>& s) {
   if constexpr (host_kernels) {
     // OpenBLAS clears C in a pass of its own when beta = 0, so writing the bias first and adding the
     // product onto it (beta = 1) costs the same, and the GeLU pass then only reads f.
@@ -54,7 +160,41 @@ void forward(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockSta
     forward_product(space, b.fc, s.h2, s.f);
     bias_gelu_forward(space, b.fc.bias, s.f, s.g);
   }
+}
+
+// x2 -> h2, f = fc(h2), g = gelu(f)
+template <class T> void mlp_hidden(const ExecSpace& space, const Block<T>& b, const BlockStash<T>& s) {
+  forward(space, b.ln2, s.x2, s.h2, s.mean2, s.rstd2);
+  mlp_activation(space, b, s);
+}
+
+}  // namespace block_detail
+
+template <class T>
+void forward(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockStash<T>& s, const BlockWork<T>& w) {
+  using namespace block_detail;
+  attention_half(space, b, x, s, w);
+  mlp_hidden(space, b, s);
   forward_residual(space, b.fc_proj, s.g, s.x2, s.out);
+}
+
+template <class T>
+void recompute(const ExecSpace& space, const Block<T>& b, Recompute mode, In2<T> x, const BlockStash<T>& s,
+               const BlockWork<T>& w) {
+  using namespace block_detail;
+  switch (mode) {
+    case Recompute::none: return;
+    case Recompute::attention:
+      attention_forward(space, b.shape, s.attn.qkv, s.attn, w.attn, s.att);
+      return;
+    case Recompute::mlp:
+      mlp_activation(space, b, s);
+      return;
+    case Recompute::block:  // everything but the output, which is kept
+      attention_half(space, b, x, s, w);
+      mlp_hidden(space, b, s);
+      return;
+  }
 }
 
 template <class T>
@@ -85,7 +225,10 @@ void backward_weight(const ExecSpace& space, const Block<T>& b, In2<T> x, const 
   backward_weight(space, b.ln1, x, s.mean1, s.rstd1, g.dh1);
 }
 
-template BlockStash<float> allocate_stash(const Block<float>&);
+template BlockStash<float> allocate_stash(const Block<float>&, unsigned);
+template BlockStash<float> overlay(const BlockStash<float>&, const BlockStash<float>&);
+template void recompute(const ExecSpace&, const Block<float>&, Recompute, In2<float>, const BlockStash<float>&,
+                        const BlockWork<float>&);
 template BlockGrads<float> allocate_grads(const Block<float>&);
 template BlockWork<float> allocate_work(const Block<float>&);
 template void forward(const ExecSpace&, const Block<float>&, In2<float>, const BlockStash<float>&,
@@ -94,7 +237,10 @@ template void backward_input(const ExecSpace&, const Block<float>&, In2<float>, 
                              const BlockGrads<float>&, const BlockWork<float>&, In2<float>, const View2<float>&);
 template void backward_weight(const ExecSpace&, const Block<float>&, In2<float>, const BlockStash<float>&,
                               const BlockGrads<float>&, In2<float>);
-template BlockStash<double> allocate_stash(const Block<double>&);
+template BlockStash<double> allocate_stash(const Block<double>&, unsigned);
+template BlockStash<double> overlay(const BlockStash<double>&, const BlockStash<double>&);
+template void recompute(const ExecSpace&, const Block<double>&, Recompute, In2<double>, const BlockStash<double>&,
+                        const BlockWork<double>&);
 template BlockGrads<double> allocate_grads(const Block<double>&);
 template BlockWork<double> allocate_work(const Block<double>&);
 template void forward(const ExecSpace&, const Block<double>&, In2<double>, const BlockStash<double>&,

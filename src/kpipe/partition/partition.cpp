@@ -150,9 +150,15 @@ std::vector<LayerRange> partition_layers(const model::ModelDesc& model, int rank
 
 LayerMemory layer_memory(const model::ModelDesc& model, int ranks, int chunks, const InFlight& in_flight) {
   LayerMemory memory;
-  for (const auto& layer : model.layers) {
+  const auto& kept = in_flight.kept_per_sequence;
+  if (!kept.empty() && kept.size() != model.layers.size())
+    throw std::invalid_argument(fmt::format("partition: kept_per_sequence of {} layers; the model has {}", kept.size(),
+                                            model.layers.size()));
+  for (std::size_t l = 0; l < model.layers.size(); ++l) {
+    const auto& layer = model.layers[l];
     memory.state.push_back(4.0 * double(layer.num_params()));
-    memory.stash.push_back(double(layer.stash_elems) * std::max(in_flight.sequences, 1));
+    const double per_sequence = kept.empty() ? double(layer.stash_elems) : kept[l];
+    memory.stash.push_back(per_sequence * std::max(in_flight.sequences, 1));
   }
   // Virtual stage k = c * ranks + r lives on rank r, which shares its peak among its chunks.
   for (int k = 0; k < ranks * chunks; ++k) {

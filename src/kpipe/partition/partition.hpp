@@ -43,6 +43,9 @@ std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs,
 struct InFlight {
   std::vector<int> per_rank;
   int sequences = 1;
+  // Per layer, the elements one sequence keeps in flight; empty: the model's stash_elems (nothing
+  // recomputed). configured_partition fills it under activation recomputation (partition/configured.hpp).
+  std::vector<double> kept_per_sequence = {};
 };
 
 // For a model on `ranks` ranks with `chunks` chunks each (ranks*chunks virtual stages); errors name

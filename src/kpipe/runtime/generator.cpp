@@ -68,7 +68,8 @@ Token Generator<T>::next(const std::vector<Token>& context, const SamplingOption
     if (v > 0) {
       const int prev = s.rank_of(v - 1);
       if (prev == grid.stage) {
-        Kokkos::deep_copy(space_, chunk.input(slot), trainer_->chunk(c - 1).output(slots_[c - 1]));
+        const int from = s.chunk_of(v - 1);  // V placement: not always chunk c - 1
+        Kokkos::deep_copy(space_, chunk.input(slot), trainer_->chunk(from).output(slots_[from]));
       } else {
         comm::Transfer r = transport_->recv(space_, chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, v);
         if (!transport_->wait(space_, r, timeout_s)) timeout("activation", prev);

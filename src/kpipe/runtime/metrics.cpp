@@ -46,6 +46,17 @@ void MetricsWriter::write_final(const FinalMetrics& f) {
                       {"num_params", f.num_params},
                       {"measured_bubble", number(f.measured_bubble)},
                       {"simulated_bubble", number(f.simulated_bubble)}};
+  // Per rank, bytes by category: {"predicted": {"parameters": ..., ...}, "measured": {...}}.
+  nlohmann::json memory = nlohmann::json::array();
+  for (std::size_t r = 0; r < f.memory_predicted.size(); ++r) {
+    nlohmann::json predicted, measured;
+    for (auto c : memory::all_categories) {
+      predicted[memory::to_string(c)] = f.memory_predicted[r][int(c)];
+      measured[memory::to_string(c)] = f.memory_measured[r][int(c)];
+    }
+    memory.push_back({{"rank", r}, {"predicted", predicted}, {"measured", measured}});
+  }
+  j["memory"] = memory;
   out_ << j.dump() << '\n';
   out_.flush();
 }

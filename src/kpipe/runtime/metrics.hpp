@@ -5,6 +5,9 @@
 #include <fstream>
 #include <string>
 
+#include <vector>
+
+#include "kpipe/memory/category.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace kpipe::runtime {
@@ -18,6 +21,7 @@ struct FinalMetrics {
   std::int64_t num_params = 0;
   double measured_bubble = 0;   // mean over pipeline ranks, steps after the first
   double simulated_bubble = 0;  // the simulator's, with this run's measured action costs
+  std::vector<memory::Bytes> memory_predicted, memory_measured;  // per world rank, by category
 };
 
 class MetricsWriter {

@@ -1,5 +1,6 @@
 #include "kpipe/runtime/pipeline_report.hpp"
 
+#include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/simulate.hpp"
 #include "kpipe/schedule/validate.hpp"
 
@@ -58,8 +59,11 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   r.cost_b = ran[1] > 0 ? sum[1] / ran[1] : 0;
   r.cost_i = ran[2] > 0 ? sum[2] / ran[2] : 0;
   r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
-  const auto sim = schedule::simulate(lowered, costs);
-  r.simulated_bubble = sim.idle_fraction;
+  // What runs: every replica's lists with the reduction's actions (the running sum's hops cost what its
+  // bytes would at zero latency: messages are not measured here), this replica's ranks reported.
+  const auto sim = schedule::simulate(trainer.replicated(), costs);
+  r.simulated_bubble.assign(sim.idle_fraction.begin() + std::ptrdiff_t(grid.replica) * p,
+                            sim.idle_fraction.begin() + std::ptrdiff_t(grid.replica + 1) * p);
   r.predicted_stash = schedule::peak_stash(lowered);
   for (int k = 0; k < p; ++k) {
     r.measured_mean += r.measured_bubble[k] / p;

@@ -17,6 +17,8 @@
 #include "kpipe/model/chunk.hpp"
 #include "kpipe/model/desc.hpp"
 #include "kpipe/runtime/action_clock.hpp"
+#include "kpipe/schedule/buffers.hpp"
+#include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::runtime {
@@ -29,6 +31,7 @@ struct StepStats {
   double seconds = 0;        // wall time of the step on this rank
   double busy_seconds = 0;   // time this rank spent in F, B, I, W
   double pipeline_seconds = 0;  // time from the step's start to the end of its schedule (before the optimizer)
+  double optimizer_seconds = 0; // the optimizer's update on this rank
   std::int64_t tokens = 0;   // tokens in the mini-batch (all replicas)
   bool skipped = false;      // loss or gradient not finite: no update, on every rank alike
 };
@@ -44,10 +47,14 @@ struct TimedAction {
 // observer (activation traces) can read the chunk's layer outputs and gradients while they exist.
 using ActionObserver = std::function<void(const schedule::Action& action, int slot)>;
 
+template <class T> class Buffers;
+template <class T> class GradientReduction;
+
 template <class T> class Trainer {
  public:
-  // The schedule is generated (or read from pipeline.schedule_file), lowered and validated here, before
-  // any work; bad input throws InputError identically on every rank.
+  // The schedule is generated (or read from pipeline.schedule_file), lowered, replicated across the
+  // data-parallel replicas and validated here, and every rank's memory is planned and held against
+  // memory.limit_per_rank, before any allocation; bad input throws InputError identically on every rank.
   Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid);
   ~Trainer();
 
@@ -60,10 +67,16 @@ template <class T> class Trainer {
   const Config& config() const { return config_; }
   const data::Corpus& corpus() const { return *corpus_; }  // its tokenizer is what the model's ids mean
   const comm::ProcessGrid& grid() const { return grid_; }
-  const schedule::Schedule& schedule() const { return schedule_; }
+  const schedule::Schedule& schedule() const { return schedule_; }  // this replica's, lowered
   // Stage-to-stage transfers on the pipeline communicator (what pipeline.transport chose), for work that
   // follows the same layout outside a step (generation).
   comm::Transport& transport() { return *transport_; }
+  const schedule::Replicated& replicated() const { return replicated_; }  // every replica's
+  const std::vector<schedule::Action>& actions() const { return actions_; }  // what this rank runs
+  const schedule::BufferPlan& buffer_plan() const { return plan_; }
+  // The micro-batch of the whole mini-batch that this replica's micro-batch `local` is.
+  int global_microbatch(int local) const { return replicated_.global_microbatch(grid_.replica, local); }
+  int message_buffers() const;  // spare [N, C] buffers allocated (memory/plan.hpp predicts it)
   int chunks() const { return int(chunks_.size()); }
   model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
   const model::Chunk<T>& chunk(int c) const { return *chunks_.at(c); }
@@ -73,6 +86,11 @@ template <class T> class Trainer {
   std::array<double, 4> mean_action_seconds(int chunk) const;
   // Every action of the last step on this rank, in the order run.
   const std::vector<TimedAction>& last_timeline() const { return timeline_; }
+  // Profiling (output.profile): while on, every layer's work is fenced and timed (chunk.hpp).
+  void profile_layers(bool on);
+  // Mean seconds per call of this rank's layers, by global layer index (zeros for others' layers): forward,
+  // backward_input, backward_weight, recompute.
+  std::vector<std::array<double, 4>> layer_seconds() const;
   void set_observer(ActionObserver observer) { observer_ = std::move(observer); }
 
  private:
@@ -80,15 +98,9 @@ template <class T> class Trainer {
   void run_action(StepState& st, std::size_t index);
   void post_receive(StepState& st, std::size_t index);
   void wait_receive(StepState& st, std::size_t index);
-  int slot_for(StepState& st, int chunk, int microbatch);
-  void retire(StepState& st, int chunk, int microbatch);
-  void reclaim(StepState& st, std::size_t done);
-  View2<T> take_spare();
-  template <class Swap> void move_in(View2<T>& received, const Swap& swap);
   void stage_tokens(std::int64_t step);
   void load_tokens(int chunk, int slot, int staging_row);
   void read_action_times(StepState& st);
-  void reduce_across_replicas();
   void optimizer_step(StepStats& stats);
   [[noreturn]] void timeout(const schedule::Action& a, std::size_t index) const;
 
@@ -96,16 +108,14 @@ template <class T> class Trainer {
   const data::Corpus* corpus_;
   comm::ProcessGrid grid_;
   model::ModelDesc desc_;
-  schedule::Schedule schedule_;  // lowered, validated
-  // What this rank runs: its list of the schedule, except on replicas after the first under the ordered
-  // reduction, where every weight gradient moves behind the point where the previous replica's sum arrives.
-  std::vector<schedule::Action> actions_;
-  std::size_t deferred_from_;  // actions_[deferred_from_..] run after that point (size() when none)
-  std::vector<std::size_t> delivered_after_;  // per action: where its send is known delivered (schedule/delivery.hpp)
-  std::vector<View2<T>> spare_buffers_;       // [N, C] message buffers not in use (see retire, post_receive)
+  schedule::Replicated replicated_;  // every replica's lowered, validated lists
+  schedule::Schedule schedule_;      // this replica's
+  std::vector<schedule::Action> actions_;  // this rank's list: what it runs, in order
+  schedule::BufferPlan plan_;              // where receives are posted, slots retired, sends delivered
   std::vector<std::unique_ptr<model::Chunk<T>>> chunks_;
-  std::unique_ptr<comm::Transport> transport_;          // along the pipeline
-  std::unique_ptr<comm::Transport> replica_transport_;  // between replicas of this stage
+  std::unique_ptr<Buffers<T>> buffers_;
+  std::unique_ptr<GradientReduction<T>> reduction_;
+  std::unique_ptr<comm::Transport> transport_;  // along the pipeline
   ExecSpace space_;
   std::int64_t step_ = 0;
   int local_microbatches_;       // per replica
@@ -113,6 +123,7 @@ template <class T> class Trainer {
   int stash_ = 0, peak_stash_ = 0;
   std::vector<std::array<double, 4>> action_seconds_;  // [chunk] F, B, I, W, summed over the steps after the first
   std::vector<std::array<long, 4>> action_count_;
+  std::vector<std::vector<typename model::Chunk<T>::LayerTimes>> layer_times_;  // per chunk, while profiling
   std::vector<TimedAction> timeline_;
   ActionObserver observer_;
   double test_stall_seconds_ = 0;  // test hook KPIPE_TEST_STALL="rank:seconds": that rank sleeps before step 0

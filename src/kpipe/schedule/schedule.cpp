@@ -14,6 +14,12 @@ bool is_recv(Op op) { return op == Op::recv_activation || op == Op::recv_gradien
 
 bool is_backward(Op op) { return op == Op::backward || op == Op::backward_input; }
 
+bool is_reduction(Op op) { return op == Op::send_sum || op == Op::recv_sum; }
+
+bool is_weight_gradient(Op op) { return op == Op::backward || op == Op::backward_weight; }
+
+const char* to_string(Placement placement) { return placement == Placement::v ? "v" : "interleaved"; }
+
 bool is_lowered(const Schedule& s) {
   for (const auto& list : s.actions)
     for (const auto& a : list)

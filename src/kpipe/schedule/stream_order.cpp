@@ -1,9 +1,11 @@
 #include "kpipe/schedule/stream_order.hpp"
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/text.hpp"
 
 namespace kpipe::schedule {
@@ -57,10 +59,39 @@ std::vector<std::vector<Position>> pair_in_order(const Schedule& s) {
   return partner;
 }
 
-// The last index of the run of consecutive messages that starts at i (the executor's NCCL group).
+// The last index of the run of consecutive messages that starts at i (the executor's NCCL group). A running
+// sum between replicas (another communicator) is a group of its own.
 std::size_t group_end(const std::vector<Action>& list, std::size_t i) {
+  if (is_reduction(list[i].op)) return i;
   while (i + 1 < list.size() && is_comm(list[i + 1].op)) ++i;
   return i;
+}
+
+// What the dry run walks: one list per process, with every message's partner. A schedule's processes are
+// its ranks; a replicated schedule's are (replica, rank) = replica * ranks + rank.
+struct Processes {
+  std::vector<const std::vector<Action>*> lists;
+  std::vector<std::vector<Position>> partner;
+  bool sums = false;  // the running sums are messages (else they wait for nothing, as computations)
+  bool buffered_sums = false;  // and a sum's send never waits (MPI); its receive waits for the send
+  std::function<std::string(int process)> name;  // "rank 1", "replica 1 rank 0"
+  std::function<std::string(int process, std::size_t index)> token;
+  std::string where(int process, std::size_t index) const {
+    return fmt::format("schedule {} position {} ({})", name(process), index, token(process, index));
+  }
+  bool message(int process, std::size_t index) const {
+    const Op op = (*lists[process])[index].op;
+    return is_comm(op) || (sums && is_reduction(op));
+  }
+};
+
+Processes of_schedule(const Schedule& s) {
+  Processes p;
+  for (const auto& list : s.actions) p.lists.push_back(&list);
+  p.partner = pair_in_order(s);
+  p.name = [](int rank) { return fmt::format("rank {}", rank); };
+  p.token = [&s](int rank, std::size_t index) { return to_token(s.actions[rank][index], s.chunks); };
+  return p;
 }
 
 // A dry run of all ranks under NCCL's semantics, as far as it goes.
@@ -70,24 +101,33 @@ struct Run {
   bool finished = true;
 };
 
-Run simulate(const Schedule& s, const std::vector<std::vector<Position>>& partner) {
-  const int p = s.ranks;
+Run simulate(const Processes& procs) {
+  const int p = int(procs.lists.size());
+  const auto& partner = procs.partner;
   Run run;
   run.pc.assign(p, 0);
   run.met.resize(p);
-  for (int r = 0; r < p; ++r) run.met[r].assign(s.actions[r].size(), 0);
-  // Rank `at.rank` has issued the action at `at.index`: it is in the group being run.
+  for (int r = 0; r < p; ++r) run.met[r].assign(procs.lists[r]->size(), 0);
+  // Process `at.rank` has issued the action at `at.index`: it is in the group being run.
   auto issued = [&](const Position& at) {
-    const auto& list = s.actions[at.rank];
+    const auto& list = *procs.lists[at.rank];
     const std::size_t head = run.pc[at.rank];
     return head < list.size() && head <= at.index && at.index <= group_end(list, head);
   };
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < p; ++r) {
-      const auto& list = s.actions[r];
+      const auto& list = *procs.lists[r];
       while (run.pc[r] < list.size()) {
-        if (!is_comm(list[run.pc[r]].op)) {  // computations (and the step) wait for nothing in stream order
+        if (procs.buffered_sums && is_reduction(list[run.pc[r]].op)) {
+          const Position& other = partner[r][run.pc[r]];
+          if (list[run.pc[r]].op == Op::recv_sum && run.pc[other.rank] <= other.index) break;  // not sent yet
+          run.met[r][run.pc[r]] = 1;
+          ++run.pc[r];
+          progress = true;
+          continue;
+        }
+        if (!procs.message(r, run.pc[r])) {  // computations (and the step) wait for nothing in stream order
           ++run.pc[r];
           progress = true;
           continue;
@@ -105,21 +145,22 @@ Run simulate(const Schedule& s, const std::vector<std::vector<Position>>& partne
       }
     }
   }
-  for (int r = 0; r < p; ++r) run.finished = run.finished && run.pc[r] == s.actions[r].size();
+  for (int r = 0; r < p; ++r) run.finished = run.finished && run.pc[r] == procs.lists[r]->size();
   return run;
 }
 
-void report(const Schedule& s, const std::vector<std::vector<Position>>& partner, const Run& run) {
+void report(const Processes& procs, const Run& run) {
+  const auto& partner = procs.partner;
   std::string blocked;
-  for (int r = 0; r < s.ranks; ++r) {
-    const auto& list = s.actions[r];
+  for (int r = 0; r < int(procs.lists.size()); ++r) {
+    const auto& list = *procs.lists[r];
     if (run.pc[r] == list.size()) continue;
     for (std::size_t i = run.pc[r]; i <= group_end(list, run.pc[r]); ++i) {
       if (run.met[r][i]) continue;
       const Position& other = partner[r][i];
-      blocked += fmt::format("{}{} waits for rank {} to reach position {} ({}), but that rank is held at position {}",
-                             blocked.empty() ? "" : "; ", where(s, r, i), other.rank, other.index,
-                             to_token(s.actions[other.rank][other.index], s.chunks), run.pc[other.rank]);
+      blocked += fmt::format("{}{} waits for {} to reach position {} ({}), but that rank is held at position {}",
+                             blocked.empty() ? "" : "; ", procs.where(r, i), procs.name(other.rank), other.index,
+                             procs.token(other.rank, other.index), run.pc[other.rank]);
       break;
     }
   }
@@ -131,15 +172,16 @@ void report(const Schedule& s, const std::vector<std::vector<Position>>& partner
 
 void validate_stream_order(const Schedule& s) {
   require(is_lowered(s) || s.ranks == 1, "schedule: a stream-ordered transport needs the lowered schedule");
-  const auto partner = pair_in_order(s);
-  report(s, partner, simulate(s, partner));
+  const Processes procs = of_schedule(s);
+  report(procs, simulate(procs));
 }
 
 Schedule order_for_streams(const Schedule& s) {
   Schedule out = s;
   for (;;) {
-    const auto partner = pair_in_order(out);
-    const Run run = simulate(out, partner);
+    const Processes procs = of_schedule(out);
+    const auto& partner = procs.partner;
+    const Run run = simulate(procs);
     if (run.finished) return out;
     // A send held in a rank's current group whose receive lies beyond the peer's current group: the receive
     // moves to the end of that group, where it meets the send. (Without a held send the deadlock is one of
@@ -163,6 +205,95 @@ Schedule order_for_streams(const Schedule& s) {
     }
     if (!moved) return out;  // validate_stream_order() says why
   }
+}
+
+Replicated order_for_streams(const Replicated& r) {
+  Replicated out = r;
+  for (auto& replica : out.replicas) replica = order_for_streams(replica);
+  return out;
+}
+
+void validate_stream_order(const Replicated& r, SumTransport sums) {
+  const int replicas = r.replica_count();
+  const Schedule& first = r.replicas.front();
+  const int ranks = first.ranks;
+  Processes procs;
+  procs.sums = true;
+  procs.buffered_sums = sums == SumTransport::mpi;
+  procs.partner.resize(std::size_t(replicas) * ranks);
+  procs.name = [ranks](int process) { return fmt::format("replica {} rank {}", process / ranks, process % ranks); };
+  procs.token = [&r, ranks](int process, std::size_t index) {
+    const Schedule& s = r.replicas[process / ranks];
+    return to_token(s.actions[process % ranks][index], s.chunks);
+  };
+  // Each replica's pipeline messages, paired within the replica.
+  for (int q = 0; q < replicas; ++q) {
+    const Schedule& s = r.replicas[q];
+    std::vector<std::vector<Position>> partner;
+    try {
+      partner = pair_in_order(s);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("replica {}: {}", q, e.what()));
+    }
+    for (int rank = 0; rank < ranks; ++rank) {
+      procs.lists.push_back(&s.actions[rank]);
+      auto& mine = procs.partner[std::size_t(q) * ranks + rank];
+      mine = partner[rank];
+      for (auto& at : mine)
+        if (at.rank >= 0) at.rank += q * ranks;
+    }
+  }
+  // The running sums, on each rank's communicator of replicas: per pair of replicas and direction, the k-th
+  // send meets the k-th receive (no tags), which must be the same chunk's sum for the same group.
+  for (int rank = 0; rank < ranks; ++rank) {
+    // sent[a][b], received[b][a]: positions in posting order
+    std::vector<std::vector<std::vector<std::size_t>>> sent(replicas, std::vector<std::vector<std::size_t>>(replicas)),
+        received = sent;
+    for (int q = 0; q < replicas; ++q) {
+      const auto& list = r.replicas[q].actions[rank];
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        if (list[i].op == Op::send_sum) sent[q][list[i].peer].push_back(i);
+        if (list[i].op == Op::recv_sum) received[q][list[i].peer].push_back(i);
+      }
+    }
+    if (procs.buffered_sums) {  // MPI: the tag (chunk, group) pairs them, whatever the order
+      for (int a = 0; a < replicas; ++a)
+        for (int b = 0; b < replicas; ++b)
+          for (std::size_t i : sent[a][b]) {
+            const Action& s = r.replicas[a].actions[rank][i];
+            const int pa = a * ranks + rank, pb = b * ranks + rank;
+            for (std::size_t j : received[b][a]) {
+              const Action& g = r.replicas[b].actions[rank][j];
+              if (g.chunk != s.chunk || g.microbatch != s.microbatch) continue;
+              procs.partner[pa][i] = {pb, j};
+              procs.partner[pb][j] = {pa, i};
+            }
+            require(procs.partner[pa][i].rank >= 0, "{}: no replica receives this sum", procs.where(pa, i));
+          }
+      continue;
+    }
+    for (int a = 0; a < replicas; ++a)
+      for (int b = 0; b < replicas; ++b) {
+        const auto& out = sent[a][b];
+        const auto& in = received[b][a];
+        const int pa = a * ranks + rank, pb = b * ranks + rank;
+        for (std::size_t k = 0; k < out.size() || k < in.size(); ++k) {
+          require(k < in.size(), "{}: sum {} to replica {} has no receive number {} from replica {} there",
+                  procs.where(pa, out[k]), k, b, k, a);
+          require(k < out.size(), "{}: sum {} from replica {} has no send number {} to replica {} there",
+                  procs.where(pb, in[k]), k, a, k, b);
+          const Action& s = (*procs.lists[pa])[out[k]];
+          const Action& g = (*procs.lists[pb])[in[k]];
+          require(procs.buffered_sums || (s.chunk == g.chunk && s.microbatch == g.microbatch),
+                  "{}: NCCL matches messages between two ranks in posting order (it has no tags): this is receive {} "
+                  "from replica {}, but that replica's send {} is {}; order the sums alike",
+                  procs.where(pb, in[k]), k, a, k, procs.where(pa, out[k]));
+          procs.partner[pa][out[k]] = {pb, in[k]};
+          procs.partner[pb][in[k]] = {pa, out[k]};
+        }
+      }
+  }
+  report(procs, simulate(procs));
 }
 
 }  // namespace kpipe::schedule

@@ -15,6 +15,7 @@
 // A violation is an InputError naming the rank, the position (index in its list) and the action, e.g.
 //   schedule rank 1 position 4 (ra2<0): NCCL matches messages in order: this is receive 1 from rank 0, but
 //   rank 0's send 1 to rank 1 is sa1>1 (position 3)
+#include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::schedule {
@@ -29,5 +30,21 @@ Schedule order_for_streams(const Schedule& s);
 
 // s: lowered and validated (validate()). Throws InputError on the first violation.
 void validate_stream_order(const Schedule& s);
+
+// Data-parallel replicas (reduction.hpp): the pass on every replica's pipeline, and the proof over all of
+// them together, the pipelines' messages on NCCL and the ordered reduction's running sums as messages too,
+// carried either
+//  - on the stream (SumTransport::stream, NCCL): on each rank's communicator of replicas, per pair and
+//    direction, the sums sent and received must be the same (chunk, group) in the same order, and in the dry
+//    run a sum is a group of its own whose send waits for its receive, as an ncclSend on the stream does; or
+//  - by MPI from the host (SumTransport::mpi): tagged by (chunk, group), a send that never waits, a receive
+//    that waits for its send.
+// A sum on the stream blocks it, so a replica that sends its sum on can hold up its own pipeline, which a
+// peer's waits on: 1F1B with 2 ranks and 2 replicas already closes such a cycle, and the runtime then carries
+// the sums by MPI (runtime/gradient_reduction.hpp). The final broadcast or all-reduce comes after every list,
+// on every replica alike. Violations name the replica, rank, position and action.
+enum class SumTransport { stream, mpi };
+Replicated order_for_streams(const Replicated& r);
+void validate_stream_order(const Replicated& r, SumTransport sums = SumTransport::stream);
 
 }  // namespace kpipe::schedule

@@ -22,6 +22,8 @@ const char* compute_letter(Op op) {
     case Op::recv_activation: return "ra";
     case Op::send_gradient: return "sg";
     case Op::recv_gradient: return "rg";
+    case Op::send_sum: return "ss";
+    case Op::recv_sum: return "rs";
   }
   return "?";
 }
@@ -67,7 +69,8 @@ Action parse_token(const std::string& token, const std::string& where) {
     const bool send = first == 's';
     if (in.accept('a')) a.op = send ? Op::send_activation : Op::recv_activation;
     else if (in.accept('g')) a.op = send ? Op::send_gradient : Op::recv_gradient;
-    else in.fail("a message is sa, ra, sg or rg followed by the micro-batch");
+    else if (in.accept('s')) a.op = send ? Op::send_sum : Op::recv_sum;
+    else in.fail("a message is sa, ra, sg, rg (or ss, rs) followed by the micro-batch");
   } else if (in.accept('F')) {
     a.op = Op::forward;
   } else if (in.accept('B')) {
@@ -77,15 +80,17 @@ Action parse_token(const std::string& token, const std::string& where) {
   } else if (in.accept('W')) {
     a.op = Op::backward_weight;
   } else {
-    in.fail("unknown action (F, B, I, W, S, sa, ra, sg, rg)");
+    in.fail("unknown action (F, B, I, W, S, sa, ra, sg, rg, ss, rs)");
   }
-  a.microbatch = in.number("a micro-batch number");
+  a.microbatch = in.number(is_reduction(a.op) ? "a reduction group" : "a micro-batch number");
   if (in.accept('.')) a.chunk = in.number("a chunk number after '.'");
-  if (is_comm(a.op)) {
-    const char arrow = is_send(a.op) ? '>' : '<';
+  if (is_comm(a.op) || is_reduction(a.op)) {
+    const bool sends = is_send(a.op) || a.op == Op::send_sum;
+    const char arrow = sends ? '>' : '<';
+    const char* who = is_reduction(a.op) ? "replica" : "rank";
     if (!in.accept(arrow))
-      in.fail(fmt::format("expected '{}' and the {} rank", arrow, is_send(a.op) ? "receiving" : "sending"));
-    a.peer = in.number("a rank");
+      in.fail(fmt::format("expected '{}' and the {} {}", arrow, sends ? "receiving" : "sending", who));
+    a.peer = in.number(who);
   }
   if (!in.done()) in.fail("unexpected characters at the end");
   return a;
@@ -115,6 +120,13 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
     line = line.substr(0, line.find('#'));
     const auto tokens = split_blanks(line);
     if (tokens.empty()) continue;
+    if (tokens[0] == "placement") {  // "placement v" (ZB-V's chunks) or "placement interleaved", before the ranks
+      require(s.actions.empty() && tokens.size() == 2 && (tokens[1] == "v" || tokens[1] == "interleaved"),
+              "{} line {}: 'placement v' or 'placement interleaved', alone on a line before the first rank's",
+              source, line_no);
+      s.placement = tokens[1] == "v" ? Placement::v : Placement::interleaved;
+      continue;
+    }
     s.actions.emplace_back();
     places.emplace_back();
     for (std::size_t t = 0; t < tokens.size(); ++t) {
@@ -122,7 +134,7 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
       const Action a = parse_token(tokens[t], where);
       s.actions.back().push_back(a);
       places.back().push_back({line_no, int(t) + 1, tokens[t]});
-      if (a.op != Op::step) {
+      if (a.op != Op::step && !is_reduction(a.op)) {
         max_mb = std::max(max_mb, a.microbatch);
         max_chunk = std::max(max_chunk, a.chunk);
       }
@@ -137,8 +149,8 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
       const Action& a = s.actions[r][i];
       const Located& at = places[r][i];
       const std::string where = fmt::format("{} line {} token {} '{}'", source, at.line, at.token, at.text);
-      require(a.microbatch < s.microbatches, "{}: micro-batch {} out of range (train.microbatches = {})", where,
-              a.microbatch, s.microbatches);
+      require(is_reduction(a.op) || a.microbatch < s.microbatches,
+              "{}: micro-batch {} out of range (train.microbatches = {})", where, a.microbatch, s.microbatches);
       require(a.chunk < s.chunks, "{}: chunk {} out of range (pipeline.chunks = {})", where, a.chunk, s.chunks);
       require(!is_comm(a.op) || a.peer < s.ranks, "{}: rank {} out of range ({} ranks, one per line)", where,
               a.peer, s.ranks);
@@ -153,13 +165,13 @@ std::string to_token(const Action& a, int chunks) {
   if (a.op == Op::step) return "S";
   std::string token = fmt::format("{}{}", compute_letter(a.op), a.microbatch);
   if (chunks > 1) token += fmt::format(".{}", a.chunk);
-  if (is_send(a.op)) token += fmt::format(">{}", a.peer);
-  if (is_recv(a.op)) token += fmt::format("<{}", a.peer);
+  if (is_send(a.op) || a.op == Op::send_sum) token += fmt::format(">{}", a.peer);
+  if (is_recv(a.op) || a.op == Op::recv_sum) token += fmt::format("<{}", a.peer);
   return token;
 }
 
 std::string to_text(const Schedule& s) {
-  std::string text;
+  std::string text = s.placement == Placement::v ? "placement v\n" : "";
   for (const auto& list : s.actions) {
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (i > 0) text += ' ';

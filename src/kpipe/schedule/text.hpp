@@ -5,6 +5,9 @@
 //   S                 optimizer step
 //   sa3>2  ra3<0      send the activation of micro-batch 3 to rank 2 / receive it from rank 0
 //   sg3>0  rg3<2      send / receive the gradient of micro-batch 3 (lowered form only)
+//   ss4>1  rs4<0      send / receive the running sum of the weight gradients for reduction group 4 to / from
+//                     replica 1 / 0 (the ordered data-parallel reduction, reduction.hpp)
+//   placement v       a line before the first rank's: the chunks sit in a V (ZB-V), not interleaved
 // '#' starts a comment that runs to the end of the line; blank and comment-only lines are skipped.
 // A message token names this rank's chunk, as Action does: on rank 1 with p = 2, "sa3.0>0" sends chunk 0's
 // output of micro-batch 3 to rank 0, where chunk 1 consumes it as "ra3.1<1".

@@ -47,6 +47,12 @@ void check_shape(const Schedule& s) {
     for (std::size_t i = 0; i < s.actions[r].size(); ++i) {
       const Action& a = s.actions[r][i];
       if (a.op == Op::step) continue;
+      if (is_reduction(a.op)) {  // its group and replica are checked with the replicas (reduction.hpp)
+        if (a.chunk < 0 || a.chunk >= s.chunks)
+          fail_at(s, r, i, fmt::format("chunk {} out of range ({} chunks)", a.chunk, s.chunks));
+        if (a.microbatch < 0 || a.peer < 0) fail_at(s, r, i, "negative reduction group or replica");
+        continue;
+      }
       if (a.microbatch < 0 || a.microbatch >= s.microbatches)
         fail_at(s, r, i, fmt::format("micro-batch {} out of range ({} micro-batches)", a.microbatch, s.microbatches));
       if (a.chunk < 0 || a.chunk >= s.chunks)
@@ -87,6 +93,7 @@ void check_rank(const Schedule& s, int r, bool lowered) {
       if (i + 1 != list.size()) fail_at(s, r, i, "optimizer step before the end of the rank's actions");
       continue;
     }
+    if (is_reduction(a.op)) continue;  // between replicas: checked by validate(Replicated)
     const int k = s.virtual_stage(r, a.chunk), at = grid.index(a.microbatch, k);
     const bool from_other_rank = k > 0 && s.rank_of(k - 1) != r;
     const bool grad_from_other_rank = k < last && s.rank_of(k + 1) != r;
@@ -157,7 +164,9 @@ void check_rank(const Schedule& s, int r, bool lowered) {
         if (seen.recv_gradient[at]) fail_at(s, r, i, fmt::format("second receive of the gradient of {}", of_mb(s, a)));
         seen.recv_gradient[at] = 1;
         break;
-      case Op::step: break;
+      case Op::step:
+      case Op::send_sum:
+      case Op::recv_sum: break;
     }
   }
   require(!list.empty() && list.back().op == Op::step, "schedule rank {}: no optimizer step S at the end", r);

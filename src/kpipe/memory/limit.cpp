@@ -1,0 +1,103 @@
+#include "kpipe/memory/limit.hpp"
+
+#include <fmt/format.h>
+
+#include <Kokkos_Core.hpp>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+#include "kpipe/core/bytes.hpp"
+#include "kpipe/core/error.hpp"
+#include "kpipe/memory/plan.hpp"
+
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace kpipe::memory {
+
+namespace {
+
+// Bytes this process could still get, and an id of what it shares them with (the node, or its device).
+struct Available {
+  std::int64_t bytes = -1;  // -1: unknown
+  long long shared_id = 0;
+  const char* what = "node";
+};
+
+Available available_here() {
+  Available a;
+#if defined(KOKKOS_ENABLE_CUDA)
+  std::size_t free = 0, total = 0;
+  int device = 0;
+  if (cudaGetDevice(&device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    a.bytes = std::int64_t(free);
+    a.shared_id = device;
+    a.what = "GPU";
+  }
+#else
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {
+    std::istringstream in(line);
+    std::string key;
+    long long kib = 0;
+    if (in >> key >> kib && key == "MemAvailable:") a.bytes = kib * 1024;
+  }
+#endif
+  return a;
+}
+
+}  // namespace
+
+Limit resolve_limit(const std::string& setting, MPI_Comm world) {
+  if (setting == "none") return {std::nullopt, "memory.limit_per_rank = none"};
+  if (setting != "auto") {
+    const auto bytes = parse_bytes(setting);
+    require(bytes.has_value(), "memory.limit_per_rank = '{}': expected auto, none or a size such as 6GiB", setting);
+    return {*bytes, fmt::format("memory.limit_per_rank = {}", setting)};
+  }
+  // The ranks on this node that share what this rank draws from (the node's memory, or one GPU).
+  const Available here = available_here();
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int node_size = 1;
+  MPI_Comm_size(node, &node_size);
+  std::vector<long long> ids(node_size);
+  MPI_Allgather(&here.shared_id, 1, MPI_LONG_LONG, ids.data(), 1, MPI_LONG_LONG, node);
+  MPI_Comm_free(&node);
+  int sharing = 0;
+  for (long long id : ids) sharing += id == here.shared_id ? 1 : 0;
+  // The smallest share over the job; unknown (-1) counts as unlimited.
+  long long share = here.bytes < 0 ? -1 : here.bytes / sharing;
+  long long mine[2] = {share < 0 ? std::numeric_limits<long long>::max() : share, sharing};
+  long long least[2] = {0, 0};
+  MPI_Allreduce(&mine[0], &least[0], 1, MPI_LONG_LONG, MPI_MIN, world);
+  MPI_Allreduce(&mine[1], &least[1], 1, MPI_LONG_LONG, MPI_MAX, world);
+  if (least[0] == std::numeric_limits<long long>::max())
+    return {std::nullopt, "memory.limit_per_rank = auto (the available memory is unknown here: no limit)"};
+  return {least[0], fmt::format("memory.limit_per_rank = auto ({}: the memory available on the {}{})",
+                                format_bytes(least[0]), here.what,
+                                least[1] > 1 ? fmt::format(", shared by {} ranks", least[1]) : "")};
+}
+
+void enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+                   MPI_Comm world) {
+  const Limit limit = resolve_limit(config.memory.limit_per_rank, world);
+  if (!limit.bytes) return;
+  const auto ranks = plan_ranks(config, desc, schedule);
+  const RankMemory* worst = &ranks.front();
+  for (const auto& r : ranks)
+    if (r.total() > worst->total()) worst = &r;
+  if (worst->total() <= *limit.bytes) return;
+  int over = 0;
+  for (const auto& r : ranks) over += r.total() > *limit.bytes ? 1 : 0;
+  throw InputError(fmt::format(
+      "{}: rank {} needs {} ({}){}; fewer micro-batches in flight (schedule), recomputation (memory.recompute), "
+      "more pipeline stages or a smaller model: kpipe-sim --recommend finds a layout that fits",
+      limit.why, worst->world_rank, format_bytes(worst->total()), describe(worst->bytes),
+      over > 1 ? fmt::format(", and {} other ranks exceed it too", over - 1) : ""));
+}
+
+}  // namespace kpipe::memory

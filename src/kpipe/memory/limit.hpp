@@ -1,0 +1,33 @@
+#pragma once
+// memory.limit_per_rank: the most memory a rank may need, checked against the memory plan (plan.hpp) on
+// every rank before anything is allocated, so that a layout that cannot fit is refused with the figures
+// instead of being killed by the kernel's OOM killer half-way through the first step.
+#include <mpi.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "kpipe/core/config.hpp"
+#include "kpipe/model/desc.hpp"
+#include "kpipe/schedule/reduction.hpp"
+
+namespace kpipe::memory {
+
+struct Limit {
+  std::optional<std::int64_t> bytes;  // none: no limit
+  std::string why;                    // where the figure comes from, for messages
+};
+
+// "none", a size ("6GiB"), or "auto": the memory available to this process's ranks (host: MemAvailable of
+// /proc/meminfo; CUDA: the free memory of the rank's device) divided among the ranks of the node that share
+// it, the smallest over `world` so that every rank holds the same limit. Collective over world for "auto".
+Limit resolve_limit(const std::string& setting, MPI_Comm world);
+
+// Plans every rank's memory and throws InputError (the same on every rank) when one exceeds the limit:
+//   memory.limit_per_rank = 512MiB: rank 0 needs 1.25 GiB (parameters 25.0 MiB, ..., activations 900 MiB)...
+// Collective over world (the configuration's whole job).
+void enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+                   MPI_Comm world);
+
+}  // namespace kpipe::memory

@@ -1,0 +1,53 @@
+#pragma once
+// Each rank's memory predicted from the model description and the schedule, by category (category.hpp):
+// the bytes kpipe's Kokkos allocations reach on that rank during training. The allocation meter
+// (meter.hpp) measures the same categories; tests/mpi/test_memory.cpp holds the two equal, byte for byte,
+// for every schedule on 1, 2 and 4 ranks.
+//
+// Per chunk: its parameters, gradients and optimizer moments (two, whatever the optimizer, and a byte of
+// weight-decay mask per parameter); activation slots x the bytes a micro-batch keeps from its forward to
+// its backward (schedule/buffers.hpp counts the slots the runtime's pool reaches); sets of backward buffers
+// x their bytes (one set with plain backwards, more when I and W run apart); the attention and
+// recomputation scratch. Per rank: the spare [N, C] message buffers, the host token staging rows (inputs
+// and targets of each micro-batch) and the per-micro-batch loss sums.
+// Weight versions are 0 for every synchronous schedule (PipeDream's stashes will count there).
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kpipe/core/config.hpp"
+#include "kpipe/memory/category.hpp"
+#include "kpipe/model/desc.hpp"
+#include "kpipe/schedule/reduction.hpp"
+
+namespace kpipe::memory {
+
+struct ChunkMemory {
+  int first_layer = 0, last_layer = 0;  // [first, last)
+  std::int64_t parameters = 0;          // elements
+  std::int64_t slot_bytes = 0;          // one activation slot
+  std::int64_t backward_bytes = 0;      // one set of backward buffers
+  std::int64_t workspace_bytes = 0;
+  int slots = 0, backward_sets = 0;
+};
+
+struct RankMemory {
+  int world_rank = 0, replica = 0, stage = 0;
+  Bytes bytes{};  // per category
+  std::vector<ChunkMemory> chunks;
+  int message_buffers = 0;
+  std::int64_t total() const { return memory::total(bytes); }
+};
+
+// One rank (replica, stage) of the configuration, whose schedule is `schedule` (schedule/configured.hpp),
+// for elements of element_bytes bytes (kpipe-train: float).
+RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+                     int replica, int stage, std::size_t element_bytes = sizeof(float));
+// Every rank, in world-rank order (replica * pipeline_size + stage).
+std::vector<RankMemory> plan_ranks(const Config& config, const model::ModelDesc& desc,
+                                   const schedule::Replicated& schedule, std::size_t element_bytes = sizeof(float));
+
+// "parameters 1.2 MiB, gradients 1.2 MiB, ..." (the non-zero categories).
+std::string describe(const Bytes& bytes);
+
+}  // namespace kpipe::memory

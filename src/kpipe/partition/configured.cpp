@@ -1,0 +1,37 @@
+#include "kpipe/partition/configured.hpp"
+
+#include <algorithm>
+
+#include "kpipe/nn/block.hpp"
+#include "kpipe/schedule/validate.hpp"
+
+namespace kpipe::partition {
+
+InFlight in_flight(const schedule::Replicated& schedule, int sequences) {
+  InFlight held{{}, sequences};
+  for (const auto& replica : schedule.replicas) {
+    const auto peak = schedule::peak_stash(replica);
+    held.per_rank.resize(std::max(held.per_rank.size(), peak.size()), 0);
+    for (std::size_t r = 0; r < peak.size(); ++r) held.per_rank[r] = std::max(held.per_rank[r], peak[r]);
+  }
+  return held;
+}
+
+std::vector<LayerRange> configured_partition(const Config& config, const model::ModelDesc& desc,
+                                             const schedule::Replicated& schedule) {
+  const auto& pc = config.pipeline;
+  const int sequences = config.train.batch / config.train.microbatches;
+  InFlight held = in_flight(schedule, sequences);
+  // Under recomputation a block keeps only part of its stash (nn/block.hpp's kept fields).
+  const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
+  if (recompute != nn::Recompute::none) {
+    const auto& m = config.model;
+    const nn::AttentionShape one{1, m.seq_len, m.n_heads, m.d_model / m.n_heads};
+    const double block = double(nn::stash_elements(nn::kept_fields(recompute), one, m.mlp_ratio * m.d_model));
+    for (const auto& layer : desc.layers)
+      held.kept_per_sequence.push_back(layer.kind == model::LayerKind::block ? block : double(layer.stash_elems));
+  }
+  return partition_layers(desc, pc.pipeline_size, pc.chunks, pc.partition, held);
+}
+
+}  // namespace kpipe::partition

@@ -1,0 +1,24 @@
+#pragma once
+// The partition a training configuration runs: pipeline.partition over pipeline_size x chunks virtual
+// stages, the balanced method weighing each stage's memory with what the configured schedule keeps in
+// flight there. kpipe-train builds its chunks from it, the memory plan predicts their bytes from it and the
+// planner prices its stages with it: one partition, computed the same way on every rank and in every tool.
+#include <vector>
+
+#include "kpipe/core/config.hpp"
+#include "kpipe/model/desc.hpp"
+#include "kpipe/partition/partition.hpp"
+#include "kpipe/schedule/reduction.hpp"
+
+namespace kpipe::partition {
+
+// Per rank, the most micro-batches any replica's schedule holds there at once (schedule::peak_stash; the
+// replicas keep the same bound, the ordered reduction's included), with `sequences` sequences each.
+InFlight in_flight(const schedule::Replicated& schedule, int sequences);
+
+// Layer ranges of every virtual stage (k = c * pipeline_size + r) of `config` running `schedule`
+// (schedule/configured.hpp); under memory.recompute a block's activations in flight are what it keeps.
+std::vector<LayerRange> configured_partition(const Config& config, const model::ModelDesc& desc,
+                                             const schedule::Replicated& schedule);
+
+}  // namespace kpipe::partition

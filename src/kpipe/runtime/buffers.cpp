@@ -1,0 +1,99 @@
+#include "kpipe/runtime/buffers.hpp"
+
+#include "kpipe/memory/category.hpp"
+
+namespace kpipe::runtime {
+
+template <class T>
+Buffers<T>::Buffers(std::vector<model::Chunk<T>*> chunks, int microbatches)
+    : chunks_(std::move(chunks)), microbatches_(microbatches) {
+  begin_step();
+}
+
+template <class T> void Buffers<T>::begin_step() {
+  const std::size_t n = chunks_.size();
+  slot_.assign(n, std::vector<int>(microbatches_, -1));
+  for (auto& arrived : arrived_) arrived.assign(n, std::vector<View2<T>>(microbatches_));
+  sends_.clear();
+}
+
+template <class T> int Buffers<T>::take_slot(int chunk, int microbatch) {
+  int& s = slot_[chunk][microbatch];
+  if (s < 0) s = chunks_[chunk]->acquire();
+  return s;
+}
+
+// An [N, C] buffer from the spares (all chunks' activations have that shape), allocated when none is left:
+// the number allocated follows from the schedule alone, and after the first step it is enough.
+template <class T> View2<T> Buffers<T>::take_spare() {
+  if (spares_.empty()) {
+    memory::Scope scope(memory::Category::messages);
+    ++allocated_;
+    const auto& chunk = *chunks_.front();
+    return View2<T>(uninitialized("kpipe::runtime::Buffers::message"), chunk.rows(), chunk.channels());
+  }
+  View2<T> spare = spares_.back();
+  spares_.pop_back();
+  return spare;
+}
+
+template <class T> View2<T> Buffers<T>::receive_buffer(int chunk, int microbatch, bool gradient) {
+  return arrived_[gradient][chunk][microbatch] = take_spare();
+}
+
+template <class T> void Buffers<T>::move_in_activation(int chunk, int microbatch) {
+  View2<T>& received = arrived_[0][chunk][microbatch];
+  if (received.data() == nullptr) return;
+  chunks_[chunk]->swap_input(slot_[chunk][microbatch], received);  // received now holds the former buffer
+  spares_.push_back(received);
+  received = View2<T>();
+}
+
+template <class T> void Buffers<T>::move_in_gradient(int chunk, int microbatch) {
+  View2<T>& received = arrived_[1][chunk][microbatch];
+  if (received.data() == nullptr) return;
+  chunks_[chunk]->swap_output_grad(slot_[chunk][microbatch], received);
+  spares_.push_back(received);
+  received = View2<T>();
+}
+
+template <class T>
+comm::Transfer& Buffers<T>::add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after) {
+  sends_.push_back({chunk, slot_[chunk][microbatch], gradient, delivered_after, {}, {}});
+  return sends_.back().transfer;
+}
+
+// Only the schedule decides when a buffer comes back, never how fast a peer happened to be, so the number
+// of buffers allocated is the same on every run.
+template <class T> void Buffers<T>::reclaim(std::size_t done, const std::function<void(comm::Transfer&)>& wait) {
+  for (auto& s : sends_) {
+    if (s.transfer.active() && s.delivered_after <= done) wait(s.transfer);
+    if (!s.transfer.active() && s.detached.data() != nullptr) {
+      spares_.push_back(s.detached);
+      s.detached = View2<T>();
+    }
+  }
+}
+
+// A slot never waits for the network, and the pool stays as small as the stash (the spares are one [N, C]
+// buffer per send in flight, not a whole stash each).
+template <class T> void Buffers<T>::retire(int chunk, int microbatch) {
+  const int slot = slot_[chunk][microbatch];
+  auto& owner = *chunks_[chunk];
+  for (auto& s : sends_) {
+    if (s.chunk != chunk || s.slot != slot || s.detached.data() != nullptr || !s.transfer.active()) continue;
+    View2<T> spare = take_spare();
+    if (s.gradient)
+      owner.swap_input_grad(slot, spare);
+    else
+      owner.swap_output(slot, spare);
+    s.detached = spare;  // after the swap: the buffer the send reads
+  }
+  owner.release(slot);
+  slot_[chunk][microbatch] = -1;
+}
+
+template class Buffers<float>;
+template class Buffers<double>;
+
+}  // namespace kpipe::runtime

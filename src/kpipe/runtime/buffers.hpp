@@ -1,0 +1,64 @@
+#pragma once
+// Who holds which activation buffer on a rank during a step: the one owner of the slots micro-batches are
+// given, the spare [N, C] message buffers receives land in, the buffers received but not yet used, and the
+// sends in flight with the buffers they read. It follows the rules of schedule/buffers.hpp, whose
+// plan_buffers() predicts from the list alone what this allocates (memory/plan.hpp; tested against the
+// allocations Kokkos reports). Receives and sends themselves are the trainer's; it asks here for buffers.
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "kpipe/comm/transport.hpp"
+#include "kpipe/model/chunk.hpp"
+
+namespace kpipe::runtime {
+
+template <class T> class Buffers {
+ public:
+  // The rank's chunks (they outlive this) and the micro-batches per step.
+  Buffers(std::vector<model::Chunk<T>*> chunks, int microbatches);
+
+  void begin_step();  // every buffer is back from the previous step (end_step)
+
+  // The slot of (chunk, micro-batch): -1 before its forward; take_slot gives it one from the chunk's pool.
+  int slot(int chunk, int microbatch) const { return slot_[chunk][microbatch]; }
+  int take_slot(int chunk, int microbatch);
+
+  // A spare buffer for a receive posted ahead; it stays "arrived" for (chunk, micro-batch) until moved in.
+  View2<T> receive_buffer(int chunk, int microbatch, bool gradient);
+  // The arrived activation becomes the slot's input, the arrived gradient its output gradient (when one
+  // arrived: local handoffs arrive in place); the slot's former buffer becomes a spare.
+  void move_in_activation(int chunk, int microbatch);
+  void move_in_gradient(int chunk, int microbatch);
+
+  // A send of the slot's output (activation) or input gradient starts: where the transport's Transfer goes.
+  comm::Transfer& add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after);
+  // After position `done`: waits (through `wait`, which returns at once there) on the sends delivered by
+  // then, and their detached buffers become spares.
+  void reclaim(std::size_t done, const std::function<void(comm::Transfer&)>& wait);
+  // The micro-batch is done on the chunk: its slot goes back to the pool, a send still reading from it
+  // taking its buffer along (a spare takes its place in the slot).
+  void retire(int chunk, int microbatch);
+
+  int message_buffers() const { return allocated_; }  // spares allocated since construction
+
+ private:
+  View2<T> take_spare();
+
+  struct Send {
+    int chunk, slot;
+    bool gradient;
+    std::size_t delivered_after;
+    comm::Transfer transfer;
+    View2<T> detached;  // empty while the send reads from its slot
+  };
+  std::vector<model::Chunk<T>*> chunks_;
+  int microbatches_;
+  std::vector<std::vector<int>> slot_;                      // [chunk][micro-batch] -> slot, -1 when none
+  std::vector<std::vector<View2<T>>> arrived_[2];           // [activation, gradient][chunk][micro-batch]
+  std::vector<Send> sends_;                                 // this step's, in order
+  std::vector<View2<T>> spares_;
+  int allocated_ = 0;
+};
+
+}  // namespace kpipe::runtime

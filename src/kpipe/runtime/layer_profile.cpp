@@ -1,0 +1,42 @@
+#include "kpipe/runtime/layer_profile.hpp"
+
+#include <mpi.h>
+
+#include "kpipe/planner/profile.hpp"
+
+namespace kpipe::runtime {
+
+template <class T>
+void write_layer_profile(const Trainer<T>& trainer, const std::string& path, double optimizer_seconds, int steps) {
+  const auto& grid = trainer.grid();
+  const auto& config = trainer.config();
+  // Every layer is on one rank of each pipeline: the sum over a pipeline puts each in its place.
+  const auto mine = trainer.layer_seconds();
+  std::vector<double> flat(mine.size() * 4), all(flat.size());
+  for (std::size_t l = 0; l < mine.size(); ++l)
+    for (int k = 0; k < 4; ++k) flat[4 * l + k] = mine[l][k];
+  MPI_Allreduce(flat.data(), all.data(), int(flat.size()), MPI_DOUBLE, MPI_SUM, grid.pipeline);
+  std::int64_t params = 0;
+  for (int c = 0; c < trainer.chunks(); ++c) params += trainer.chunk(c).params().size();
+  double per_parameter = params > 0 ? optimizer_seconds / double(params) : 0.0, mean = 0;
+  MPI_Allreduce(&per_parameter, &mean, 1, MPI_DOUBLE, MPI_SUM, grid.world);
+  if (grid.world_rank != 0) return;
+  planner::Profile p;
+  p.model = config.model;
+  p.sequences = config.train.batch / config.train.microbatches;
+  p.recompute = config.memory.recompute;
+  p.steps = steps;
+  p.optimizer = mean / grid.world_size;
+  const int layers = int(mine.size()), blocks = layers - 2;
+  for (int k = 0; k < 4; ++k) {
+    p.embedding[k] = all[k] / p.sequences;
+    p.head[k] = all[4 * (layers - 1) + k] / p.sequences;
+    for (int b = 1; b <= blocks; ++b) p.block[k] += all[4 * b + k] / p.sequences / blocks;
+  }
+  planner::write_profile(path, p);
+}
+
+template void write_layer_profile(const Trainer<float>&, const std::string&, double, int);
+template void write_layer_profile(const Trainer<double>&, const std::string&, double, int);
+
+}  // namespace kpipe::runtime

@@ -1,0 +1,62 @@
+#include "kpipe/runtime/memory_report.hpp"
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "kpipe/core/bytes.hpp"
+
+namespace kpipe::runtime {
+
+template <class T> MemoryReport memory_report(const Trainer<T>& trainer, const memory::Meter& meter) {
+  const auto& grid = trainer.grid();
+  const auto plan = memory::plan_rank(trainer.config(), trainer.desc(), trainer.replicated(), grid.replica, grid.stage,
+                                      sizeof(T));
+  constexpr int n = memory::category_count;
+  std::vector<long long> mine(2 * n + 1);
+  const auto measured = meter.peak();
+  for (int c = 0; c < n; ++c) {
+    mine[c] = plan.bytes[c];
+    mine[n + c] = measured[c];
+  }
+  mine[2 * n] = meter.other_peak();
+  std::vector<long long> all(mine.size() * grid.world_size);
+  MPI_Allgather(mine.data(), int(mine.size()), MPI_LONG_LONG, all.data(), int(mine.size()), MPI_LONG_LONG, grid.world);
+  MemoryReport report;
+  for (int r = 0; r < grid.world_size; ++r) {
+    const long long* row = &all[std::size_t(r) * mine.size()];
+    memory::Bytes p{}, m{};
+    for (int c = 0; c < n; ++c) {
+      p[c] = row[c];
+      m[c] = row[n + c];
+    }
+    report.predicted.push_back(p);
+    report.measured.push_back(m);
+    report.other.push_back(row[2 * n]);
+  }
+  return report;
+}
+
+std::string format_memory_report(const MemoryReport& r) {
+  auto mib = [](std::int64_t bytes) { return double(bytes) / (1024.0 * 1024.0); };
+  std::string text = fmt::format("{:<5}", "rank");
+  for (auto c : memory::all_categories) text += fmt::format(" {:>15}", memory::to_string(c));
+  text += fmt::format(" {:>15}\n", "total");
+  for (std::size_t rank = 0; rank < r.predicted.size(); ++rank) {
+    text += fmt::format("{:<5}", rank);
+    for (auto c : memory::all_categories)
+      text += fmt::format(" {:>15}", fmt::format("{:.2f}/{:.2f}", mib(r.predicted[rank][int(c)]),
+                                                 mib(r.measured[rank][int(c)])));
+    text += fmt::format(" {:>15}\n", fmt::format("{:.2f}/{:.2f}", mib(memory::total(r.predicted[rank])),
+                                                 mib(memory::total(r.measured[rank]))));
+  }
+  std::int64_t other = 0;
+  for (auto o : r.other) other = std::max(other, o);
+  text += r.matches() ? "every category as predicted" : "measured differs from predicted (a bug: please report it)";
+  text += fmt::format("; Kokkos' own allocations (not predicted): at most {} per rank", format_bytes(other));
+  return text;
+}
+
+template MemoryReport memory_report(const Trainer<float>&, const memory::Meter&);
+template MemoryReport memory_report(const Trainer<double>&, const memory::Meter&);
+
+}  // namespace kpipe::runtime

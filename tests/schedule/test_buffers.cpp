@@ -1,0 +1,91 @@
+// The buffer plan: what the runtime's pools reach, from the list alone (the MPI memory test holds the
+// runtime to it, byte for byte).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "kpipe/schedule/buffers.hpp"
+#include "kpipe/schedule/generate.hpp"
+#include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/text.hpp"
+#include "kpipe/schedule/validate.hpp"
+
+namespace kpipe::schedule {
+namespace {
+
+// Most (micro-batch, chunk) pairs between their I (or B) and their W (or B) at once, on `chunk`.
+int most_between_input_and_weight(const std::vector<Action>& list, int chunk) {
+  int open = 0, most = 0;
+  for (const Action& a : list) {
+    if (a.chunk != chunk) continue;
+    if (is_backward(a.op)) most = std::max(most, ++open);
+    if (is_weight_gradient(a.op)) --open;
+  }
+  return most;
+}
+
+TEST(Buffers, PoolsHoldExactlyTheStashWithOneChunkPerRank) {
+  for (const std::string name : {"naive", "gpipe", "1f1b", "zb-h1"})
+    for (int p = 1; p <= 6; ++p)
+      for (int m = 1; m <= 8; ++m) {
+        SCOPED_TRACE(fmt::format("{} p={} m={}", name, p, m));
+        const Schedule s = lower(generate(name, p, m));
+        const auto stash = peak_stash(s);
+        for (int r = 0; r < p; ++r) {
+          const BufferPlan plan = plan_buffers(s, r, s.actions[r]);
+          EXPECT_EQ(plan.slots, std::vector<int>{stash[r]});
+          EXPECT_EQ(plan.backward_sets, std::vector<int>{most_between_input_and_weight(s.actions[r], 0)});
+          if (name != "zb-h1") {
+            EXPECT_EQ(plan.backward_sets[0], 1);
+          }
+          if (p == 1) {
+            EXPECT_EQ(plan.message_buffers, 0);
+          }
+        }
+      }
+}
+
+TEST(Buffers, EveryReceiveIsPostedOnceAndInTimeAndEveryMicroBatchRetiredOnce) {
+  for (const Schedule& base : {interleaved(3, 6, 2), zero_bubble_v(3, 5), one_f_one_b(4, 6)}) {
+    const Schedule s = lower(base);
+    for (int r = 0; r < s.ranks; ++r) {
+      const auto& list = s.actions[r];
+      const BufferPlan plan = plan_buffers(s, r, list);
+      std::vector<int> posted(list.size(), 0), retired(s.chunks * s.microbatches, 0);
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        for (std::size_t k : plan.post_before[i]) {
+          EXPECT_TRUE(is_recv(list[k].op));
+          EXPECT_GE(k, i) << "posted at or before its own position";
+          ++posted[k];
+        }
+        if (plan.last_touch[i]) ++retired[list[i].chunk * s.microbatches + list[i].microbatch];
+      }
+      for (std::size_t k = 0; k < list.size(); ++k) {
+        if (is_recv(list[k].op)) {
+          EXPECT_GE(posted[k], 1) << "position " << k;
+        }
+      }
+      EXPECT_EQ(std::count(retired.begin(), retired.end(), 1), s.chunks * s.microbatches);
+    }
+  }
+}
+
+// 1F1B on two ranks, two micro-batches, rank 1 (F0 B0 F1 B1): the first receive lands in a new buffer, the
+// forward swaps it in and the slot's own input buffer becomes the spare the next receives use.
+TEST(Buffers, AHandCountedCase) {
+  const Schedule s = lower(one_f_one_b(2, 2));
+  EXPECT_EQ(to_text(s), "F0 sa0>1 F1 sa1>1 rg0<1 B0 rg1<1 B1 S\nra0<0 F0 B0 sg0>0 ra1<0 F1 B1 sg1>0 S\n");
+  const BufferPlan plan = plan_buffers(s, 1, s.actions[1]);
+  EXPECT_EQ(plan.slots, std::vector<int>{1});
+  EXPECT_EQ(plan.backward_sets, std::vector<int>{1});
+  // ra0 is posted at its own position (nothing computes before it): one new buffer; F0 swaps it in, freeing
+  // the slot's; B0 posts ra1 ahead into that spare; sg0 reads the slot's input gradient until its delivery
+  // point, so retiring micro-batch 0 (at sg0) detaches it and takes a second new buffer.
+  EXPECT_EQ(plan.message_buffers, 2);
+  EXPECT_EQ(plan.post_before[0], std::vector<std::size_t>{0});
+  EXPECT_EQ(plan.post_before[2], std::vector<std::size_t>{4});  // B0 posts ra1 (two past F1's predecessor)
+}
+
+}  // namespace
+}  // namespace kpipe::schedule
