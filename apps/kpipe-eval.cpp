@@ -2,7 +2,7 @@
 // seq_len + 1 tokens from the start of a token file (kpipe-prepare) or a text file. The model comes from
 // the checkpoint (its config attribute), and so does the tokenizer: a text file is encoded with it, and a
 // token file must have been made by the same one. The pipeline layout is this run's:
-//   mpiexec -n 4 kpipe-eval runs/ckpt/step-00000100 --data corpus.h5 --pipeline-size 4
+//   mpiexec -n 4 kpipe-eval runs/ckpt/step-00000100.h5 --data corpus.h5 --pipeline-size 4
 // Prints the loss with 9 significant digits on stdout (rank 0); details on stderr. The result is the same
 // on every layout (forward passes are bit-identical across layouts, docs/architecture.md, property 1).
 #include <fmt/format.h>
@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/grid.hpp"
+#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
@@ -36,7 +38,7 @@ struct Options {
 // them), or a whole text file encoded with the checkpoint's tokenizer.
 std::vector<kpipe::Token> load_tokens(const Options& o, const kpipe::data::Tokenizer& tokenizer) {
   using namespace kpipe;
-  if (!data::is_hdf5_file(o.data)) {
+  if (!data::is_token_file(o.data, fmt::format("--data = {}", o.data))) {
     require(o.split == "all", "--split = {}: a text file has no splits (use all)", o.split);
     return tokenizer.encode(kpipe::read_bytes(o.data, fmt::format("--data = {}", o.data)));
   }
@@ -52,16 +54,27 @@ std::vector<kpipe::Token> load_tokens(const Options& o, const kpipe::data::Token
 
 int evaluate(const Options& o, const std::string& transport, int rank) {
   using namespace kpipe;
-  Config config = io::checkpoint_config(o.checkpoint);
-  const auto info = io::read_checkpoint_info(o.checkpoint);
+  require(o.pipeline_size >= 1, "--pipeline-size = {}: expected an integer >= 1", o.pipeline_size);
+  require(o.chunks >= 1, "--chunks = {}: expected an integer >= 1", o.chunks);
+  require(o.max_windows >= 0, "--max-windows = {}: expected an integer >= 0 (0: all)", o.max_windows);
+  // The checkpoint and the data are read on every rank; a failure on any one (a file missing on one node)
+  // is agreed by all before any work, and reported once.
+  Config config;
+  io::CheckpointInfo info;
   data::Corpus corpus;
-  corpus.tokenizer = io::read_checkpoint_tokenizer(o.checkpoint);
-  corpus.validation = load_tokens(o, corpus.tokenizer);
-  corpus.source = o.data;
-  const std::int64_t available = data::validation_windows(std::int64_t(corpus.validation.size()), config.model.seq_len);
-  const std::int64_t windows = o.max_windows > 0 ? std::min<std::int64_t>(available, o.max_windows) : available;
-  require(windows > 0, "--data = {}: {} tokens hold no window of model.seq_len + 1 = {} tokens", o.data,
-          corpus.validation.size(), config.model.seq_len + 1);
+  std::int64_t windows = 0;
+  comm::agree(MPI_COMM_WORLD, {config.pipeline.recv_timeout_s, "reading the checkpoint and the data"}, [&] {
+    config = io::checkpoint_config(o.checkpoint);
+    info = io::read_checkpoint_info(o.checkpoint);
+    corpus.tokenizer = io::read_checkpoint_tokenizer(o.checkpoint);
+    corpus.validation = load_tokens(o, corpus.tokenizer);
+    corpus.source = o.data;
+    const std::int64_t available =
+        data::validation_windows(std::int64_t(corpus.validation.size()), config.model.seq_len);
+    windows = o.max_windows > 0 ? std::min<std::int64_t>(available, o.max_windows) : available;
+    require(windows > 0, "--data = {}: {} tokens hold no window of model.seq_len + 1 = {} tokens", o.data,
+            corpus.validation.size(), config.model.seq_len + 1);
+  });
   corpus.validation.resize(std::size_t(windows * (config.model.seq_len + 1)));  // exactly `windows` windows
   // One window per micro-batch, one micro-batch per stage: evaluate() then walks every window in order.
   auto& p = config.pipeline;
@@ -74,7 +87,7 @@ int evaluate(const Options& o, const std::string& transport, int rank) {
   config.train.microbatches = config.train.batch = o.pipeline_size;
   config.train.eval_batches = int((windows + config.train.batch - 1) / config.train.batch);
   validate(config);
-  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1);
+  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
   double loss = 0;
   {
     runtime::Trainer<float> trainer(config, corpus, grid);
@@ -100,7 +113,7 @@ int main(int argc, char** argv) {
   {
     Options o;
     CLI::App app("Mean loss of a checkpoint over consecutive windows of seq_len + 1 tokens of a file.", "kpipe-eval");
-    app.add_option("checkpoint", o.checkpoint, "a step-<N> directory, its checkpoint.h5, or a checkpoint.dir (latest)")
+    app.add_option("checkpoint", o.checkpoint, "a checkpoint file (step-<N>.h5) or a checkpoint.dir (its latest)")
         ->required();
     app.add_option("--data", o.data, "HDF5 token file (kpipe-prepare) or text file")->required();
     app.add_option("--split", o.split, "of a token file: all (train then validation), train or validation")
@@ -130,6 +143,10 @@ int main(int argc, char** argv) {
       rc = kpipe::exit_bad_input;
     }
   }
-  MPI_Finalize();
+  {
+    // MPI_Finalize waits for every rank: bounded like every other wait.
+    const kpipe::comm::Watchdog watch(rank, {kpipe::PipelineConfig{}.recv_timeout_s, "MPI_Finalize"});
+    MPI_Finalize();
+  }
   return rc;
 }

@@ -12,7 +12,9 @@
 #include <cstdio>
 #include <string>
 
+#include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/grid.hpp"
+#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/io/checkpoint.hpp"
@@ -62,10 +64,17 @@ int generate(Options o, const std::string& transport, int rank, int world_size) 
   if (o.pipeline_size == 0) o.pipeline_size = world_size;
   require(o.pipeline_size >= 1 && o.pipeline_size == world_size,
           "--pipeline-size = {}: generation runs one pipeline, on all {} ranks", o.pipeline_size, world_size);
-  Config config = io::checkpoint_config(o.checkpoint);
-  const data::Tokenizer tokenizer = io::read_checkpoint_tokenizer(o.checkpoint);
-  const std::vector<Token> prompt = tokenizer.encode(o.prompt);
-  require(!prompt.empty(), "--prompt is empty: give some text to continue");
+  // The checkpoint is read on every rank; a failure on any one (the file missing on one node) is agreed by
+  // all before any work, and reported once.
+  Config config;
+  data::Tokenizer tokenizer;
+  std::vector<Token> prompt;
+  comm::agree(MPI_COMM_WORLD, {PipelineConfig{}.recv_timeout_s, "reading the checkpoint"}, [&] {
+    config = io::checkpoint_config(o.checkpoint);
+    tokenizer = io::read_checkpoint_tokenizer(o.checkpoint);
+    prompt = tokenizer.encode(o.prompt);
+    require(!prompt.empty(), "--prompt is empty: give some text to continue");
+  });
 
   // One sequence per forward down this run's pipeline; the layout may differ from the one that trained.
   auto& p = config.pipeline;
@@ -80,7 +89,7 @@ int generate(Options o, const std::string& transport, int rank, int world_size) 
   validate(config);
   data::Corpus corpus;  // holds no text: only the tokenizer, for the model's vocabulary check
   corpus.tokenizer = tokenizer;
-  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1);
+  auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
   double seconds = 0;
   {
     runtime::Trainer<float> trainer(config, corpus, grid);
@@ -118,7 +127,7 @@ int main(int argc, char** argv) {
     Options o;
     CLI::App app("Generates text from a checkpoint (model and tokenizer from the checkpoint) on any pipeline layout.",
                  "kpipe-generate");
-    app.add_option("checkpoint", o.checkpoint, "a step-<N> directory, its checkpoint.h5, or a checkpoint.dir (latest)")
+    app.add_option("checkpoint", o.checkpoint, "a checkpoint file (step-<N>.h5) or a checkpoint.dir (its latest)")
         ->required();
     app.add_option("--prompt", o.prompt, "text to continue")->required();
     app.add_option("--tokens", o.tokens, "tokens to generate")->capture_default_str();
@@ -155,6 +164,10 @@ int main(int argc, char** argv) {
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
   }
-  MPI_Finalize();
+  {
+    // MPI_Finalize waits for every rank: bounded like every other wait.
+    const kpipe::comm::Watchdog watch(rank, {kpipe::PipelineConfig{}.recv_timeout_s, "MPI_Finalize"});
+    MPI_Finalize();
+  }
   return rc;
 }

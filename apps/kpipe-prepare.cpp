@@ -18,6 +18,7 @@
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/io/h5_file.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/data/entropy.hpp"
@@ -57,6 +58,8 @@ void check(const Options& o) {
   require(o.tokenizer == "bytes" || !o.synthetic, "--tokenizer bpe: the synthetic corpus is bytes (give a text file)");
   require(o.tokenizer == "bytes" || kpipe::data::sentencepiece_available(),
           "--tokenizer bpe: this kpipe was built without SentencePiece (KPIPE_ENABLE_SENTENCEPIECE)");
+  // Written beside it and renamed over it: never over a device node, a FIFO or a directory.
+  kpipe::require_writable(o.output, fmt::format("--output = {}", o.output));
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -144,6 +147,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  kpipe::io::h5::skip_shutdown_at_exit();
   try {
     return run(argc, argv);
   } catch (const kpipe::InputError& error) {

@@ -24,6 +24,7 @@
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/planner/costs.hpp"
@@ -187,6 +188,7 @@ int run(const Options& o, const CLI::App& app) {
     SvgOptions svg;
     svg.title = fmt::format("{}: p = {}, m = {}{}; makespan {:.4g}, bubble {}", name, s.ranks, s.microbatches,
                             s.chunks > 1 ? fmt::format(", v = {}", s.chunks) : "", sim.makespan, percent(sim.bubble));
+    kpipe::require_writable(o.svg, fmt::format("--svg = '{}'", o.svg));
     std::ofstream out(o.svg);
     require(bool(out), "--svg = '{}': cannot write", o.svg);
     out << timeline_svg(sim.timeline, s.chunks, svg);

@@ -13,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/grid.hpp"
+#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/timeline.hpp"
@@ -33,35 +36,85 @@ namespace {
 
 // train.max_skipped_steps non-finite steps in a row (docs/traces.md, docs/user-guide.md).
 constexpr int exit_non_finite = 4;
+// A checkpoint could not be written (checkpoint.on_failure = "stop", or on a stop signal).
+constexpr int exit_checkpoint_failed = 5;
 
 std::string duration(double seconds) {
   const auto s = static_cast<long>(seconds + 0.5);
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
 }
 
-int train(kpipe::Config config, int rank) {
+// set_up becomes true once every rank has agreed that the run can start: errors before that are the same
+// on every rank (agreed), errors after it may be one rank's alone.
+int train(kpipe::Config config, int rank, bool& set_up) {
   using namespace kpipe;
-  auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
-  const auto corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
-  data::fit_vocabulary(config.model, corpus);  // the data's vocabulary (a BPE token file's, say) sizes the model
-  runtime::MetricsWriter metrics(rank == 0 ? config.output.metrics : std::string());
+  auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel,
+                               config.pipeline.recv_timeout_s);
+  const double timeout = config.pipeline.recv_timeout_s;
   memory::Meter meter;  // every Kokkos allocation from here on, by category, beside the plan's prediction
-  runtime::Trainer<float> trainer(config, corpus, grid);
-  // Checkpoints: resume (checkpoint.resume), write every checkpoint.every steps, and on SIGUSR1/SIGTERM
-  // (the handlers are installed first thing in main).
   io::validate_checkpoint_config(config.checkpoint);
-  io::resume_training(trainer, config.checkpoint);
-  auto save = [&] {
-    const std::string path = io::save_checkpoint(trainer, config.checkpoint.dir, config.checkpoint.keep);
-    if (rank == 0) fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {})\n", path, trainer.next_step());
-  };
-  // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
+  // Every input and output is opened, and every failure agreed on by all ranks, before any work: a path
+  // that fails on one rank only (rank 0's --metrics, a data file missing on one node) stops every rank at
+  // once and is reported once (comm/agree.hpp).
+  data::Corpus corpus;
+  std::unique_ptr<runtime::MetricsWriter> metrics_writer;
+  std::unique_ptr<runtime::Trainer<float>> trainer_owner;
   std::unique_ptr<io::ActivationTracer<float>> tracer;
-  if (!config.output.trace.empty())
-    tracer = std::make_unique<io::ActivationTracer<float>>(trainer, grid, config, io::trace_options(config));
   std::unique_ptr<io::TimelineRecorder<float>> timeline;
-  if (!config.output.timeline.empty())
-    timeline = std::make_unique<io::TimelineRecorder<float>>(trainer, grid, config, config.output.timeline);
+  comm::agree(grid.world, {timeout, "checking the run's inputs and outputs"}, [&] {
+    corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
+    data::fit_vocabulary(config.model, corpus);  // the data's vocabulary (a BPE token file's, say) sizes the model
+    metrics_writer = std::make_unique<runtime::MetricsWriter>(rank == 0 ? config.output.metrics : std::string());
+    if (rank == 0 && !config.output.profile.empty())  // written at the end: checked now
+      require_writable(config.output.profile, fmt::format("output.profile = '{}'", config.output.profile));
+  });
+  // A second agreement, which every rank enters: the trainer's constructor has collectives of its own
+  // (memory.limit_per_rank = auto), which must not meet a rank already agreeing on an input's failure.
+  comm::agree(grid.world, {timeout, "setting up the trainer, the trace and the timeline"}, [&] {
+    trainer_owner = std::make_unique<runtime::Trainer<float>>(config, corpus, grid);
+    // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
+    if (!config.output.trace.empty())
+      tracer = std::make_unique<io::ActivationTracer<float>>(*trainer_owner, grid, config, io::trace_options(config));
+    if (!config.output.timeline.empty())
+      timeline = std::make_unique<io::TimelineRecorder<float>>(*trainer_owner, grid, config, config.output.timeline);
+  });
+  auto& metrics = *metrics_writer;
+  auto& trainer = *trainer_owner;
+  // Checkpoints: the directory checked and locked, resume (checkpoint.resume), then this run's identity;
+  // written every checkpoint.every steps and on SIGUSR1/SIGTERM (the handlers are installed first thing in
+  // main).
+  std::unique_ptr<io::CheckpointDir> checkpoints;
+  if (!config.checkpoint.dir.empty()) checkpoints = std::make_unique<io::CheckpointDir>(config.checkpoint, grid.world, timeout);
+  const io::LoadedCheckpoint resumed = io::resume_training(trainer, config.checkpoint);
+  if (checkpoints) {
+    checkpoints->start_run(resumed.run_id);
+    if (rank == 0 && !checkpoints->warning().empty()) fmt::print(stderr, "kpipe-train: warning: {}\n", checkpoints->warning());
+  }
+  if (rank == 0 && trainer.next_step() >= config.train.steps)
+    fmt::print(stderr, "kpipe-train: the checkpoint's step {} is not below train.steps = {}: no step to train\n",
+               trainer.next_step(), config.train.steps);
+  // A checkpoint that could not be written leaves `latest` and the older ones as they were. True when
+  // written; `stopping`: the run ends after it whatever happens (a stop signal).
+  auto save = [&](bool stopping) {
+    const io::SaveResult result = io::save_checkpoint(trainer, *checkpoints);
+    if (rank == 0 && result.ok) {
+      fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {})\n", result.path, trainer.next_step());
+      if (!result.warning.empty()) fmt::print(stderr, "kpipe-train: warning: {}\n", result.warning);
+    }
+    if (rank == 0 && !result.ok)
+      fmt::print(stderr, "kpipe-train: {}; `latest` and the older checkpoints are unchanged; {}\n", result.message,
+                 stopping || config.checkpoint.on_failure == "stop"
+                     ? fmt::format("stopping with exit code {}", exit_checkpoint_failed)
+                     : std::string("training goes on (checkpoint.on_failure = continue)"));
+    return result.ok;
+  };
+  auto finish = [&](int code) {
+    tracer.reset();
+    timeline.reset();
+    comm::free_grid(grid);
+    return code;
+  };
+  set_up = true;
   int skipped_in_a_row = 0;
   const auto& desc = trainer.desc();
   if (rank == 0)
@@ -101,10 +154,7 @@ int train(kpipe::Config config, int rank) {
         fmt::print(stderr, "kpipe-train: stopping: {} steps in a row with a non-finite loss or gradient "
                            "(train.max_skipped_steps = {}); exit code {}\n",
                    skipped_in_a_row, config.train.max_skipped_steps, exit_non_finite);
-      tracer.reset();
-      timeline.reset();
-      comm::free_grid(grid);
-      return exit_non_finite;
+      return finish(exit_non_finite);
     }
     const bool last = s + 1 == config.train.steps;
     if (rank == 0 && (s % config.train.log_every == 0 || last)) {
@@ -113,21 +163,22 @@ int train(kpipe::Config config, int rank) {
                  config.train.steps, stats.loss, stats.lr, stats.grad_norm, tokens / elapsed,
                  duration(elapsed / (s + 1 - first_step) * (config.train.steps - s - 1)));
     }
-    const bool saved = config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0;
-    if (saved) save();
-    if (const int signal = runtime::stop_requested(grid.world)) {  // collective: every rank agrees
+    bool saved = false;
+    if (config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0) {
+      saved = save(false);
+      if (!saved && config.checkpoint.on_failure == "stop") return finish(exit_checkpoint_failed);
+    }
+    if (const int signal = runtime::stop_requested(grid.world, timeout)) {  // collective: every rank agrees
       if (config.checkpoint.dir.empty()) {
         if (rank == 0) fmt::print(stderr, "kpipe-train: signal {} after step {}: no checkpoint.dir, nothing saved\n", signal, s + 1);
-        comm::free_grid(grid);
-        return 1;
+        return finish(1);
       }
-      if (!saved) save();
+      if (!saved && !save(true)) return finish(exit_checkpoint_failed);
       const int code = runtime::stop_exit_code(signal);
       if (rank == 0)
         fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} ({})\n", signal,
                    s + 1, code, code == runtime::exit_checkpointed_on_signal ? "requeue me" : "terminated");
-      comm::free_grid(grid);
-      return code;
+      return finish(code);
     }
     if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last) {
       const double val = trainer.evaluate();
@@ -173,8 +224,7 @@ int train(kpipe::Config config, int rank) {
   if (rank == 0)
     fmt::print(stderr, "done: {} steps in {} | validation loss {:.4f} | {:.0f} tok/s | param_checksum {}\n", final.steps,
                duration(seconds), final.val_loss, final.tokens_per_s, runtime::checksum_hex(final.param_checksum));
-  comm::free_grid(grid);
-  return 0;
+  return finish(0);
 }
 
 }  // namespace
@@ -187,6 +237,8 @@ int main(int argc, char** argv) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int rc = 0;
+  double timeout = kpipe::PipelineConfig{}.recv_timeout_s;
+  bool set_up = false;
   try {
     // The configuration comes first: it decides how Kokkos starts (threads per rank; the GPU follows the
     // node-local rank), so Kokkos' own command-line options have no say.
@@ -205,13 +257,15 @@ int main(int argc, char** argv) {
           app.add_flag("--trace-full", trace_full, "also trace the full tensors of micro-batch 0 (output.trace_full = 1)")
               ->group("[output]");
           app.footer(
-              "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 3 a receive\n"
-              "timed out (pipeline.recv_timeout_s: the job is aborted); 4 stopped\n"
-              "after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 75 SIGUSR1\n"
-              "arrived and a checkpoint was written: requeue the job with --resume; 143 the same on SIGTERM\n"
-              "(the job is being ended: not to be requeued).");
+              "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 3 a rank\n"
+              "stopped answering (a receive or collective waited pipeline.recv_timeout_s: the job is aborted);\n"
+              "4 stopped after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 5 a\n"
+              "checkpoint could not be written (checkpoint.on_failure = stop, or on a stop signal; `latest` is\n"
+              "unchanged); 75 SIGUSR1 arrived and a checkpoint was written: requeue the job with --resume; 143\n"
+              "the same on SIGTERM (the job is being ended: not to be requeued).");
         });
     auto config = command_line.config;
+    timeout = config.pipeline.recv_timeout_s;
     if (resume) config.checkpoint.resume = "latest";
     if (trace_full) config.output.trace_full = 1;
     if (command_line.exit_now) {
@@ -221,17 +275,27 @@ int main(int argc, char** argv) {
       if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
       config.pipeline.transport = placement.transport;
       kpipe::runtime::KokkosSession kokkos(placement);
-      rc = train(config, rank);
+      rc = train(config, rank, set_up);
     }
   } catch (const kpipe::InputError& e) {
-    // Every rank reads the same input and fails the same way; one of them says so.
-    if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
-    rc = kpipe::exit_bad_input;
+    if (!set_up) {
+      // Before training, every failure is agreed by all ranks (or the same everywhere); one says so.
+      if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
+      rc = kpipe::exit_bad_input;
+    } else {
+      // During training it may be this rank's alone: say where, and take the whole job down (no hang).
+      fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
+      MPI_Abort(MPI_COMM_WORLD, kpipe::exit_bad_input);
+    }
   } catch (const std::exception& e) {
     // Anything else may have struck one rank only: say where, and take the whole job down (no hang).
     fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  MPI_Finalize();
+  {
+    // MPI_Finalize waits for every rank: bounded like every other wait.
+    const kpipe::comm::Watchdog watch(rank, {timeout, "MPI_Finalize"});
+    MPI_Finalize();
+  }
   return rc;
 }

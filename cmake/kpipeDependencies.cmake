@@ -1,11 +1,10 @@
 # Every external dependency of kpipe, found once, here.
 include(kpipeKokkos)
 find_package(MPI REQUIRED COMPONENTS CXX)
+# Parallel or serial HDF5 alike: a checkpoint's layout is created by one process and every rank writes its
+# own tensors into it (docs/checkpoint-format.md); Debian's and Spack's default builds are parallel.
 set(HDF5_PREFER_PARALLEL ON)
 find_package(HDF5 REQUIRED COMPONENTS C)
-if(NOT HDF5_IS_PARALLEL)
-  message(STATUS "kpipe: HDF5 is a serial build; checkpoints are written per rank")
-endif()
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(tomlplusplus QUIET)

@@ -4,7 +4,7 @@
 
     python3 plot_run.py CKPT TRACE TIMELINE OUT.png
 
-CKPT is a step-<N> directory, its checkpoint.h5, or a checkpoint.dir (its `latest`); TRACE the file of
+CKPT is a step-<N>.h5 checkpoint file, or a checkpoint.dir (the file its `latest` names); TRACE the file of
 kpipe-train --trace, TIMELINE the file of kpipe-train --timeline. The PNG has six panels:
   loss curve         the timeline's /steps table (loss and learning rate per optimizer step)
   output std         per traced layer, the standard deviation of its output per traced step
@@ -32,31 +32,25 @@ def text(value):
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def entry_file(path):
-    """The checkpoint's HDF5 file: a checkpoint.dir's `latest`, a step directory's checkpoint.h5, or the file."""
-    if os.path.isfile(os.path.join(path, "latest")):
+def checkpoint_file(path):
+    """The checkpoint's HDF5 file: the one a checkpoint.dir's `latest` names (its first line), or the file."""
+    if os.path.isdir(path):
         with open(os.path.join(path, "latest")) as f:
-            path = os.path.join(path, f.read().strip())
-    return os.path.join(path, "checkpoint.h5") if os.path.isdir(path) else path
+            path = os.path.join(path, f.readline().strip())
+    return path
 
 
 def checkpoint(path):
     """(step, {'/model/layers/07/attn/qkv/weight': array, ...}, tokenizer description)."""
     tensors = {}
-    with h5py.File(entry_file(path), "r") as f:
+    with h5py.File(checkpoint_file(path), "r") as f:
         step = int(f.attrs["step"])
 
-        # Walk the groups by hand: visititems does not cross external links, which a checkpoint may use.
-        def walk(group, prefix):
-            for key in group:
-                obj = group[key]
-                name = f"{prefix}/{key}"
-                if isinstance(obj, h5py.Group):
-                    walk(obj, name)
-                else:
-                    tensors[name] = obj[()]
+        def keep(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                tensors["/model/" + name] = obj[()]
 
-        walk(f["model"], "/model")
+        f["model"].visititems(keep)  # one file of plain datasets: visititems sees every tensor
         tokenizer = "bytes (vocabulary 256)"  # a checkpoint without /tokenizer predates tokenizers
         if "tokenizer" in f:
             t = f["tokenizer"]

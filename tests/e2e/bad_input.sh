@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # kpipe-train on bad input: exit code 2 and exactly one line on stderr naming the key and the value,
-# before any work (no "step" line). Usage: bad_input.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
+# before any work (no "step" line), within a bound (every command runs under `timeout 60`): also when only
+# rank 0 finds it (an output under a missing directory), and for inputs that are FIFOs or devices (refused,
+# never opened). Usage: bad_input.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
 # Environment (set by ctest): KPIPE_NCCL=1 on builds with NCCL, KPIPE_THREADED_HOST=1 where Kokkos has OpenMP.
 set -u
 train=$1; shift
@@ -19,7 +21,7 @@ expect() {
   while [ "$1" != "--" ]; do needles+=("$1"); shift; done
   shift
   checks=$((checks + 1))
-  "$@" >"$work/out" 2>"$work/err"
+  timeout 60 "$@" >"$work/out" 2>"$work/err" </dev/null
   local rc=$?
   local lines
   # mpiexec adds its own banner about the failed job: count the program's lines only.
@@ -46,6 +48,23 @@ expect world-size "pipeline.pipeline_size" "3" -- "${mpiexec[@]}" -n 3 "$train" 
 expect too-many-stages "pipeline" -- "${mpiexec[@]}" -n 4 "$train" --pipeline-size 4 --model.n_layers 1 --chunks 2 --schedule interleaved
 printf 'B0 F0 S\nF0 B0 S\n' > "$work/bad.sched"  # rank 0 runs a backward before its forward
 expect bad-schedule-file "schedule" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --microbatches 1 --schedule-file "$work/bad.sched"
+
+# Found on rank 0 only: every rank stops at once, one line.
+expect metrics-dir "output.metrics" "$work/missing/m.jsonl" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --metrics "$work/missing/m.jsonl"
+expect trace-dir "output.trace" "$work/missing/t.h5" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --trace "$work/missing/t.h5"
+expect timeline-dir "output.timeline" "$work/missing/tl.h5" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --timeline "$work/missing/tl.h5"
+expect metrics-device "output.metrics" "character device" -- "$train" --metrics /dev/full
+# FIFOs and devices as inputs: refused without being opened (no writer ever comes).
+mkfifo "$work/fifo"
+expect fifo-config "$work/fifo" "FIFO" -- "$train" --config "$work/fifo"
+expect fifo-data "data.path" "FIFO" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --data "$work/fifo"
+expect fifo-schedule "pipeline.schedule_file" "FIFO" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --schedule-file "$work/fifo"
+expect device-data "data.path" "character device" -- "$train" --data /dev/zero
+# A token file whose HDF5 signature is damaged is not trained on as text.
+printf '\x88HDF\r\n\x1a\nsome bytes of a damaged token file' > "$work/tokens.h5"
+expect damaged-token-file "data.path" "signature" -- "$train" --data "$work/tokens.h5"
+expect world-size-overflow "pipeline.data_parallel = 6700417" -- "$train" --pipeline-size 641 --data-parallel 6700417 \
+  --microbatches 6700417 --batch 6700417 --model.n_layers 700
 
 expect bad-transport "pipeline.transport" "carrier" -- "$train" --transport carrier
 expect kokkos-option "--kokkos-num-threads" "pipeline.threads_per_rank" -- "$train" --kokkos-num-threads=2

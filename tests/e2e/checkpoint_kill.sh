@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # SIGKILL to one rank while the checkpoint of step 6 is half written (test hook
-# KPIPE_TEST_PAUSE_IN_CHECKPOINT=6:<seconds> pauses every writer mid-file): the job dies, step-6 stays an
-# incomplete .tmp, `latest` still names step 3, and the restart with --resume loads step 3 and reproduces
-# the uninterrupted run's losses and final param_checksum.
+# KPIPE_TEST_PAUSE_IN_CHECKPOINT=6:<seconds> pauses every writer mid-file): the job dies, step 6 stays an
+# incomplete step-00000006.h5.<run>.tmp, `latest` still names step 3, and the restart with --resume loads
+# step 3 (the lock died with its holder), reproduces the uninterrupted run's losses and final
+# param_checksum, and removes the stale temporary file.
 # Usage: checkpoint_kill.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 train=$1; shift
@@ -23,20 +24,20 @@ kill -KILL "$(a_rank $job)"
 wait $job
 rc=$?
 [ "$rc" -ne 0 ] || fail "the killed job exited 0"
-[ -d "$dir/ck/step-00000006.tmp" ] || fail "no incomplete step-00000006.tmp: $(ls "$dir/ck")"
-[ ! -e "$dir/ck/step-00000006" ] || fail "step-00000006 was published although its writer was killed"
-[ "$(cat "$dir/ck/latest")" = "step-00000003" ] || fail "latest = $(cat "$dir/ck/latest")"
+ls "$dir"/ck/step-00000006.h5.*.tmp >/dev/null 2>&1 || fail "no incomplete step-00000006.h5.*.tmp: $(ls "$dir/ck")"
+[ ! -e "$dir/ck/step-00000006.h5" ] || fail "step-00000006.h5 was published although its writer was killed"
+[ "$(head -1 "$dir/ck/latest")" = "step-00000003.h5" ] || fail "latest = $(head -1 "$dir/ck/latest")"
 
 "$@" -n 2 "$train" "${run[@]}" --checkpoint-dir "$dir/ck" --checkpoint-every 3 --resume --metrics "$dir/b.jsonl" \
   2>"$dir/b.err" || fail "restart failed: $(cat "$dir/b.err")"
 grep "resumed from" "$dir/b.err"
-grep -q "resumed from checkpoint .*step-00000003 (step 3)" "$dir/b.err" || fail "the restart did not load step 3"
+grep -q "resumed from checkpoint .*step-00000003.h5 (step 3)" "$dir/b.err" || fail "the restart did not load step 3"
 diff <(losses "$dir/straight.jsonl" | sed -n '4,$p') <(losses "$dir/b.jsonl") >/dev/null ||
   fail "losses after the restart differ from the uninterrupted run"
 diff <(losses "$dir/straight.jsonl" | sed -n '1,6p') <(losses "$dir/a.jsonl" | sed -n '1,6p') >/dev/null ||
   fail "losses before the kill differ from the uninterrupted run"
 [ "$(final_checksum "$dir/b.jsonl")" = "$(final_checksum "$dir/straight.jsonl")" ] &&
   [ -n "$(final_checksum "$dir/b.jsonl")" ] || fail "final param_checksum differs"
-[ ! -e "$dir/ck/step-00000006.tmp" ] || fail "the stale step-00000006.tmp survived the next checkpoint"
+! ls "$dir"/ck/*.tmp >/dev/null 2>&1 || fail "a stale temporary file survived the next checkpoint: $(ls "$dir/ck")"
 echo "$((1 - (failures > 0))) passed, $failures failed"
 [ $failures -eq 0 ]

@@ -24,9 +24,9 @@ cat "$dir/a.err" | grep kpipe-train
 [ "$rc" -eq 75 ] || fail "exit code $rc, expected 75"
 stopped=$(steps_done "$dir/a.jsonl")
 [ "$stopped" -lt 600 ] || fail "the run finished before the signal arrived"
-count=$(ls -d "$dir"/ck/step-* 2>/dev/null | wc -l)
-[ "$count" -eq 1 ] || fail "$count checkpoint directories, expected 1: $(ls "$dir/ck")"
-[ "$(cat "$dir/ck/latest")" = "$(printf 'step-%08d' "$stopped")" ] || fail "latest = $(cat "$dir/ck/latest"), stopped after $stopped steps"
+count=$(ls "$dir"/ck/step-*.h5 2>/dev/null | wc -l)
+[ "$count" -eq 1 ] || fail "$count checkpoint files, expected 1: $(ls "$dir/ck")"
+[ "$(head -1 "$dir/ck/latest")" = "$(printf 'step-%08d.h5' "$stopped")" ] || fail "latest = $(head -1 "$dir/ck/latest"), stopped after $stopped steps"
 
 "$@" -n 4 "$train" "${run[@]}" --checkpoint-dir "$dir/ck" --resume --metrics "$dir/b.jsonl" 2>"$dir/b.err" ||
   fail "resumed run failed: $(cat "$dir/b.err")"

@@ -62,7 +62,7 @@ expect() {
     fail "$name: exit $rc, $lines lines, expected 2, 1 line with '$needle': $(cat "$dir/err")"
   fi
 }
-expect no-checkpoint "no complete checkpoint" "$dir/none" --prompt x
+expect no-checkpoint "none': no such file or directory" "$dir/none" --prompt x
 expect temperature "--temperature = -1" "$dir/ck" --prompt x --temperature -1
 expect top-k "--top-k = -2" "$dir/ck" --prompt x --top-k -2
 expect tokens "--tokens = -5" "$dir/ck" --prompt x --tokens -5

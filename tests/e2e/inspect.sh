@@ -60,16 +60,38 @@ check "all values finite" grep -q "all values finite" out.txt
 # 4. Checkpoints: inspect, diff of different steps (1) and of a checkpoint with itself (0).
 expect_rc 0 "inspect checkpoint" "$inspect" ck
 check "step and tensors listed" grep -q "^step 3 " out.txt
-check "model tensor with shape" grep -qE "/model/layers/00/wte +\[256, 64\]" out.txt
+check "model tensor with type and shape" grep -qE "/model/layers/00/wte +float32 +\[256, 64\]" out.txt
 check "the tokenizer, not as a tensor" grep -q "^tokenizer: bytes, vocabulary 256" out.txt
 check "no /tokenizer dataset among the tensors" test "$(grep -c "^/tokenizer" out.txt)" -eq 0
-expect_rc 1 "diff of steps 1 and 3" "$inspect" diff ck/step-00000001 ck/step-00000003
-check "diff names the differing count" grep -q "tensors differ" out.txt
-expect_rc 0 "diff of a checkpoint with itself" "$inspect" diff ck ck/step-00000003
+check "every byte verified" grep -q "^verified: " out.txt
+# HDF5's own tools see the whole model in the one file (no external links: HDF5_EXT_PREFIX changes nothing).
+if command -v h5dump >/dev/null; then
+  datasets=$(sed -n 's/^\([0-9]*\) datasets$/\1/p' out.txt)
+  HDF5_EXT_PREFIX=/nonexistent h5dump -H ck/step-00000003.h5 >dump.txt 2>&1
+  check "h5dump -H lists every dataset and the manifest ($datasets + 1)" test "$(grep -c '^ *DATASET "' dump.txt)" -eq "$((datasets + 1))"
+  check "h5dump -H shows a tensor's shape" grep -A 2 -E '^ *DATASET "wte"' dump.txt -m 1 >wte.txt
+  check "... [256, 64]" grep -q 'SIMPLE { ( 256, 64 )' wte.txt
+else
+  echo "skipping the h5dump checks: no h5dump here (Debian: hdf5-tools)"
+fi
+expect_rc 1 "diff of steps 1 and 3" "$inspect" diff ck/step-00000001.h5 ck/step-00000003.h5
+check "diff names the differing count" grep -q "datasets differ" out.txt
+expect_rc 0 "diff of a checkpoint with itself" "$inspect" diff ck ck/step-00000003.h5
+# A damaged checkpoint (a flipped byte in the middle, where tensor bytes are) is named and exits 3; so is one
+# whose file holds another step.
+cp ck/step-00000003.h5 damaged.h5
+python3 -c "
+import sys; b = bytearray(open('damaged.h5', 'rb').read()); b[len(b) // 2] ^= 0x40; open('damaged.h5', 'wb').write(b)"
+expect_rc 3 "inspect a damaged checkpoint" "$inspect" damaged.h5
+check "the damaged dataset is named" grep -q "DAMAGED: checkpoint file 'damaged.h5': dataset /" out.txt
+mkdir other && cp ck/step-00000002.h5 other/step-00000003.h5
+expect_rc 3 "inspect a file of another step under this step's name" "$inspect" other/step-00000003.h5
+check "the step mismatch is named" grep -q "name says step 3, its manifest step 2" out.txt
 
 # 5. Bad input: exit 2 and one line on stderr.
 for args in "missing-dir" "timeline tr.h5" "activations tl.h5" "diff ck" "timeline tl.h5 --step 99" \
-            "activations missing.h5" "timeline tl.h5 --bogus"; do
+            "timeline tl.h5 --step -1" "timeline tl.h5 --svg /dev/full" "activations missing.h5" \
+            "timeline tl.h5 --bogus"; do
   # shellcheck disable=SC2086
   expect_rc 2 "kpipe-inspect $args" "$inspect" $args
   check "kpipe-inspect $args: one line on stderr" test "$(wc -l <err.txt)" -eq 1

@@ -18,7 +18,7 @@ catches_usr1() {  # the process has a handler for SIGUSR1 (bit 10 of SigCgt)
   mask=$(sed -n 's/^SigCgt:\t//p' "/proc/$1/status" 2>/dev/null)
   [ -n "$mask" ] && (((0x$mask >> 9) & 1))
 }
-checkpoints() { ls -d "$1"/step-* 2>/dev/null | wc -l; }
+checkpoints() { ls "$1"/step-*.h5 2>/dev/null | wc -l; }
 
 # 1. SIGUSR1 while starting.
 "$@" -n 2 "$train" "${run[@]}" --steps 100000 --checkpoint-dir "$dir/ck1" --metrics "$dir/1.jsonl" 2>"$dir/1.err" &
@@ -36,7 +36,7 @@ rc=$?
 [ "$printed" -eq 0 ] || fail "SIGUSR1 was not caught before start-up ended (kpipe-train had printed: $(head -n 2 "$dir/1.err"))"
 [ "$rc" -eq 75 ] || fail "USR1 during start-up: exit code $rc, expected 75: $(grep kpipe "$dir/1.err")"
 grep -q "signal 10 after step 1: checkpointed" "$dir/1.err" || fail "USR1 during start-up: no checkpoint after the first step: $(grep kpipe "$dir/1.err")"
-[ "$(cat "$dir/ck1/latest" 2>/dev/null)" = step-00000001 ] || fail "USR1 during start-up: latest = $(cat "$dir/ck1/latest" 2>&1)"
+[ "$(head -n 1 "$dir/ck1/latest" 2>/dev/null)" = step-00000001.h5 ] || fail "USR1 during start-up: latest = $(cat "$dir/ck1/latest" 2>&1)"
 
 # 2. SIGTERM mid-run.
 "$@" -n 2 "$train" "${run[@]}" --steps 100000 --checkpoint-dir "$dir/ck2" --metrics "$dir/2.jsonl" 2>"$dir/2.err" &
@@ -49,7 +49,7 @@ stopped=$(steps_done "$dir/2.jsonl")
 [ "$rc" -eq 143 ] || fail "SIGTERM: exit code $rc, expected 143: $(grep kpipe "$dir/2.err")"
 grep -q "signal 15 after step $stopped: checkpointed; exiting with code 143 (terminated)" "$dir/2.err" ||
   fail "SIGTERM: $(grep kpipe "$dir/2.err")"
-[ "$(checkpoints "$dir/ck2")" -eq 1 ] && [ "$(cat "$dir/ck2/latest")" = "$(printf 'step-%08d' "$stopped")" ] ||
+[ "$(checkpoints "$dir/ck2")" -eq 1 ] && [ "$(head -n 1 "$dir/ck2/latest")" = "$(printf 'step-%08d.h5' "$stopped")" ] ||
   fail "SIGTERM: checkpoints $(ls "$dir/ck2" | tr '\n' ' '), stopped after $stopped steps"
 
 # 3. Both: SIGTERM and SIGUSR1 to the same rank, back to back.

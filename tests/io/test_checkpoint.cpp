@@ -1,8 +1,8 @@
-// Checkpoints on one process (MPI_COMM_SELF): HDF5 layout and round trip, damaged files named, model
-// mismatches named, keep-K and `latest`, incomplete checkpoints never loaded, fallback.
+// Checkpoints of a trainer on one process (MPI_COMM_SELF): the file's layout and round trip; every byte
+// that matters verified (tensor bytes, metadata attributes, a dataset, file or run that is not the one
+// expected, random bit flips anywhere); the directory (keep-K of this run only, other runs refused or kept,
+// the lock, incomplete files never loaded, the old format refused); fallback.
 #include <gtest/gtest.h>
-
-#include <limits>
 #include <hdf5.h>
 #include <mpi.h>
 
@@ -10,13 +10,20 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "data/temp_dir.hpp"
 #include "kpipe/comm/grid.hpp"
+#include "kpipe/core/hash.hpp"
+#include "kpipe/data/corpus.hpp"
 #include "kpipe/data/synthetic.hpp"
+#include "kpipe/data/tokenizer.hpp"
 #include "kpipe/io/checkpoint.hpp"
+#include "kpipe/io/h5_file.hpp"
+#include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/runtime/trainer.hpp"
 #include "support/tiny_config.hpp"
 
@@ -38,6 +45,23 @@ struct SelfRun {
   ~SelfRun() { comm::free_grid(grid); }
   comm::ProcessGrid grid;
   runtime::Trainer<float> trainer;
+};
+
+// A checkpoint directory of one run, on MPI_COMM_SELF.
+struct Dir {
+  Dir(const std::string& path, int keep = 3, const std::string& run = "", const std::string& other_runs = "refuse")
+      : config(make(path, keep, other_runs)), dir(config, MPI_COMM_SELF, 30) {
+    dir.start_run(run);
+  }
+  static CheckpointConfig make(const std::string& path, int keep, const std::string& other_runs) {
+    CheckpointConfig c;
+    c.dir = path;
+    c.keep = keep;
+    c.other_runs = other_runs;
+    return c;
+  }
+  CheckpointConfig config;
+  io::CheckpointDir dir;
 };
 
 std::string read_file(const std::string& path) {
@@ -63,26 +87,62 @@ template <class Fn> std::string error_of(Fn&& fn, bool* corrupt = nullptr) {
   return {};
 }
 
+std::string saved(runtime::Trainer<float>& trainer, io::CheckpointDir& dir) {
+  const io::SaveResult result = io::save_checkpoint(trainer, dir);
+  EXPECT_TRUE(result.ok) << result.message;
+  return result.path;
+}
+
 std::string saved_after(const Config& c, int steps, const std::string& dir, int keep = 3) {
   SelfRun run(c);
   for (int s = 0; s < steps; ++s) run.trainer.step();
-  return io::save_checkpoint(run.trainer, dir, keep);
+  Dir d(dir, keep);
+  return saved(run.trainer, d.dir);
 }
 
-TEST(Checkpoint, RoundTripRestoresEveryTensorAndTheStep) {
+// Everything a checkpoint restores: the values, both moments, the step.
+std::uint64_t state_hash(const runtime::Trainer<float>& trainer) {
+  std::uint64_t h = fnv1a64_basis;
+  for (int c = 0; c < trainer.chunks(); ++c) {
+    const auto& store = trainer.chunk(c).params();
+    for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()}) {
+      auto host = Kokkos::create_mirror_view_and_copy(HostSpace{}, *buffer);
+      h = fnv1a64(host.data(), host.span() * sizeof(float), h);
+    }
+  }
+  const std::int64_t step = trainer.next_step();
+  return fnv1a64(&step, sizeof step, h);
+}
+
+// Rewrites an attribute of the root group through HDF5 (as a tool or a script would: HDF5's own checksums
+// then still pass, only kpipe's manifest can tell).
+void rewrite_root_attribute(const std::string& file, const std::string& name, const io::AttributeValue& value) {
+  const hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  H5Adelete(f, name.c_str());
+  if (const auto* number = std::get_if<std::int64_t>(&value))
+    io::h5::write_attribute(f, name, *number);
+  else
+    io::h5::write_attribute(f, name, std::get<std::string>(value));
+  H5Fclose(f);
+}
+
+TEST(Checkpoint, RoundTripRestoresEveryTensorTheMomentsAndTheStep) {
   test::TempDir tmp;
   const Config c = tiny_config();
   SelfRun a(c);
   a.trainer.step();
   a.trainer.step();
-  const std::string path = io::save_checkpoint(a.trainer, tmp.path("ck"), 3);
-  EXPECT_EQ(fs::path(path).filename(), "step-00000002");
+  Dir dir(tmp.path("ck"));
+  const std::string path = saved(a.trainer, dir.dir);
+  EXPECT_EQ(fs::path(path).filename(), "step-00000002.h5");
   SelfRun b(c);
-  EXPECT_NE(b.trainer.param_checksum(), a.trainer.param_checksum());
-  io::load_checkpoint(b.trainer, path);
+  EXPECT_NE(state_hash(b.trainer), state_hash(a.trainer));
+  const auto loaded = io::load_checkpoint(b.trainer, path);
+  EXPECT_EQ(loaded.step, 2);
+  EXPECT_EQ(loaded.run_id, dir.dir.run_id());
   EXPECT_EQ(b.trainer.next_step(), 2);
-  EXPECT_EQ(b.trainer.param_checksum(), a.trainer.param_checksum());
-  // The moments came back too: the next step is the same.
+  EXPECT_EQ(state_hash(b.trainer), state_hash(a.trainer));
   EXPECT_EQ(b.trainer.step().loss, a.trainer.step().loss);
   EXPECT_EQ(b.trainer.param_checksum(), a.trainer.param_checksum());
 }
@@ -93,79 +153,301 @@ TEST(Checkpoint, NonFiniteStateIsNeverWritten) {
   a.trainer.step();
   const auto moment = a.trainer.chunk(0).params().moment2();
   Kokkos::deep_copy(Kokkos::subview(moment, 5), std::numeric_limits<float>::infinity());
-  EXPECT_THROW(io::save_checkpoint(a.trainer, tmp.path("ck"), 3), std::runtime_error);
-  EXPECT_FALSE(fs::exists(tmp.path("ck") + "/step-00000001"));
-  EXPECT_FALSE(fs::exists(tmp.path("ck") + "/step-00000001.tmp"));
+  Dir dir(tmp.path("ck"));
+  const io::SaveResult result = io::save_checkpoint(a.trainer, dir.dir);
+  EXPECT_FALSE(result.ok);
+  EXPECT_NE(result.message.find("non-finite"), std::string::npos) << result.message;
+  EXPECT_TRUE(io::checkpoint_files(tmp.path("ck")).empty());
   EXPECT_FALSE(fs::exists(tmp.path("ck") + "/latest"));
 }
 
-TEST(Checkpoint, EntryFileShowsTheWholeModelByNameWithChecksums) {
+TEST(Checkpoint, OneFileShowsTheWholeModelByNameWithChecksums) {
   test::TempDir tmp;
   const std::string path = saved_after(tiny_config(), 1, tmp.path("ck"));
-  const hid_t file = H5Fopen((path + "/checkpoint.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  EXPECT_TRUE(fs::is_regular_file(path));
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   ASSERT_GE(file, 0);
+  // Plain datasets (no external links): every HDF5 tool sees them with their shapes.
   for (const char* name : {"/model/layers/00/wte", "/model/layers/01/attn/qkv/weight", "/model/layers/03/ln_f/gamma",
-                           "/optimizer/moment1/layers/02/mlp/fc/weight", "/optimizer/moment2/layers/01/attn/qkv/bias"}) {
+                           "/optimizer/moment1/layers/02/mlp/fc/weight", "/optimizer/moment2/layers/01/attn/qkv/bias",
+                           "/manifest"}) {
+    H5L_info_t link{};
+    ASSERT_GE(H5Lget_info(file, name, &link, H5P_DEFAULT), 0) << name;
+    EXPECT_EQ(link.type, H5L_TYPE_HARD) << name;
     const hid_t dataset = H5Dopen2(file, name, H5P_DEFAULT);
     ASSERT_GE(dataset, 0) << name;
     EXPECT_GT(H5Aexists(dataset, "fnv1a64"), 0) << name;
-    const hid_t properties = H5Dget_create_plist(dataset);
-    EXPECT_GE(H5Pget_nfilters(properties), 1) << name;  // Fletcher32
-    H5Pclose(properties);
     H5Dclose(dataset);
   }
-  for (const char* attribute : {"format", "format_version", "kpipe_version", "created", "step", "config"})
+  for (const char* attribute : {"format", "format_version", "kpipe_version", "created", "step", "config", "run_id"})
     EXPECT_GT(H5Aexists(file, attribute), 0) << attribute;
   H5Fclose(file);
   const auto info = io::read_checkpoint_info(path);
   EXPECT_EQ(info.step, 1);
-  EXPECT_EQ(info.format_version, io::checkpoint_format_version);
+  EXPECT_EQ(info.format_version, 2);
   EXPECT_EQ(info.tensors, 2 + 2 * 12 + 3);  // wte, wpe; 12 per block; ln_f gamma, beta, lm_head
+  EXPECT_EQ(info.run_id.size(), 16u);
   EXPECT_EQ(io::checkpoint_config(path).model.d_model, 16);
+  const io::CheckpointReader reader(path);
+  EXPECT_EQ(reader.datasets().size(), std::size_t(3 * info.tensors));
 }
 
-TEST(Checkpoint, FlippedBytesAreDetectedNamingFileAndDataset) {
+TEST(Checkpoint, FlippedTensorBytesAreNamed) {
   test::TempDir tmp;
   const Config c = tiny_config();
   const std::string path = saved_after(c, 1, tmp.path("ck"));
-  // Find the stored bytes of one tensor in the rank file by their value, and flip one of them.
+  // Find the stored bytes of one tensor in the file by their value, and flip one of them.
   SelfRun probe(c);
   io::load_checkpoint(probe.trainer, path);
   const auto weight = probe.trainer.chunk(0).params().matrix(2, "mlp/fc/weight");
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace{}, weight);
   const std::string needle(reinterpret_cast<const char*>(host.data()), 64);
-  const std::string file = path + "/rank-0.h5";
-  std::string bytes = read_file(file);
+  std::string bytes = read_file(path);
   const auto at = bytes.find(needle);
   ASSERT_NE(at, std::string::npos);
   bytes[at + 13] ^= 0x10;
-  write_file(file, bytes);
+  write_file(path, bytes);
   SelfRun run(c);
   bool corrupt = false;
   const std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
   EXPECT_TRUE(corrupt) << message;
-  EXPECT_NE(message.find("rank-0.h5"), std::string::npos) << message;
+  EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
   EXPECT_NE(message.find("/model/layers/02/mlp/fc/weight"), std::string::npos) << message;
+  EXPECT_NE(message.find("checksum"), std::string::npos) << message;
+}
+
+// The tokenizer is part of the checkpoint: /tokenizer's attributes under the manifest, a SentencePiece
+// model as the blob /tokenizer/model, read back verified on its own (kpipe-generate, kpipe-eval).
+TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
+  test::TempDir tmp;
+  // Bytes: the default corpus's tokenizer.
+  const std::string bytes_path = saved_after(tiny_config(), 1, tmp.path("bytes"));
+  const data::Tokenizer bytes = io::read_checkpoint_tokenizer(tmp.path("bytes"));
+  EXPECT_EQ(bytes.kind(), data::TokenizerKind::bytes);
+  EXPECT_EQ(io::CheckpointReader(bytes_path).find("/tokenizer/model"), nullptr);
+  if (!data::sentencepiece_available()) GTEST_SKIP() << "built without SentencePiece";
+
+  const std::string text = [] {
+    const auto c = data::synthetic_corpus(3, 60000, 0.0);
+    return std::string(c.train.begin(), c.train.end());
+  }();
+  data::BpeOptions options;
+  options.vocab_size = 600;
+  options.threads = 1;
+  data::Corpus bpe;
+  bpe.tokenizer = data::train_bpe(text, options);
+  bpe.train = bpe.tokenizer.encode(text.substr(0, 50000));
+  bpe.validation = bpe.tokenizer.encode(text.substr(50000));
+  Config c = tiny_config();
+  data::fit_vocabulary(c.model, bpe);
+  std::string path;
+  {
+    auto grid = comm::make_grid(MPI_COMM_SELF, 1, 1);
+    {
+      runtime::Trainer<float> trainer(c, bpe, grid);
+      trainer.step();
+      Dir dir(tmp.path("bpe"));
+      path = saved(trainer, dir.dir);
+    }
+    comm::free_grid(grid);
+  }
+  const data::Tokenizer back = io::read_checkpoint_tokenizer(path);
+  EXPECT_EQ(back.kind(), data::TokenizerKind::sentencepiece);
+  EXPECT_EQ(back.vocab(), bpe.tokenizer.vocab());
+  EXPECT_EQ(back.serialized_model(), bpe.tokenizer.serialized_model());
+  {
+    const io::CheckpointReader reader(path);
+    const io::DatasetEntry* blob = reader.find("/tokenizer/model");
+    ASSERT_NE(blob, nullptr);
+    EXPECT_EQ(blob->type, io::ElementType::uint8);
+    EXPECT_EQ(blob->shape, std::vector<std::int64_t>{std::int64_t(bpe.tokenizer.serialized_model().size())});
+    EXPECT_EQ(reader.text("kind", "/tokenizer"), "sentencepiece");
+  }
+
+  // A flipped byte in the model is named.
+  const std::string original = read_file(path);
+  std::string damaged = original;
+  const auto at = damaged.find(bpe.tokenizer.serialized_model().substr(0, 64));
+  ASSERT_NE(at, std::string::npos);
+  damaged[at + 40] ^= 0x04;
+  write_file(path, damaged);
+  bool corrupt = false;
+  std::string message = error_of([&] { io::read_checkpoint_tokenizer(path); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find("/tokenizer/model"), std::string::npos) << message;
+  EXPECT_NE(message.find("checksum"), std::string::npos) << message;
+
+  // The vocabulary changed through HDF5 (its own checksums still pass): refused naming the attribute.
+  write_file(path, original);
+  {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    const hid_t group = H5Gopen2(f, "/tokenizer", H5P_DEFAULT);
+    H5Adelete(group, "vocab");
+    io::h5::write_attribute(group, "vocab", std::int64_t(256));
+    H5Gclose(group);
+    H5Fclose(f);
+  }
+  message = error_of([&] { io::read_checkpoint_tokenizer(path); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find("attribute vocab of /tokenizer"), std::string::npos) << message;
+}
+
+TEST(Checkpoint, MetadataRewrittenThroughHdf5IsRefusedNamingTheAttribute) {
+  test::TempDir tmp;
+  const Config c = tiny_config();
+  SelfRun a(c);
+  for (int s = 0; s < 3; ++s) a.trainer.step();
+  Dir dir(tmp.path("ck"));
+  const std::string path = saved(a.trainer, dir.dir);
+  const std::string original = read_file(path);
+  // The step (resuming "at step 1" with step 3's weights), and the config (ln_eps) changed silently.
+  rewrite_root_attribute(path, "step", std::int64_t(1));
+  SelfRun run(c);
+  bool corrupt = false;
+  std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find("attribute step"), std::string::npos) << message;
+  EXPECT_NE(message.find("reads 1"), std::string::npos) << message;
+  EXPECT_NE(message.find("says 3"), std::string::npos) << message;
+
+  write_file(path, original);
+  std::string config = io::read_checkpoint_info(path).config_toml;
+  const auto at = config.find("ln_eps = 1e-05");
+  ASSERT_NE(at, std::string::npos);
+  config.replace(at, 14, "ln_eps = 1e-03");
+  rewrite_root_attribute(path, "config", config);
+  message = error_of([&] { io::checkpoint_config(path); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find("attribute config"), std::string::npos) << message;
+}
+
+TEST(Checkpoint, FlippedBitsInTheMetadataAreDetected) {
+  test::TempDir tmp;
+  const Config c = tiny_config();
+  const std::string path = saved_after(c, 1, tmp.path("ck"));
+  const std::string original = read_file(path);
+  // The config text is stored twice: as the attribute h5py shows, and inside the manifest. A bit flipped in
+  // either (HDF5's object-header checksum, or the manifest's hash, or the two disagreeing) is refused.
+  const std::string needle = "ln_eps = 1e-05";
+  std::vector<std::size_t> places;
+  for (auto at = original.find(needle); at != std::string::npos; at = original.find(needle, at + 1))
+    places.push_back(at);
+  ASSERT_GE(places.size(), 2u);
+  for (std::size_t at : places) {
+    std::string bytes = original;
+    bytes[at + 12] ^= 0x02;  // "1e-05" -> "1e-07"
+    write_file(path, bytes);
+    SelfRun run(c);
+    bool corrupt = false;
+    const std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
+    EXPECT_TRUE(corrupt) << "flip at " << at << ": " << message;
+    EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
+  }
+}
+
+TEST(Checkpoint, NoBitFlipAnywhereLoadsADifferentState) {
+  test::TempDir tmp;
+  const Config c = tiny_config();
+  const std::string path = saved_after(c, 2, tmp.path("ck"));
+  const std::string original = read_file(path);
+  SelfRun reference(c);
+  io::load_checkpoint(reference.trainer, path);
+  const std::uint64_t expected = state_hash(reference.trainer);
+  // A flip in unused space (alignment gaps) may pass; one in anything that is read must be refused.
+  std::mt19937_64 random(12345);
+  int refused = 0;
+  const int flips = 150;
+  for (int k = 0; k < flips; ++k) {
+    std::string bytes = original;
+    const std::size_t at = random() % bytes.size();
+    bytes[at] ^= char(1 << (random() % 8));
+    write_file(path, bytes);
+    SelfRun run(c);
+    try {
+      io::load_checkpoint(run.trainer, path);
+      EXPECT_EQ(state_hash(run.trainer), expected) << "a flip at byte " << at << " loaded a different state";
+    } catch (const InputError&) {
+      ++refused;
+    }
+    EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL), 0) << "a flip at byte " << at << " left HDF5 objects open";
+  }
+  EXPECT_GT(refused, flips / 2);  // most of the file is tensor bytes and metadata
+}
+
+TEST(Checkpoint, ADatasetCopiedInFromAnotherCheckpointIsRefusedNamingIt) {
+  test::TempDir tmp;
+  const Config c = tiny_config();
+  SelfRun a(c);
+  a.trainer.step();
+  Dir dir(tmp.path("ck"));
+  const std::string one = saved(a.trainer, dir.dir);
+  a.trainer.step();
+  const std::string two = saved(a.trainer, dir.dir);
+  // Replace step 2's wte by step 1's, with h5copy's means (its own fnv1a64 attribute comes along).
+  const std::string name = "/model/layers/00/wte";
+  const hid_t target = H5Fopen(two.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  const hid_t source = H5Fopen(one.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(H5Ldelete(target, name.c_str(), H5P_DEFAULT), 0);
+  ASSERT_GE(H5Ocopy(source, name.c_str(), target, name.c_str(), H5P_DEFAULT, H5P_DEFAULT), 0);
+  H5Fclose(source);
+  H5Fclose(target);
+  SelfRun run(c);
+  bool corrupt = false;
+  const std::string message = error_of([&] { io::load_checkpoint(run.trainer, two); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find(name), std::string::npos) << message;
+  EXPECT_NE(message.find("another checkpoint"), std::string::npos) << message;
+}
+
+TEST(Checkpoint, AFileOfAnotherStepOrRunInPlaceIsRefused) {
+  test::TempDir tmp;
+  const Config c = tiny_config();
+  SelfRun a(c);
+  a.trainer.step();
+  Dir dir(tmp.path("ck"));
+  const std::string one = saved(a.trainer, dir.dir);
+  a.trainer.step();
+  const std::string two = saved(a.trainer, dir.dir);
+  const std::string kept = read_file(two);
+  // Step 1's file under step 2's name.
+  fs::copy_file(one, two, fs::copy_options::overwrite_existing);
+  CheckpointConfig resume;
+  resume.dir = tmp.path("ck");
+  resume.resume = "latest";
+  SelfRun run(c);
+  bool corrupt = false;
+  std::string message = error_of([&] { io::resume_training(run.trainer, resume); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find("holds step 1, not the step 2"), std::string::npos) << message;
+  // Another run's step 2 in its place: `latest` recorded this run's.
+  write_file(two, kept);
+  const std::string other = saved_after(c, 2, tmp.path("other"));
+  fs::copy_file(other, two, fs::copy_options::overwrite_existing);
+  message = error_of([&] { io::resume_training(run.trainer, resume); }, &corrupt);
+  EXPECT_TRUE(corrupt) << message;
+  EXPECT_NE(message.find("belongs to run"), std::string::npos) << message;
+  EXPECT_NE(message.find(dir.dir.run_id()), std::string::npos) << message;
+  // With fallback = "previous" the run's step 1 is loaded instead.
+  resume.fallback = "previous";
+  const auto loaded = io::resume_training(run.trainer, resume);
+  EXPECT_EQ(fs::path(loaded.path).filename(), "step-00000001.h5");
+  EXPECT_EQ(run.trainer.next_step(), 1);
 }
 
 TEST(Checkpoint, TruncatedFilesAreNamed) {
   test::TempDir tmp;
   const Config c = tiny_config();
   const std::string path = saved_after(c, 1, tmp.path("ck"));
-  const std::string rank_file = path + "/rank-0.h5";
-  write_file(rank_file, read_file(rank_file).substr(0, 3000));
-  SelfRun run(c);
-  bool corrupt = false;
-  std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
-  EXPECT_TRUE(corrupt);
-  EXPECT_NE(message.find("rank-0.h5"), std::string::npos) << message;
-  EXPECT_NE(message.find("/model/layers/00/wte"), std::string::npos) << message;
-
-  const std::string entry = path + "/checkpoint.h5";
-  write_file(entry, read_file(entry).substr(0, 100));
-  message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
-  EXPECT_TRUE(corrupt);
-  EXPECT_NE(message.find("checkpoint.h5"), std::string::npos) << message;
+  const std::string bytes = read_file(path);
+  for (std::size_t keep : {bytes.size() / 2, std::size_t(3000), std::size_t(100)}) {
+    write_file(path, bytes.substr(0, keep));
+    SelfRun run(c);
+    bool corrupt = false;
+    const std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
+    EXPECT_TRUE(corrupt) << keep << ": " << message;
+    EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
+  }
 }
 
 TEST(Checkpoint, ModelMismatchNamesTheTensorAndBothShapes) {
@@ -193,73 +475,202 @@ TEST(Checkpoint, ModelMismatchNamesTheTensorAndBothShapes) {
   shallower.model.n_layers = 1;
   SelfRun run1(shallower);
   message = error_of([&] { io::load_checkpoint(run1.trainer, path); });
-  EXPECT_FALSE(message.empty());
+  EXPECT_NE(message.find("model/layers/02/ln_f/gamma"), std::string::npos) << message;  // the head moved
 }
 
-TEST(Checkpoint, KeepsTheNewestKAndLatestNamesTheNewest) {
+TEST(Checkpoint, KeepsThisRunsNewestKAndLatestNamesTheNewest) {
   test::TempDir tmp;
   const std::string dir = tmp.path("ck");
   SelfRun run(tiny_config());
+  Dir d(dir, 2);
   for (int s = 0; s < 4; ++s) {
     run.trainer.step();
-    io::save_checkpoint(run.trainer, dir, 2);
+    saved(run.trainer, d.dir);
   }
-  const auto kept = io::complete_checkpoints(dir);
+  const auto kept = io::checkpoint_files(dir);
   ASSERT_EQ(kept.size(), 2u);
   EXPECT_EQ(kept[0].step, 3);
   EXPECT_EQ(kept[1].step, 4);
-  EXPECT_EQ(read_file(dir + "/latest"), "step-00000004\n");
-  EXPECT_EQ(io::latest_checkpoint(dir).step, 4);
-  EXPECT_FALSE(fs::exists(dir + "/latest.tmp"));
+  const io::Latest latest = io::read_latest(dir);
+  EXPECT_EQ(latest.name, "step-00000004.h5");
+  EXPECT_EQ(latest.run_id, d.dir.run_id());
+  EXPECT_EQ(latest.manifest_hash, io::read_checkpoint_info(kept[1].path).manifest_hash);
+  EXPECT_EQ(read_file(dir + "/latest").substr(0, 17), "step-00000004.h5\n");  // what a script reads
+}
+
+TEST(Checkpoint, AnotherRunsCheckpointsAreRefusedOrKeptNeverPruned) {
+  test::TempDir tmp;
+  const std::string dir = tmp.path("ck");
+  const Config c = tiny_config();
+  std::string first_run;
+  {  // A first run wrote steps 5 and 6 here.
+    SelfRun a(c);
+    for (int s = 0; s < 5; ++s) a.trainer.step();
+    Dir d(dir, 2);
+    first_run = d.dir.run_id();
+    saved(a.trainer, d.dir);
+    a.trainer.step();
+    saved(a.trainer, d.dir);
+  }
+  // A new run (not resuming) is refused before it trains, naming the other run.
+  const std::string message = error_of([&] { Dir d(dir, 2); });
+  EXPECT_NE(message.find(first_run), std::string::npos) << message;
+  EXPECT_NE(message.find("step-00000005.h5 to step-00000006.h5"), std::string::npos) << message;
+  EXPECT_NE(message.find("checkpoint.other_runs"), std::string::npos) << message;
+  // With other_runs = "keep" it writes beside them, and prunes only its own, oldest first.
+  SelfRun b(c);
+  Dir d(dir, 2, "", "keep");
+  EXPECT_NE(d.dir.run_id(), first_run);
+  for (int s = 0; s < 4; ++s) {
+    b.trainer.step();
+    saved(b.trainer, d.dir);
+  }
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  for (const auto& ref : io::checkpoint_files(dir)) found.emplace_back(ref.step, ref.run_id);
+  const std::vector<std::pair<std::int64_t, std::string>> expected = {
+      {3, d.dir.run_id()}, {4, d.dir.run_id()}, {5, first_run}, {6, first_run}};
+  EXPECT_EQ(found, expected);
+  EXPECT_EQ(io::read_latest(dir).name, "step-00000004.h5");
+  // Its step 5 would replace the other run's: refused, and nothing changes.
+  b.trainer.step();
+  const io::SaveResult clash = io::save_checkpoint(b.trainer, d.dir);
+  EXPECT_FALSE(clash.ok);
+  EXPECT_NE(clash.message.find("belongs to another run"), std::string::npos) << clash.message;
+  EXPECT_EQ(io::read_checkpoint_info(dir + "/step-00000005.h5").run_id, first_run);
+  EXPECT_EQ(io::read_latest(dir).name, "step-00000004.h5");
+}
+
+TEST(Checkpoint, ResumingContinuesTheRunItLoaded) {
+  test::TempDir tmp;
+  const std::string dir = tmp.path("ck");
+  const Config c = tiny_config();
+  std::string run_id;
+  {
+    SelfRun a(c);
+    a.trainer.step();
+    Dir d(dir, 2);
+    run_id = d.dir.run_id();
+    saved(a.trainer, d.dir);
+  }
+  CheckpointConfig resume;
+  resume.dir = dir;
+  resume.resume = "latest";
+  SelfRun b(c);
+  const auto loaded = io::resume_training(b.trainer, resume);
+  EXPECT_EQ(loaded.run_id, run_id);
+  Dir d(dir, 2, loaded.run_id);  // the same run: its checkpoints are this run's
+  for (int s = 0; s < 3; ++s) {
+    b.trainer.step();
+    saved(b.trainer, d.dir);
+  }
+  const auto kept = io::checkpoint_files(dir);
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0].step, 3);
+  EXPECT_EQ(kept[1].step, 4);
+}
+
+TEST(Checkpoint, OneTrainingPerDirectory) {
+  test::TempDir tmp;
+  const std::string dir = tmp.path("ck");
+  {
+    Dir first(dir);
+    EXPECT_TRUE(first.dir.locked());
+    const std::string message = error_of([&] { Dir second(dir); });
+    EXPECT_NE(message.find("in use by another training"), std::string::npos) << message;
+    EXPECT_NE(message.find("pid "), std::string::npos) << message;
+  }
+  Dir again(dir);  // released with its holder
+  EXPECT_TRUE(again.dir.locked());
+}
+
+TEST(Checkpoint, TheDirectoryIsCheckedBeforeAnyTraining) {
+  test::TempDir tmp;
+  std::string message = error_of([&] { Dir d(tmp.path("missing/parent/ck")); });
+  EXPECT_NE(message.find("parent directory"), std::string::npos) << message;
+  EXPECT_NE(message.find("does not exist"), std::string::npos) << message;
+  write_file(tmp.path("file"), "x");
+  message = error_of([&] { Dir d(tmp.path("file")); });
+  EXPECT_NE(message.find("not a directory"), std::string::npos) << message;
+  Dir created(tmp.path("new"));  // a missing directory whose parent exists is created
+  EXPECT_TRUE(fs::is_directory(tmp.path("new")));
 }
 
 TEST(Checkpoint, AnIncompleteCheckpointIsNeverLoaded) {
   test::TempDir tmp;
   const std::string dir = tmp.path("ck");
   const Config c = tiny_config();
-  const std::string done = saved_after(c, 1, dir);
-  // A writer killed mid-way leaves step-<N>.tmp (even with every file in it): not a checkpoint.
-  fs::copy(done, dir + "/step-00000009.tmp");
-  EXPECT_EQ(io::latest_checkpoint(dir).step, 1);
-  ASSERT_EQ(io::complete_checkpoints(dir).size(), 1u);
-  EXPECT_NE(error_of([&] { io::entry_file_of(dir + "/step-00000009.tmp"); }).find("incomplete"), std::string::npos);
-  // A step directory without its entry file (removed by hand) is not complete either.
-  fs::create_directory(dir + "/step-00000007");
-  EXPECT_EQ(io::latest_checkpoint(dir).step, 1);
-  Config resume = c;
-  resume.checkpoint.dir = dir;
-  resume.checkpoint.resume = "latest";
+  SelfRun a(c);
+  a.trainer.step();
+  Dir d(dir, 2);
+  const std::string done = saved(a.trainer, d.dir);
+  // A writer killed mid-way leaves step-<N>.h5.<run>.tmp (even a complete one): not a checkpoint.
+  const std::string stale = dir + "/" + io::temporary_file_name(9, d.dir.run_id());
+  fs::copy_file(done, stale);
+  EXPECT_EQ(io::checkpoint_files(dir).size(), 1u);
+  EXPECT_NE(error_of([&] { io::checkpoint_file_of(stale); }).find("incomplete"), std::string::npos);
+  CheckpointConfig resume;
+  resume.dir = dir;
+  resume.resume = "latest";
   SelfRun run(c);
-  EXPECT_EQ(io::resume_training(run.trainer, resume.checkpoint), done);
+  EXPECT_EQ(io::resume_training(run.trainer, resume).path, done);
   EXPECT_EQ(run.trainer.next_step(), 1);
-  // The next save clears the stale temporary directory.
-  io::save_checkpoint(run.trainer, dir, 2);
-  EXPECT_FALSE(fs::exists(dir + "/step-00000009.tmp"));
+  // The next save clears the stale temporary file.
+  a.trainer.step();
+  saved(a.trainer, d.dir);
+  EXPECT_FALSE(fs::exists(stale));
 }
 
-TEST(Checkpoint, FallbackLoadsThePreviousCompleteCheckpoint) {
+TEST(Checkpoint, FallbackLoadsThePreviousCheckpointOfTheRun) {
   test::TempDir tmp;
   const std::string dir = tmp.path("ck");
   const Config c = tiny_config();
   {
     SelfRun run(c);
+    Dir d(dir);
     run.trainer.step();
-    io::save_checkpoint(run.trainer, dir, 3);
+    saved(run.trainer, d.dir);
     run.trainer.step();
-    io::save_checkpoint(run.trainer, dir, 3);
+    saved(run.trainer, d.dir);
   }
-  const std::string newest = dir + "/step-00000002/rank-0.h5";
+  const std::string newest = dir + "/step-00000002.h5";
   write_file(newest, read_file(newest).substr(0, 2000));
   CheckpointConfig cc;
   cc.dir = dir;
   cc.resume = "latest";
   SelfRun strict(c);
   const std::string message = error_of([&] { io::resume_training(strict.trainer, cc); });
-  EXPECT_NE(message.find("step-00000002/rank-0.h5"), std::string::npos) << message;
+  EXPECT_NE(message.find("step-00000002.h5"), std::string::npos) << message;
   cc.fallback = "previous";
   SelfRun lenient(c);
-  EXPECT_EQ(fs::path(io::resume_training(lenient.trainer, cc)).filename(), "step-00000001");
+  EXPECT_EQ(fs::path(io::resume_training(lenient.trainer, cc).path).filename(), "step-00000001.h5");
   EXPECT_EQ(lenient.trainer.next_step(), 1);
+}
+
+TEST(Checkpoint, TheOldFormatIsRefusedNamingItsVersion) {
+  test::TempDir tmp;
+  // A format_version 1 checkpoint: a step-<N> directory holding checkpoint.h5 and rank files.
+  const std::string dir = tmp.path("ck");
+  fs::create_directories(dir + "/step-00000004");
+  {
+    const io::h5::Handle file = io::h5::create_file(dir + "/step-00000004/checkpoint.h5");
+    io::h5::write_attribute(file.get(), "format", std::string("kpipe-checkpoint"));
+    io::h5::write_attribute(file.get(), "format_version", std::int64_t(1));
+  }
+  write_file(dir + "/latest", "step-00000004\n");
+  for (const std::string& path : {dir + "/step-00000004", dir + "/step-00000004/checkpoint.h5"}) {
+    const std::string message = error_of([&] { io::read_checkpoint_info(path); });
+    EXPECT_NE(message.find("format_version 1"), std::string::npos) << path << ": " << message;
+    EXPECT_NE(message.find("format_version 2"), std::string::npos) << path << ": " << message;
+  }
+  CheckpointConfig resume;
+  resume.dir = dir;
+  resume.resume = "latest";
+  SelfRun run(tiny_config());
+  std::string message = error_of([&] { io::resume_training(run.trainer, resume); });
+  EXPECT_NE(message.find("format_version 1"), std::string::npos) << message;
+  // A new run there is refused too (another run's checkpoints), never pruned.
+  message = error_of([&] { Dir d(dir); });
+  EXPECT_NE(message.find("format_version 1"), std::string::npos) << message;
 }
 
 TEST(Checkpoint, ConfigChecks) {
@@ -269,6 +680,12 @@ TEST(Checkpoint, ConfigChecks) {
   c.keep = 2;
   c.resume = "latest";
   EXPECT_NE(error_of([&] { io::validate_checkpoint_config(c); }).find("checkpoint.dir"), std::string::npos);
+  c.resume.clear();
+  c.on_failure = "ignore";
+  EXPECT_NE(error_of([&] { io::validate_checkpoint_config(c); }).find("checkpoint.on_failure"), std::string::npos);
+  c.on_failure = "continue";
+  c.other_runs = "delete";
+  EXPECT_NE(error_of([&] { io::validate_checkpoint_config(c); }).find("checkpoint.other_runs"), std::string::npos);
 }
 
 }  // namespace

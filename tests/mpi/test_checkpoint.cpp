@@ -1,5 +1,6 @@
 // Checkpoints across ranks (run with -n 1, 2 and 4): resuming continues bit for bit, on the same layout
-// and on another one (resharding to fewer ranks, another schedule, another chunk count).
+// and on another one (resharding to fewer ranks, another schedule, another chunk count); the checkpoint
+// file API with every rank writing its own share; failures agreed by every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/io/checkpoint.hpp"
+#include "kpipe/io/checkpoint_file.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace kpipe {
@@ -61,6 +63,8 @@ struct SharedDir {
     name.resize(std::size_t(size));
     MPI_Bcast(name.data(), size, MPI_CHAR, 0, MPI_COMM_WORLD);
     path = name;
+    if (world_rank() == 0) fs::create_directories(path);
+    MPI_Barrier(MPI_COMM_WORLD);
   }
   ~SharedDir() {
     MPI_Barrier(MPI_COMM_WORLD);
@@ -82,7 +86,15 @@ Segment run(const Config& c, MPI_Comm comm, const std::string& from, int steps, 
     runtime::Trainer<float> trainer(c, corpus(), grid);
     if (!from.empty()) io::load_checkpoint(trainer, from);
     for (int s = 0; s < steps; ++s) out.losses.push_back(trainer.step().loss);
-    if (!to.empty()) io::save_checkpoint(trainer, to, 2);
+    if (!to.empty()) {
+      CheckpointConfig cc;
+      cc.dir = to;
+      cc.keep = 2;
+      io::CheckpointDir dir(cc, comm, c.pipeline.recv_timeout_s);
+      dir.start_run("");
+      const io::SaveResult saved = io::save_checkpoint(trainer, dir);
+      EXPECT_TRUE(saved.ok) << saved.message;
+    }
     out.checksum = trainer.param_checksum();
   }
   comm::free_grid(grid);
@@ -102,7 +114,7 @@ TEST(CheckpointMpi, ResumeOnTheSameLayoutIsBitExact) {
   const Config c = config(world_size(), "1f1b", 1);
   const Segment straight = run(c, MPI_COMM_WORLD, "", 6, "");
   const Segment first = run(c, MPI_COMM_WORLD, "", 3, dir.path);
-  const Segment second = run(c, MPI_COMM_WORLD, dir.path + "/step-00000003", 3, "");
+  const Segment second = run(c, MPI_COMM_WORLD, dir.path + "/step-00000003.h5", 3, "");
   expect_continues(first, second, straight, "same layout");
 }
 
@@ -113,7 +125,7 @@ TEST(CheckpointMpi, ReshardedToOneRankContinuesAsThatLayoutWould) {
   const Segment straight = run(one, MPI_COMM_SELF, "", 6, "");
   const Segment first = run(wide, MPI_COMM_WORLD, "", 2, dir.path);
   // Every rank loads the world's checkpoint alone.
-  const Segment second = run(one, MPI_COMM_SELF, dir.path + "/step-00000002", 4, "");
+  const Segment second = run(one, MPI_COMM_SELF, dir.path + "/step-00000002.h5", 4, "");
   expect_continues(first, second, straight, "p=" + std::to_string(world_size()) + " -> 1");
 }
 
@@ -128,11 +140,11 @@ TEST(CheckpointMpi, ReshardFourToTwoToOneWithScheduleChanges) {
   MPI_Comm_split(MPI_COMM_WORLD, world_rank() < half ? 0 : MPI_UNDEFINED, world_rank(), &lower);
   Segment b;
   if (lower != MPI_COMM_NULL) {
-    b = run(config(half, "interleaved", 2), lower, dir.path + "/a/step-00000002", 2, dir.path + "/b");
+    b = run(config(half, "interleaved", 2), lower, dir.path + "/a/step-00000002.h5", 2, dir.path + "/b");
     MPI_Comm_free(&lower);
   }
   MPI_Barrier(MPI_COMM_WORLD);
-  const Segment c = run(config(1, "interleaved", 2), MPI_COMM_SELF, dir.path + "/b/step-00000004", 2, "");
+  const Segment c = run(config(1, "interleaved", 2), MPI_COMM_SELF, dir.path + "/b/step-00000004.h5", 2, "");
   if (world_rank() < half) {
     Segment ab = a;
     ab.losses.insert(ab.losses.end(), b.losses.begin(), b.losses.end());
@@ -153,6 +165,48 @@ TEST(CheckpointMpi, AModelMismatchFailsOnEveryRankAlike) {
   }
   EXPECT_NE(message.find("[256, 16]"), std::string::npos) << message;  // every rank, not just the one that read it
   EXPECT_NE(message.find("[256, 32]"), std::string::npos) << message;
+}
+
+
+TEST(CheckpointMpi, EveryRankWritesItsShareOfOneFileAndReadsAnyShareBack) {
+  SharedDir dir;
+  const int rank = world_rank(), size = world_size();
+  const std::string path = dir.path + "/shares.h5";
+  std::vector<float> mine(100 + rank);
+  for (std::size_t k = 0; k < mine.size(); ++k) mine[k] = float(rank * 1000 + int(k));
+  {
+    io::CheckpointWriter writer(MPI_COMM_WORLD, 60);
+    writer.add_tensor("/ranks/" + std::to_string(rank), {std::int64_t(mine.size())}, mine.data());
+    if (rank == 0) writer.add_blob("/blob", "from rank 0");
+    writer.set_attribute("/", "ranks", std::int64_t(size));
+    const io::WriteStatus status = writer.write(path);
+    ASSERT_TRUE(status.ok) << status.message;
+  }
+  // Every rank reads every share, verified.
+  const io::CheckpointReader reader(path);
+  EXPECT_EQ(reader.number("ranks"), size);
+  EXPECT_EQ(reader.read_blob("/blob"), "from rank 0");
+  for (int r = 0; r < size; ++r) {
+    std::vector<float> back(std::size_t(100 + r));
+    reader.read_tensor("/ranks/" + std::to_string(r), {std::int64_t(back.size())}, back.data());
+    EXPECT_EQ(back[0], float(r * 1000));
+    EXPECT_EQ(back.back(), float(r * 1000 + int(back.size()) - 1));
+  }
+}
+
+TEST(CheckpointMpi, AWriteThatFailsOnOneRankFailsOnEveryRankNamingIt) {
+  SharedDir dir;
+  const int rank = world_rank(), size = world_size();
+  // The last rank's share is a blob whose name cannot be a dataset (a group of that name exists already):
+  // creating the layout fails, and every rank reports the same failure.
+  const float x = 1;
+  io::CheckpointWriter writer(MPI_COMM_WORLD, 60);
+  writer.add_tensor("/t/" + std::to_string(rank) + "/x", {1}, &x);
+  if (rank == size - 1) writer.add_blob("/t/0", "clash");
+  const io::WriteStatus status = writer.write(dir.path + "/clash.h5");
+  EXPECT_FALSE(status.ok);
+  EXPECT_EQ(status.rank, 0);  // rank 0 creates the layout
+  EXPECT_NE(status.message.find("/t/0"), std::string::npos) << status.message;
 }
 
 }  // namespace

@@ -58,25 +58,25 @@ void collectives(Transport& transport) {
   const int rank = world_rank(), size = world_size();
   ExecSpace space;
   auto sum = filled(300, float(rank));
-  Transfer t = transport.all_reduce_sum(space, sum.data(), sum.extent(0), Scalar::f32);
+  Transfer t = transport.all_reduce_sum(space, sum.data(), sum.extent(0), Scalar::f32, "the test's all-reduce");
   ASSERT_TRUE(transport.wait(space, t, 30.0));
   const auto total = on_host(sum);
   for (std::size_t i = 0; i < total.size(); ++i)
     ASSERT_EQ(total[i], float(size * (size - 1) / 2) + float(size) * float(i)) << i;
   auto shared = filled(200, float(100 * rank));
-  t = transport.broadcast(space, shared.data(), shared.extent(0), Scalar::f32, size - 1);
+  t = transport.broadcast(space, shared.data(), shared.extent(0), Scalar::f32, size - 1, "the test's broadcast");
   ASSERT_TRUE(transport.wait(space, t, 30.0));
   const auto got = on_host(shared);
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], float(100 * (size - 1)) + float(i)) << i;
 }
 
 TEST(Transport, MpiMovesBuffersAroundTheRing) {
-  MpiTransport transport(MPI_COMM_WORLD);
+  MpiTransport transport(MPI_COMM_WORLD, 60.0);
   ring(transport, 3);
 }
 
 TEST(Transport, StagedMovesBuffersAroundTheRingThroughReusedPinnedBuffers) {
-  StagedMpiTransport transport(MPI_COMM_WORLD);
+  StagedMpiTransport transport(MPI_COMM_WORLD, 60.0);
   ring(transport, 5);
   // One buffer for the receive and one for the send in flight at a time, whatever the number of messages.
   EXPECT_LE(transport.pinned_buffers(), 2);
@@ -84,12 +84,12 @@ TEST(Transport, StagedMovesBuffersAroundTheRingThroughReusedPinnedBuffers) {
 }
 
 TEST(Transport, MpiReducesAndBroadcastsInPlace) {
-  MpiTransport transport(MPI_COMM_WORLD);
+  MpiTransport transport(MPI_COMM_WORLD, 60.0);
   collectives(transport);
 }
 
 TEST(Transport, StagedReducesAndBroadcastsInPlace) {
-  StagedMpiTransport transport(MPI_COMM_WORLD);
+  StagedMpiTransport transport(MPI_COMM_WORLD, 60.0);
   collectives(transport);
 }
 

@@ -1,6 +1,7 @@
 // The step-time model and the recommender: recomputation's share, costs from FLOPs or a measured profile,
 // the profile file, and recommendations that fit and come fastest first.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstdio>
 
@@ -107,6 +108,27 @@ TEST(Planner, ProfileFileRoundTrips) {
   EXPECT_TRUE(profile_fits(q, bench().model));
   std::remove(path.c_str());
   EXPECT_THROW(read_profile("/nonexistent/layers.toml"), InputError);
+}
+
+// A profile is read only from a regular file (a FIFO is refused, never opened: no writer would come) and
+// never written over a device node.
+TEST(Planner, ProfileFilesAreRegularFiles) {
+  const std::string fifo = ::testing::TempDir() + "kpipe_profile_test.fifo";
+  std::remove(fifo.c_str());
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    read_profile(fifo);
+    ADD_FAILURE() << "a FIFO was read as a profile";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("FIFO"), std::string::npos) << e.what();
+  }
+  std::remove(fifo.c_str());
+  Profile p;
+  p.model = bench().model;
+  EXPECT_THROW(write_profile("/dev/full", p), InputError);
+  struct stat st {};
+  ASSERT_EQ(stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << "/dev/full is no longer a character device";
 }
 
 TEST(Planner, RecommendationsFitAndComeFastestFirst) {

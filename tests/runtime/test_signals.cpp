@@ -17,15 +17,15 @@ TEST(StopSignals, HandlersRecordAndSigtermSticks) {
   install_stop_handlers();
   reset_stop_signal();
   EXPECT_EQ(received_stop_signal(), 0);
-  EXPECT_EQ(stop_requested(MPI_COMM_WORLD), 0);
+  EXPECT_EQ(stop_requested(MPI_COMM_WORLD, 10), 0);
   std::raise(SIGUSR1);  // recorded, not fatal
   EXPECT_EQ(received_stop_signal(), SIGUSR1);
-  EXPECT_EQ(stop_requested(MPI_COMM_WORLD), SIGUSR1);
+  EXPECT_EQ(stop_requested(MPI_COMM_WORLD, 10), SIGUSR1);
   std::raise(SIGTERM);
   EXPECT_EQ(received_stop_signal(), SIGTERM);
   std::raise(SIGUSR1);  // a later USR1 does not turn "end the job" into "requeue me"
   EXPECT_EQ(received_stop_signal(), SIGTERM);
-  EXPECT_EQ(stop_requested(MPI_COMM_WORLD), SIGTERM);
+  EXPECT_EQ(stop_requested(MPI_COMM_WORLD, 10), SIGTERM);
   reset_stop_signal();
   EXPECT_EQ(received_stop_signal(), 0);
 }

@@ -123,12 +123,12 @@ expect_resumed_to_the_end() {
   local stopped=$1
   expect_state COMPLETED 1
   local count
-  count=$(ls -d "$dir"/checkpoints/step-* 2>/dev/null | wc -l)
+  count=$(ls "$dir"/checkpoints/step-*.h5 2>/dev/null | wc -l)
   [ "$count" -eq 1 ] || fail "$count checkpoints, expected the one written on the signal: $(ls "$dir/checkpoints" 2>&1 | tr '\n' ' ')"
-  [ "$(cat "$dir/checkpoints/latest" 2>/dev/null)" = "$(printf 'step-%08d' "$stopped")" ] ||
+  [ "$(head -n 1 "$dir/checkpoints/latest" 2>/dev/null)" = "$(printf 'step-%08d.h5' "$stopped")" ] ||
     fail "latest = $(cat "$dir/checkpoints/latest" 2>&1), the run stopped after $stopped steps"
   expect_output "requeueing job $job"
-  expect_output "resumed from checkpoint $dir/checkpoints/$(printf 'step-%08d' "$stopped")"
+  expect_output "resumed from checkpoint $dir/checkpoints/$(printf 'step-%08d.h5' "$stopped")"
   [ -n "$reference" ] && [ "$(final_checksum "$dir/metrics-$job-1.jsonl")" = "$reference" ] || fail "final param_checksum $(final_checksum "$dir/metrics-$job-1.jsonl") differs from the uninterrupted run's ($reference)"
 }
 run_case() {  # run_case NAME: runs case_NAME, says PASS or FAIL with its time
@@ -234,7 +234,7 @@ case_timelimit() {
   [ -n "$stopped" ] || fail "no checkpoint on the warning signal"
   output | grep -q "DUE TO TIME LIMIT" && fail "the time limit killed the job before it checkpointed"
   expect_output "requeueing job $job"
-  expect_output "resumed from checkpoint $dir/checkpoints/$(printf 'step-%08d' "${stopped:-0}")"
+  expect_output "resumed from checkpoint $dir/checkpoints/$(printf 'step-%08d.h5' "${stopped:-0}")"
   [ "$(field "$job" Restarts)" = 1 ] || fail "restarts: $(field "$job" Restarts)"
   echo "  the warning arrived at step $stopped (the limit is 60 s); checkpointed, requeued, resumed"
   scancel "$job"

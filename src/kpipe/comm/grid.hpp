@@ -17,8 +17,9 @@ struct ProcessGrid {
 };
 
 // Checks world size = pipeline_size x data_parallel (InputError naming both keys and the world size,
-// raised identically on every rank) and splits the communicators.
-ProcessGrid make_grid(MPI_Comm world, int pipeline_size, int data_parallel);
+// raised identically on every rank) and splits the communicators, each split bounded by timeout_s
+// (pipeline.recv_timeout_s; MPI_Comm_split has no non-blocking form: a comm::Watchdog ends the job).
+ProcessGrid make_grid(MPI_Comm world, int pipeline_size, int data_parallel, double timeout_s = 300);
 void free_grid(ProcessGrid& grid);
 
 }  // namespace kpipe::comm

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/stream_event.hpp"
 #endif
 
@@ -36,7 +37,7 @@ class NcclTransport final : public Transport {
     MPI_Comm_size(comm, &size);
     ncclUniqueId id;
     if (rank == 0) check("ncclGetUniqueId", ncclGetUniqueId(&id));
-    MPI_Bcast(&id, int(sizeof id), MPI_BYTE, 0, comm);
+    bcast(&id, int(sizeof id), MPI_BYTE, 0, comm, {timeout_s, "the broadcast of the NCCL communicator's id"});
     // Non-blocking: ncclCommInitRankConfig returns at once and the communicator becomes ready when every
     // rank has joined, which settle() waits for with a deadline.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -75,12 +76,15 @@ class NcclTransport final : public Transport {
     in_group_ = false;
     enqueue("ncclGroupEnd", ncclGroupEnd());
   }
-  Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type) override {
+  // NCCL's collectives wait on the stream; synchronize() bounds them (what they are: the caller's message).
+  Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                          const std::string& /*what*/) override {
     enqueue("ncclAllReduce",
             ncclAllReduce(data, data, count, nccl_type(type), ncclSum, comm_, space.cuda_stream()));
     return Transfer();
   }
-  Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root) override {
+  Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
+                     const std::string& /*what*/) override {
     enqueue("ncclBroadcast", ncclBroadcast(data, data, count, nccl_type(type), root, comm_, space.cuda_stream()));
     return Transfer();
   }

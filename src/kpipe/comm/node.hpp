@@ -13,11 +13,8 @@ struct NodeLayout {
   std::string name;    // the node's name (MPI_Get_processor_name), for messages
 };
 
-NodeLayout node_layout(MPI_Comm world);
-
-// Every rank gets the same verdict: when `error` is non-empty on some ranks, the first such rank's message
-// is thrown as an InputError on all of them (so that every rank exits 2 with one line, never one rank
-// alone). A collective over world.
-void agree_on_error(MPI_Comm world, const std::string& error);
+// A collective over world; the split (which has no non-blocking form) is watched: a rank that never joins
+// ends the job after timeout_s (comm/watchdog.hpp).
+NodeLayout node_layout(MPI_Comm world, double timeout_s);
 
 }  // namespace kpipe::comm

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "kpipe/comm/bounded.hpp"
+
 namespace kpipe::comm {
 
 namespace {
@@ -53,16 +55,18 @@ void StreamOrderedMpiTransport::complete_group() {
   group_.clear();
 }
 
-Transfer StreamOrderedMpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type) {
+// Collectives bounded like every other (comm/bounded.hpp).
+Transfer StreamOrderedMpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                                                   const std::string& what) {
   space.fence();
-  MPI_Allreduce(MPI_IN_PLACE, data, count_of(count), type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, comm_);
+  allreduce(data, count_of(count), type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, comm_, {timeout_s_, what});
   return Transfer();
 }
 
 Transfer StreamOrderedMpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type,
-                                              int root) {
+                                              int root, const std::string& what) {
   space.fence();
-  MPI_Bcast(data, count_of(count), type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE, root, comm_);
+  bcast(data, count_of(count), type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE, root, comm_, {timeout_s_, what});
   return Transfer();
 }
 

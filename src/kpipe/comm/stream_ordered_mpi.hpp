@@ -28,8 +28,10 @@ class StreamOrderedMpiTransport final : public Transport {
   Transfer recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int tag) override;
   void begin_group() override;
   void end_group() override;
-  Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type) override;
-  Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root) override;
+  Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                          const std::string& what) override;
+  Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
+                     const std::string& what) override;
   bool wait(const ExecSpace&, Transfer&, double) override { return !failed_; }
   bool test(Transfer&) override { return !failed_; }
   bool synchronize(const ExecSpace& space, double) override;

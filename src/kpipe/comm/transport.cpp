@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/comm/nccl_transport.hpp"
 #include "kpipe/comm/stream_ordered_mpi.hpp"
 #include "kpipe/core/stream_event.hpp"
@@ -58,18 +59,19 @@ Transfer MpiTransport::recv(const ExecSpace& space, void* data, std::size_t byte
   return Transfer(s);
 }
 
-Transfer MpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type) {
+// Collectives: comm/bounded.hpp's, done when they return (a rank that never joins ends the job, named).
+Transfer MpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                                      const std::string& what) {
   space.fence();
-  auto s = std::make_shared<MpiState>();
-  MPI_Iallreduce(MPI_IN_PLACE, data, count_of(count), mpi_type(type), MPI_SUM, comm_, &s->request);
-  return Transfer(s);
+  allreduce(data, count_of(count), mpi_type(type), MPI_SUM, comm_, {timeout_s_, what});
+  return Transfer();
 }
 
-Transfer MpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root) {
+Transfer MpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
+                                 const std::string& what) {
   space.fence();
-  auto s = std::make_shared<MpiState>();
-  MPI_Ibcast(data, count_of(count), mpi_type(type), root, comm_, &s->request);
-  return Transfer(s);
+  bcast(data, count_of(count), mpi_type(type), root, comm_, {timeout_s_, what});
+  return Transfer();
 }
 
 bool MpiTransport::test(Transfer& transfer) {
@@ -198,7 +200,8 @@ struct StagedMpiTransport::Impl {
   }
 };
 
-StagedMpiTransport::StagedMpiTransport(MPI_Comm comm) : MpiTransport(comm), impl_(std::make_unique<Impl>()) {}
+StagedMpiTransport::StagedMpiTransport(MPI_Comm comm, double timeout_s)
+    : MpiTransport(comm, timeout_s), impl_(std::make_unique<Impl>()) {}
 StagedMpiTransport::~StagedMpiTransport() = default;
 
 void StagedMpiTransport::progress() { impl_->progress(); }
@@ -221,21 +224,27 @@ Transfer StagedMpiTransport::recv(const ExecSpace& space, void* data, std::size_
   return Transfer(s);
 }
 
-Transfer StagedMpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type) {
+// Collectives on the pinned copy, bounded (comm/bounded.hpp): run when the copy to the host is done, complete
+// when they return (the request stays null), then copied back on the stream.
+Transfer StagedMpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                                            const std::string& what) {
   auto s = impl_->stage(space, data, count * scalar_bytes(type), true, true);
   MPI_Comm comm = comm_;
-  s->post = [comm, count, type](StagedState& t) {
-    MPI_Iallreduce(MPI_IN_PLACE, t.pinned.data(), count_of(count), mpi_type(type), MPI_SUM, comm, &t.request);
+  const Bound bound{timeout_s_, what};
+  s->post = [comm, count, type, bound](StagedState& t) {
+    allreduce(t.pinned.data(), count_of(count), mpi_type(type), MPI_SUM, comm, bound);
   };
   impl_->queue(s);
   return Transfer(s);
 }
 
-Transfer StagedMpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root) {
+Transfer StagedMpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
+                                       const std::string& what) {
   auto s = impl_->stage(space, data, count * scalar_bytes(type), true, true);
   MPI_Comm comm = comm_;
-  s->post = [comm, count, type, root](StagedState& t) {
-    MPI_Ibcast(t.pinned.data(), count_of(count), mpi_type(type), root, comm, &t.request);
+  const Bound bound{timeout_s_, what};
+  s->post = [comm, count, type, root, bound](StagedState& t) {
+    bcast(t.pinned.data(), count_of(count), mpi_type(type), root, comm, bound);
   };
   impl_->queue(s);
   return Transfer(s);
@@ -256,8 +265,8 @@ std::unique_ptr<Transport> make_transport(const std::string& kind, MPI_Comm comm
 #else
   constexpr bool mpi_reads_device = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
 #endif
-  if (mpi_reads_device) return std::make_unique<MpiTransport>(comm);
-  return std::make_unique<StagedMpiTransport>(comm);
+  if (mpi_reads_device) return std::make_unique<MpiTransport>(comm, timeout_s);
+  return std::make_unique<StagedMpiTransport>(comm, timeout_s);
 }
 
 }  // namespace kpipe::comm

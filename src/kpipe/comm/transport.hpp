@@ -69,9 +69,14 @@ class Transport {
   virtual void begin_group() {}
   virtual void end_group() {}
 
-  // Collectives over every rank of the communicator, in place on `count` elements at `data`.
-  virtual Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type) = 0;
-  virtual Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root) = 0;
+  // Collectives over every rank of the communicator, in place on `count` elements at `data`. `what` names
+  // the collective in the message when a rank never joins: MPI's run under comm/bounded.hpp's deadline
+  // (the rank that stopped is named; the call returns when done), NCCL's on the stream under the
+  // communicator's own deadline (synchronize()).
+  virtual Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                                  const std::string& what) = 0;
+  virtual Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
+                             const std::string& what) = 0;
 
   // Until the transfer is complete for work queued on `space` from now on (it is then inactive); false when
   // that takes longer than timeout_s (the caller ends the job: a peer is gone or stuck).
@@ -83,33 +88,38 @@ class Transport {
   virtual bool synchronize(const ExecSpace& space, double timeout_s);
 };
 
-// Point-to-point on `comm` with the buffers as given.
+// Point-to-point on `comm` with the buffers as given; collectives bounded by timeout_s (comm/bounded.hpp).
 class MpiTransport : public Transport {
  public:
-  explicit MpiTransport(MPI_Comm comm) : comm_(comm) {}
+  MpiTransport(MPI_Comm comm, double timeout_s) : comm_(comm), timeout_s_(timeout_s) {}
   const char* name() const override { return "mpi"; }
   Transfer send(const ExecSpace& space, const void* data, std::size_t bytes, int peer, int tag) override;
   Transfer recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int tag) override;
-  Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type) override;
-  Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root) override;
+  Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                          const std::string& what) override;
+  Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
+                     const std::string& what) override;
   bool wait(const ExecSpace& space, Transfer& transfer, double timeout_s) override;
   bool test(Transfer& transfer) override;
 
  protected:
   virtual void progress() {}  // moves posted-but-not-yet-handed-to-MPI transfers along (staged)
   MPI_Comm comm_;
+  double timeout_s_;
 };
 
 // Device buffers through pinned host buffers (an MPI that cannot read device memory).
 class StagedMpiTransport final : public MpiTransport {
  public:
-  explicit StagedMpiTransport(MPI_Comm comm);
+  StagedMpiTransport(MPI_Comm comm, double timeout_s);
   ~StagedMpiTransport() override;
   const char* name() const override { return "mpi-staged"; }
   Transfer send(const ExecSpace& space, const void* data, std::size_t bytes, int peer, int tag) override;
   Transfer recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int tag) override;
-  Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type) override;
-  Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root) override;
+  Transfer all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                          const std::string& what) override;
+  Transfer broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
+                     const std::string& what) override;
   // Pinned buffers allocated so far: as many as transfers were ever in flight at once, not one per message.
   int pinned_buffers() const;
 

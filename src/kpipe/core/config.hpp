@@ -92,11 +92,13 @@ struct OutputConfig {
 
 // Checkpoints (io/checkpoint.hpp, docs/checkpoint-format.md).
 struct CheckpointConfig {
-  std::string dir;                // where step-<N>/ directories and `latest` live; empty: no checkpoints
+  std::string dir;                // where step-<N>.h5 files and `latest` live; empty: no checkpoints
   int every = 0;                  // write one every this many steps (0: only at a stop signal)
-  int keep = 3;                   // newest complete checkpoints kept (at least 2)
-  std::string resume;             // "" (start fresh), "latest" (in dir), or a checkpoint directory
+  int keep = 3;                   // newest complete checkpoints of this run kept (at least 2)
+  std::string resume;             // "" (start fresh), "latest" (in dir), or a checkpoint file
   std::string fallback = "error"; // a corrupt checkpoint: "error" (exit 2) or "previous" (load the one before)
+  std::string on_failure = "stop";   // a checkpoint not written: "stop" (exit code 5) or "continue" training
+  std::string other_runs = "refuse"; // dir holds another run's checkpoints: "refuse" to start, or "keep" them
 };
 
 struct Config {

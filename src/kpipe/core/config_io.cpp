@@ -133,16 +133,22 @@ const std::vector<Key>& keys() {
       entry("output.profile", &C::output, &OutputConfig::profile,
             "file of measured per-layer times for kpipe-sim --recommend --profile (empty: none)"),
       entry("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir,
-            "directory of step-<N>/ checkpoints and `latest` (empty: none)", "--checkpoint-dir"),
+            "directory of step-<N>.h5 checkpoints and `latest` (empty: none)", "--checkpoint-dir"),
       entry("checkpoint.every", &C::checkpoint, &CheckpointConfig::every,
             "checkpoint every this many steps (0: only on SIGUSR1/SIGTERM)", "--checkpoint-every"),
-      entry("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, "newest complete checkpoints kept (>= 2)",
-            "--keep"),
+      entry("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep,
+            "newest complete checkpoints of this run kept (>= 2)", "--keep"),
       entry("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume,
-            "resume from: latest (in checkpoint.dir) or a checkpoint directory (empty: start fresh)"),
+            "resume from: latest (in checkpoint.dir) or a checkpoint file (empty: start fresh)"),
       entry("checkpoint.fallback", &C::checkpoint, &CheckpointConfig::fallback,
             "a corrupt checkpoint: error (exit 2) or load the previous complete one", "--fallback",
             {"error", "previous"}),
+      entry("checkpoint.on_failure", &C::checkpoint, &CheckpointConfig::on_failure,
+            "a checkpoint that cannot be written: stop (exit code 5) or continue training", "--on-checkpoint-failure",
+            {"stop", "continue"}),
+      entry("checkpoint.other_runs", &C::checkpoint, &CheckpointConfig::other_runs,
+            "checkpoint.dir holds another run's checkpoints: refuse to start, or keep them and write beside them",
+            "", {"refuse", "keep"}),
   };
   return table;
 }
@@ -420,10 +426,7 @@ Config preset(const std::string& name) {
 }
 
 Config load_config_file(const std::string& path, Config base) {
-  if (const std::string reason = unreadable_reason(path); !reason.empty())
-    throw InputError(fmt::format("{}: cannot open ({})", path, reason));
-  std::ifstream in(path, std::ios::binary);
-  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  const std::string text = read_bytes(path, path);  // never blocks: a FIFO or a device is refused
   const toml::table document = parse_toml(text, path);
   const std::vector<std::string> tables = table_names();
   for (const auto& [table_key, node] : document) {

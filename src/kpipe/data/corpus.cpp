@@ -55,7 +55,7 @@ Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len) {
     label = fmt::format("data.path = '{}'", config.path);
     if (const std::string reason = unreadable_reason(config.path); !reason.empty())
       throw InputError(fmt::format("{}: cannot open ({})", label, reason));
-    corpus = is_hdf5_file(config.path) ? read_token_file(config.path, label)
+    corpus = is_token_file(config.path, label) ? read_token_file(config.path, label)
                                        : text_corpus(read_bytes(config.path, label), config.val_fraction, config.path);
   }
   require_window(label, "train", corpus.train.size(), seq_len);

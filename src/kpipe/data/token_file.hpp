@@ -23,4 +23,9 @@ Corpus read_token_file(const std::string& path, const std::string& label = {});
 // Whether path starts with the HDF5 signature (false for unreadable files).
 bool is_hdf5_file(const std::string& path);
 
+// Whether data.path (or kpipe-eval's --data) is a token file (true) or a text file (false). A file named
+// *.h5 / *.hdf5 that is not HDF5, or one whose first bytes are the HDF5 signature with a few of them
+// damaged, is neither: an InputError "<label>: ..." rather than training on its bytes as text.
+bool is_token_file(const std::string& path, const std::string& label);
+
 }  // namespace kpipe::data

@@ -1,12 +1,11 @@
 #include "kpipe/io/checkpoint.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
-#include <hdf5.h>
-#include <mpi.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <Kokkos_Core.hpp>
-#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,17 +14,18 @@
 #include <ctime>
 #include <exception>
 #include <filesystem>
-#include <fstream>
-#include <functional>
-#include <stdexcept>
+#include <random>
 #include <thread>
 
+#include "kpipe/comm/agree.hpp"
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/config_io.hpp"
-#include "kpipe/model/parameters.hpp"
-#include "kpipe/version.hpp"
+#include "kpipe/core/files.hpp"
+#include "kpipe/core/hash.hpp"
+#include "kpipe/io/checkpoint_lock.hpp"
 #include "kpipe/nn/optimizer.hpp"
-#include "kpipe/io/h5_file.hpp"
 #include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/version.hpp"
 
 namespace kpipe::io {
 
@@ -33,74 +33,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// The three flat buffers a checkpoint holds per tensor, and where each lives in the HDF5 tree.
+// Where a parameter's value and its two optimizer moments live in the file.
 constexpr const char* model_root = "/model/";
 constexpr const char* moment1_root = "/optimizer/moment1/";
 constexpr const char* moment2_root = "/optimizer/moment2/";
-constexpr hsize_t chunk_bytes = 1 << 20;  // HDF5 chunk size bound (Fletcher32 needs a chunked layout)
 
-// HDF5 handles that close themselves, and silence for HDF5's own error printing (io/h5_file.hpp).
-using Handle = io::h5::Handle;
-using QuietHdf5Errors = io::h5::QuietErrors;
-
-// Write failures are the file system's (full, read-only, gone): an InputError naming the file.
-void check_write(herr_t status, const std::string& file, const std::string& what) {
-  require(status >= 0, "checkpoint file '{}': cannot write {}", file, what);
-}
-
-void write_string_attribute(hid_t object, const char* name, const std::string& value, const std::string& file) {
-  const Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), std::max<std::size_t>(value.size(), 1));
-  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
-  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  const Handle attribute(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  check_write(attribute.valid() ? H5Awrite(attribute.get(), type.get(), value.c_str()) : -1, file,
-              fmt::format("attribute {}", name));
-}
-
-void write_int_attribute(hid_t object, const char* name, std::int64_t value, const std::string& file) {
-  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  const Handle attribute(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  check_write(attribute.valid() ? H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value) : -1, file,
-              fmt::format("attribute {}", name));
-}
-
-void write_u64_attribute(hid_t object, const char* name, std::uint64_t value, const std::string& file) {
-  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  const Handle attribute(H5Acreate2(object, name, H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
-  check_write(attribute.valid() ? H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &value) : -1, file,
-              fmt::format("attribute {}", name));
-}
-
-bool read_string_attribute(hid_t object, const char* name, std::string& value) {
-  if (H5Aexists(object, name) <= 0) return false;
-  const Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  const Handle type(H5Aget_type(attribute.get()), H5Tclose);
-  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) return false;
-  std::string buffer(H5Tget_size(type.get()), '\0');
-  if (H5Aread(attribute.get(), type.get(), buffer.data()) < 0) return false;
-  buffer.resize(std::strlen(buffer.c_str()));
-  value = buffer;
-  return true;
-}
-
-bool read_int_attribute(hid_t object, const char* name, std::int64_t& value) {
-  if (H5Aexists(object, name) <= 0) return false;
-  const Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  return attribute.valid() && H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) >= 0;
-}
-
-bool read_u64_attribute(hid_t object, const char* name, std::uint64_t& value) {
-  if (H5Aexists(object, name) <= 0) return false;
-  const Handle attribute(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
-  return attribute.valid() && H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) >= 0;
-}
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::string text = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
+// Kinds of agreed failure.
+enum : int { failed_input = 1, failed_corrupt = 2 };
 
 std::string utc_now() {
   const std::time_t now = std::time(nullptr);
@@ -111,79 +50,35 @@ std::string utc_now() {
   return text;
 }
 
-std::string rank_file_name(int stage) { return fmt::format("rank-{}.h5", stage); }
+// 16 hex digits, unique in practice: the OS's randomness mixed with the time, the host and the pid.
+std::string new_run_id() {
+  std::random_device device;
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  std::uint64_t h = fnv1a64(host);
+  const std::uint64_t mix[] = {std::uint64_t(device()) << 32 | device(),
+                               std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()),
+                               std::uint64_t(::getpid())};
+  h = fnv1a64(mix, sizeof mix, h);
+  return hash_hex(h);
+}
 
-// ---- agreement among ranks ----------------------------------------------------------------------------
-
-enum class Failure : int { none = 0, corrupt = 1, input = 2 };
-
-// Runs fn on this rank, then every rank of world learns whether any failed and the message of the
-// lowest failing rank; all throw the same error. Doubles as a barrier.
-void collectively(MPI_Comm world, const std::function<void()>& fn) {
-  Failure failure = Failure::none;
-  std::string message;
+// Runs fn on this rank, then every rank learns whether any failed and the message of the lowest failing
+// rank; all throw the same error (CorruptCheckpoint or InputError). Doubles as a barrier.
+void collectively(MPI_Comm world, double timeout_s, const std::string& what, const std::function<void()>& fn) {
+  comm::Failure mine;
   try {
     fn();
   } catch (const CorruptCheckpoint& e) {
-    failure = Failure::corrupt;
-    message = e.what();
+    mine = {failed_corrupt, -1, e.what()};
   } catch (const InputError& e) {
-    failure = Failure::input;
-    message = e.what();
+    mine = {failed_input, -1, e.what()};
   } catch (const std::exception& e) {  // file-system errors: the checkpoint directory is unusable
-    failure = Failure::input;
-    message = fmt::format("checkpoint: {}", e.what());
+    mine = {failed_input, -1, fmt::format("checkpoint: {}", e.what())};
   }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(world, &rank);
-  MPI_Comm_size(world, &size);
-  int first = failure == Failure::none ? size : rank;
-  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world);
-  if (first == size) return;
-  int header[2] = {int(failure), int(message.size())};
-  MPI_Bcast(header, 2, MPI_INT, first, world);
-  message.resize(std::size_t(header[1]));
-  MPI_Bcast(message.data(), header[1], MPI_CHAR, first, world);
-  if (Failure(header[0]) == Failure::corrupt) throw CorruptCheckpoint(message);
-  throw InputError(message);
-}
-
-std::string broadcast_string(MPI_Comm world, std::string text) {
-  int size = int(text.size());
-  MPI_Bcast(&size, 1, MPI_INT, 0, world);
-  text.resize(std::size_t(size));
-  MPI_Bcast(text.data(), size, MPI_CHAR, 0, world);
-  return text;
-}
-
-// ---- writing ------------------------------------------------------------------------------------------
-
-template <class T> hid_t file_type() { return std::is_same_v<T, float> ? H5T_IEEE_F32LE : H5T_IEEE_F64LE; }
-template <class T> hid_t memory_type() { return std::is_same_v<T, float> ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE; }
-
-template <class T>
-void write_tensor(hid_t file, const std::string& name, const std::vector<std::int64_t>& shape, const T* data,
-                  const std::string& label) {
-  std::vector<hsize_t> dims(shape.begin(), shape.end());
-  const Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
-  // Chunks of whole rows up to chunk_bytes, so that Fletcher32 (which needs chunks) covers every byte.
-  std::vector<hsize_t> chunk = dims;
-  hsize_t row_bytes = sizeof(T);
-  for (std::size_t d = 1; d < dims.size(); ++d) row_bytes *= dims[d];
-  chunk[0] = std::max<hsize_t>(1, std::min<hsize_t>(dims[0], chunk_bytes / std::max<hsize_t>(row_bytes, 1)));
-  const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
-  if (H5Zfilter_avail(H5Z_FILTER_FLETCHER32) > 0) H5Pset_fletcher32(properties.get());
-  const Handle links(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(links.get(), 1);
-  const Handle dataset(
-      H5Dcreate2(file, name.c_str(), file_type<T>(), space.get(), links.get(), properties.get(), H5P_DEFAULT),
-      H5Dclose);
-  check_write(dataset.valid() ? H5Dwrite(dataset.get(), memory_type<T>(), H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : -1,
-              label, "dataset " + name);
-  std::int64_t numel = 1;
-  for (auto d : shape) numel *= d;
-  write_u64_attribute(dataset.get(), "fnv1a64", model::hash_bytes(data, sizeof(T) * std::size_t(numel)), label);
+  const comm::Failure agreed = comm::first_failure(world, mine, {timeout_s, what});
+  if (agreed.code == failed_corrupt) throw CorruptCheckpoint(agreed.message);
+  if (agreed) throw InputError(agreed.message);
 }
 
 template <class T> std::vector<T> host_copy(const View1<T>& flat) {
@@ -193,222 +88,78 @@ template <class T> std::vector<T> host_copy(const View1<T>& flat) {
   return host;
 }
 
-void pause_if_asked(std::int64_t step, const std::string& file) {
-  const PauseHook hook = pause_hook_from_environment();
-  if (hook.step != step || hook.seconds <= 0) return;
-  std::fprintf(stderr, "kpipe: test hook: pausing %g s in the middle of writing %s\n", hook.seconds, file.c_str());
-  std::fflush(stderr);
-  std::this_thread::sleep_for(std::chrono::duration<double>(hook.seconds));
-}
-
-// This rank's tensors (values and both moments) into its own file; returns their names, one per line.
-template <class T> std::string write_rank_file(runtime::Trainer<T>& trainer, const std::string& path) {
-  const auto& grid = trainer.grid();
-  std::string names;
-  {
-    const Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    require(file.valid(), "checkpoint file '{}': cannot create", path);
-    write_string_attribute(file.get(), "format", std::string(checkpoint_format) + "-part", path);
-    write_int_attribute(file.get(), "format_version", checkpoint_format_version, path);
-    write_int_attribute(file.get(), "step", trainer.next_step(), path);
-    write_int_attribute(file.get(), "stage", grid.stage, path);
-    std::size_t written = 0, total = 0;
-    for (int c = 0; c < trainer.chunks(); ++c) total += trainer.chunk(c).params().slots().size();
-    for (int c = 0; c < trainer.chunks(); ++c) {
-      const auto& store = trainer.chunk(c).params();
-      const auto values = host_copy(store.values());
-      const auto moment1 = host_copy(store.moment1());
-      const auto moment2 = host_copy(store.moment2());
-      for (const auto& slot : store.slots()) {
-        const std::string name = slot.path();
-        write_tensor(file.get(), model_root + name, slot.spec->shape, values.data() + slot.offset, path);
-        write_tensor(file.get(), moment1_root + name, slot.spec->shape, moment1.data() + slot.offset, path);
-        write_tensor(file.get(), moment2_root + name, slot.spec->shape, moment2.data() + slot.offset, path);
-        names += name + "\n";
-        if (++written == total / 2) {
-          H5Fflush(file.get(), H5F_SCOPE_LOCAL);
-          pause_if_asked(trainer.next_step(), path);
-        }
-      }
-    }
-  }
-  fsync_path(path);
-  return names;
-}
-
-// Every replica-0 rank's tensor names, per pipeline stage, on world rank 0.
-std::vector<std::string> gather_names(const comm::ProcessGrid& grid, const std::string& mine) {
-  const std::string local = grid.replica == 0 ? mine : std::string();
-  int length = int(local.size());
-  std::vector<int> lengths(std::size_t(grid.world_size), 0), offsets(std::size_t(grid.world_size), 0);
-  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, grid.world);
-  int total = 0;
-  for (int r = 0; r < grid.world_size; ++r) {
-    offsets[r] = total;
-    total += lengths[r];
-  }
-  std::string all(std::size_t(grid.world_rank == 0 ? total : 0), '\0');
-  MPI_Gatherv(local.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR, 0, grid.world);
-  std::vector<std::string> per_stage;
-  if (grid.world_rank == 0)
-    for (int s = 0; s < grid.pipeline_size; ++s) per_stage.push_back(all.substr(offsets[s], lengths[s]));  // replica 0
-  return per_stage;
-}
-
-template <class T>
-void write_entry_file(runtime::Trainer<T>& trainer, const std::string& path, const std::vector<std::string>& names) {
-  const Config& config = trainer.config();
-  const Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  require(file.valid(), "checkpoint file '{}': cannot create", path);
-  const hid_t root = file.get();
-  write_string_attribute(root, "format", checkpoint_format, path);
-  write_int_attribute(root, "format_version", checkpoint_format_version, path);
-  write_string_attribute(root, "kpipe_version", kpipe::version, path);
-  write_string_attribute(root, "created", utc_now(), path);
-  write_int_attribute(root, "step", trainer.next_step(), path);
-  write_string_attribute(root, "config", to_toml(config), path);
-  write_string_attribute(root, "scalar_type", std::is_same_v<T, float> ? "float32" : "float64", path);
-  write_int_attribute(root, "pipeline_size", config.pipeline.pipeline_size, path);
-  write_int_attribute(root, "data_parallel", config.pipeline.data_parallel, path);
-  write_int_attribute(root, "chunks", config.pipeline.chunks, path);
-  write_string_attribute(root, "schedule", config.pipeline.schedule_file.empty() ? config.pipeline.schedule
-                                                                                  : config.pipeline.schedule_file,
-                         path);
-  std::int64_t tensors = 0;
-  std::string files;
-  const Handle links(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(links.get(), 1);
-  for (std::size_t stage = 0; stage < names.size(); ++stage) {
-    const std::string target = rank_file_name(int(stage));
-    files += (stage ? "," : "") + target;
-    std::size_t start = 0;
-    for (std::size_t end; (end = names[stage].find('\n', start)) != std::string::npos; start = end + 1) {
-      const std::string name = names[stage].substr(start, end - start);
-      for (const char* prefix : {model_root, moment1_root, moment2_root}) {
-        const std::string object = prefix + name;
-        check_write(H5Lcreate_external(target.c_str(), object.c_str(), root, object.c_str(), links.get(), H5P_DEFAULT),
-                    path, "link " + object);
-      }
-      ++tensors;
-    }
-  }
-  write_int_attribute(root, "tensors", tensors, path);
-  write_string_attribute(root, "files", files, path);
-  // What the model's token ids mean, so that kpipe-generate decodes them (io/tokenizer_store.hpp).
-  write_tokenizer(root, trainer.corpus().tokenizer, path);
-
-  const Handle training(H5Gcreate2(root, "training", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose);
-  write_int_attribute(training.get(), "step", trainer.next_step(), path);
-  write_u64_attribute(training.get(), "seed", config.train.seed, path);
-  write_string_attribute(training.get(), "sampler",
-                         "windows keyed by (train.seed, step, sequence): the step is the sampler's position", path);
-  write_string_attribute(training.get(), "rng",
-                         "none beyond train.seed: initialization is keyed by (seed, layer, name), sampling by "
-                         "(seed, step, sequence)",
-                         path);
-  const Handle optimizer(H5Gopen2(root, "optimizer", H5P_DEFAULT), H5Gclose);
-  if (optimizer.valid()) {
-    write_string_attribute(optimizer.get(), "kind", config.optim.kind, path);
-    // AdamW's bias correction uses the count of updates so far, which is the step counter.
-    write_int_attribute(optimizer.get(), "step", trainer.next_step(), path);
-  }
-}
-
-// ---- reading ------------------------------------------------------------------------------------------
-
-struct EntryFile {
-  std::string path;  // checkpoint.h5
-  std::string dir;   // its directory (rank files are named relative to it)
-};
-
-Handle open_entry(const EntryFile& entry) {
-  Handle file(H5Fopen(entry.path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.valid())
-    throw CorruptCheckpoint(
-        fmt::format("checkpoint file '{}': cannot open (missing, truncated or not HDF5)", entry.path));
-  std::string format;
-  std::int64_t version = 0;
-  if (!read_string_attribute(file.get(), "format", format) || format != checkpoint_format)
-    throw CorruptCheckpoint(fmt::format("checkpoint file '{}': not a kpipe checkpoint (attribute format = '{}')",
-                                        entry.path, format));
-  require(read_int_attribute(file.get(), "format_version", version) && version >= 1 &&
-              version <= checkpoint_format_version,
-          "checkpoint file '{}': format_version = {} (this kpipe reads 1 to {})", entry.path, version,
-          checkpoint_format_version);
-  return file;
-}
-
-// Whether every link along the path exists (H5Lexists needs the parents to exist).
-bool link_exists(hid_t file, const std::string& path) {
-  for (std::size_t slash = path.find('/', 1);; slash = path.find('/', slash + 1)) {
-    const std::string prefix = path.substr(0, slash);
-    if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
-    if (slash == std::string::npos) return true;
-  }
-}
-
-// The file that holds an object: the target of its external link, or the entry file itself.
-std::string holder_of(hid_t file, const std::string& name, const EntryFile& entry) {
-  H5L_info_t info{};
-  if (H5Lget_info(file, name.c_str(), &info, H5P_DEFAULT) < 0 || info.type != H5L_TYPE_EXTERNAL) return entry.path;
-  std::vector<char> value(info.u.val_size);
-  const char* target_file = nullptr;
-  const char* target_object = nullptr;
-  unsigned flags = 0;
-  if (H5Lget_val(file, name.c_str(), value.data(), value.size(), H5P_DEFAULT) < 0 ||
-      H5Lunpack_elink_val(value.data(), value.size(), &flags, &target_file, &target_object) < 0)
-    return entry.path;
-  return (fs::path(entry.dir) / target_file).string();
-}
-
-// Reads one tensor by name into dest (numel elements), checking shape, Fletcher32 and the FNV-1a sum.
-template <class T>
-void read_tensor(hid_t file, const EntryFile& entry, const std::string& name, const model::ParamSpec& spec,
-                 T* dest) {
-  if (!link_exists(file, name))
-    throw InputError(fmt::format("checkpoint '{}': the model's tensor {} (shape {}) is not in the checkpoint",
-                                 entry.dir, name, shape_text(spec.shape)));
-  const std::string holder = holder_of(file, name, entry);
-  const Handle dataset(H5Dopen2(file, name.c_str(), H5P_DEFAULT), H5Dclose);
-  if (!dataset.valid())
-    throw CorruptCheckpoint(fmt::format("checkpoint file '{}': cannot open dataset {} (file missing, truncated or "
-                                        "corrupt)",
-                                        holder, name));
-  const Handle space(H5Dget_space(dataset.get()), H5Sclose);
-  const int rank = H5Sget_simple_extent_ndims(space.get());
-  std::vector<hsize_t> dims(std::size_t(std::max(rank, 0)));
-  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  const std::vector<std::int64_t> stored(dims.begin(), dims.end());
-  if (stored != spec.shape)
-    throw InputError(fmt::format("checkpoint '{}': tensor {} has shape {} in the checkpoint, {} in the model",
-                                 entry.dir, name, shape_text(stored), shape_text(spec.shape)));
-  const Handle type(H5Dget_type(dataset.get()), H5Tclose);
-  const std::size_t size = H5Tget_size(type.get());
-  if (H5Tget_class(type.get()) != H5T_FLOAT || (size != 4 && size != 8))
-    throw InputError(fmt::format("checkpoint file '{}': dataset {} is not float32 or float64", holder, name));
-  const std::size_t numel = std::size_t(spec.numel());
-  const hid_t stored_memory = size == 4 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE;
-  std::vector<unsigned char> raw(numel * std::max(size, sizeof(T)));
-  if (H5Dread(dataset.get(), stored_memory, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0)
-    throw CorruptCheckpoint(fmt::format("checkpoint file '{}': dataset {} cannot be read (Fletcher32 checksum "
-                                        "mismatch or truncated file)",
-                                        holder, name));
-  std::uint64_t want = 0;
-  if (!read_u64_attribute(dataset.get(), "fnv1a64", want))
-    throw CorruptCheckpoint(fmt::format("checkpoint file '{}': dataset {} has no fnv1a64 attribute", holder, name));
-  const std::uint64_t got = model::hash_bytes(raw.data(), numel * size);
-  if (got != want)
-    throw CorruptCheckpoint(fmt::format("checkpoint file '{}': dataset {} fails its checksum (fnv1a64 stored "
-                                        "{:016x}, computed {:016x})",
-                                        holder, name, want, got));
-  if (size != sizeof(T) && H5Tconvert(stored_memory, memory_type<T>(), numel, raw.data(), nullptr, H5P_DEFAULT) < 0)
-    throw InputError(fmt::format("checkpoint file '{}': dataset {} cannot be converted", holder, name));
-  std::memcpy(dest, raw.data(), numel * sizeof(T));
-}
-
 template <class T> void copy_to_device(const std::vector<T>& host, const View1<T>& flat) {
   Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> source(host.data(), host.size());
   Kokkos::deep_copy(flat, source);
+}
+
+// What a loaded checkpoint must be, when `latest` named it.
+struct Expected {
+  std::string run_id;
+  std::uint64_t manifest_hash = 0;  // 0: any
+};
+
+// The checks every load makes of a file before reading a tensor.
+void check_identity(const CheckpointReader& reader, const Expected* expected) {
+  const std::int64_t step = reader.number("step");
+  const std::string name = fs::path(reader.path()).filename().string();
+  const std::int64_t named = step_of_file_name(name);
+  if (named >= 0 && named != step)
+    throw CorruptCheckpoint(fmt::format("checkpoint file '{}' holds step {}, not the step {} its name says (a file of "
+                                        "another step put in its place?)",
+                                        reader.path(), step, named));
+  if (!expected) return;
+  const std::string run = reader.text("run_id");
+  if (!expected->run_id.empty() && run != expected->run_id)
+    throw CorruptCheckpoint(fmt::format("checkpoint file '{}' belongs to run {}, not to run {} whose `latest` names "
+                                        "it (a file of another run put in its place?)",
+                                        reader.path(), run, expected->run_id));
+  if (expected->manifest_hash != 0 && reader.manifest_hash() != expected->manifest_hash)
+    throw CorruptCheckpoint(fmt::format("checkpoint file '{}' is not the one `latest` recorded (manifest fnv1a64 {}, "
+                                        "recorded {}): replaced since it was written",
+                                        reader.path(), hash_hex(reader.manifest_hash()),
+                                        hash_hex(expected->manifest_hash)));
+}
+
+template <class T>
+LoadedCheckpoint load(runtime::Trainer<T>& trainer, const std::string& path, const Expected* expected) {
+  LoadedCheckpoint loaded;
+  const double timeout = trainer.config().pipeline.recv_timeout_s;
+  collectively(trainer.grid().world, timeout, fmt::format("loading checkpoint '{}'", path), [&] {
+    const CheckpointReader reader(checkpoint_file_of(path));
+    check_identity(reader, expected);
+    loaded = {reader.path(), reader.number("step"), reader.text("run_id")};
+    require(loaded.step >= 0, "checkpoint file '{}': step = {}", reader.path(), loaded.step);
+    for (int c = 0; c < trainer.chunks(); ++c) {
+      auto& store = trainer.chunk(c).params();
+      std::vector<T> values(store.size()), moment1(store.size()), moment2(store.size());
+      for (const auto& slot : store.slots()) {
+        const std::string name = slot.path();
+        reader.read_tensor(model_root + name, slot.spec->shape, values.data() + slot.offset);
+        reader.read_tensor(moment1_root + name, slot.spec->shape, moment1.data() + slot.offset);
+        reader.read_tensor(moment2_root + name, slot.spec->shape, moment2.data() + slot.offset);
+      }
+      copy_to_device(values, store.values());
+      copy_to_device(moment1, store.moment1());
+      copy_to_device(moment2, store.moment2());
+    }
+    // Every tensor of the model was found; a checkpoint with more is of a larger model.
+    std::int64_t model_tensors = 0;
+    for (const auto& layer : trainer.desc().layers) model_tensors += std::int64_t(layer.params.size());
+    const std::int64_t tensors = reader.number("tensors");
+    require(tensors == model_tensors,
+            "checkpoint '{}': holds {} tensors, the model {} (model.n_layers = {}): not the same model", reader.path(),
+            tensors, model_tensors, trainer.desc().config.n_layers);
+  });
+  trainer.set_next_step(loaded.step);
+  return loaded;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  for (std::size_t start = 0, end; (end = text.find('\n', start)) != std::string::npos; start = end + 1)
+    lines.push_back(text.substr(start, end - start));
+  return lines;
 }
 
 }  // namespace
@@ -430,44 +181,68 @@ void validate_checkpoint_config(const CheckpointConfig& config) {
   require(config.every >= 0, "checkpoint.every = {}: expected an integer >= 0", config.every);
   require(config.fallback == "error" || config.fallback == "previous",
           "checkpoint.fallback = \"{}\": expected \"error\" or \"previous\"", config.fallback);
+  require(config.on_failure == "stop" || config.on_failure == "continue",
+          "checkpoint.on_failure = \"{}\": expected \"stop\" or \"continue\"", config.on_failure);
+  require(config.other_runs == "refuse" || config.other_runs == "keep",
+          "checkpoint.other_runs = \"{}\": expected \"refuse\" or \"keep\"", config.other_runs);
   require(config.resume != "latest" || !config.dir.empty(),
           "checkpoint.resume = \"latest\" needs checkpoint.dir (--checkpoint-dir)");
   require(config.every == 0 || !config.dir.empty(), "checkpoint.every = {} needs checkpoint.dir (--checkpoint-dir)",
           config.every);
 }
 
-std::string entry_file_of(const std::string& path) {
+std::string checkpoint_file_of(const std::string& path) {
   std::error_code ec;
-  if (fs::is_regular_file(path, ec)) return path;
-  if (fs::is_regular_file(fs::path(path) / checkpoint_entry_file, ec)) {
-    const std::string name = fs::path(path).filename().string();
-    require(name.size() < 4 || name.compare(name.size() - 4, 4, ".tmp") != 0,
-            "checkpoint '{}': an incomplete checkpoint (still being written, or its writer was killed)", path);
-    return (fs::path(path) / checkpoint_entry_file).string();
+  if (fs::is_directory(path, ec)) {
+    require(!fs::is_regular_file(fs::path(path) / "checkpoint.h5", ec),
+            "checkpoint '{}': a checkpoint of format_version 1 (a step-<N> directory of per-rank files, written by an "
+            "earlier kpipe), which this kpipe does not read: it reads format_version {} (one step-<N>.h5 file), "
+            "whose metadata carries a checksum",
+            path, checkpoint_format_version);
+    const Latest latest = read_latest(path);
+    if (latest.found) {
+      const std::string file = (fs::path(path) / latest.name).string();
+      require(fs::is_regular_file(file, ec), "checkpoint '{}': `latest` names {}, which is not there", path,
+              latest.name);
+      return file;
+    }
+    const auto files = checkpoint_files(path);
+    if (!files.empty()) return files.back().path;
+    const auto old = old_format_checkpoints(path);
+    require(old.empty(),
+            "checkpoint '{}': holds only checkpoints of format_version 1 ({} ...), which this kpipe does not read "
+            "(it reads format_version {})",
+            path, fs::path(old.empty() ? "" : old.front().path).filename().string(), checkpoint_format_version);
+    throw InputError(fmt::format("checkpoint '{}': no complete checkpoint there", path));
   }
-  const CheckpointRef latest = latest_checkpoint(path);
-  require(!latest.path.empty(), "checkpoint '{}': no complete checkpoint there", path);
-  return (fs::path(latest.path) / checkpoint_entry_file).string();
+  const std::string name = fs::path(path).filename().string();
+  require(name.size() < 4 || name.compare(name.size() - 4, 4, ".tmp") != 0,
+          "checkpoint '{}': an incomplete checkpoint (still being written, or its writer was killed)", path);
+  if (!fs::exists(path, ec) && fs::is_regular_file(path + ".h5", ec)) return path + ".h5";  // "ck/step-00000004"
+  require(fs::exists(path, ec), "checkpoint '{}': no such file or directory", path);
+  // A FIFO, a device or a file this process cannot read is bad input, not a damaged checkpoint.
+  if (const std::string reason = unreadable_reason(path); !reason.empty())
+    throw InputError(fmt::format("checkpoint '{}': cannot open ({})", path, reason));
+  return path;
 }
 
 CheckpointInfo read_checkpoint_info(const std::string& path) {
-  const QuietHdf5Errors quiet;
-  EntryFile entry{entry_file_of(path), {}};
-  entry.dir = fs::path(entry.path).parent_path().string();
-  const Handle file = open_entry(entry);
+  const CheckpointReader reader(checkpoint_file_of(path));
   CheckpointInfo info;
-  std::int64_t value = 0;
-  read_int_attribute(file.get(), "step", info.step);
-  if (read_int_attribute(file.get(), "format_version", value)) info.format_version = int(value);
-  if (read_int_attribute(file.get(), "pipeline_size", value)) info.pipeline_size = int(value);
-  if (read_int_attribute(file.get(), "data_parallel", value)) info.data_parallel = int(value);
-  if (read_int_attribute(file.get(), "chunks", value)) info.chunks = int(value);
-  read_int_attribute(file.get(), "tensors", info.tensors);
-  read_string_attribute(file.get(), "kpipe_version", info.kpipe_version);
-  read_string_attribute(file.get(), "created", info.created);
-  read_string_attribute(file.get(), "schedule", info.schedule);
-  if (!read_string_attribute(file.get(), "config", info.config_toml))
-    throw CorruptCheckpoint(fmt::format("checkpoint file '{}': no config attribute", entry.path));
+  info.path = reader.path();
+  info.step = reader.number("step");
+  info.format_version = checkpoint_format_version;
+  info.run_id = reader.text("run_id");
+  info.kpipe_version = reader.text("kpipe_version");
+  info.created = reader.text("created");
+  info.config_toml = reader.text("config");
+  info.schedule = reader.text("schedule");
+  info.scalar_type = reader.text("scalar_type");
+  info.pipeline_size = int(reader.number("pipeline_size"));
+  info.data_parallel = int(reader.number("data_parallel"));
+  info.chunks = int(reader.number("chunks"));
+  info.tensors = reader.number("tensors");
+  info.manifest_hash = reader.manifest_hash();
   return info;
 }
 
@@ -477,9 +252,10 @@ Config checkpoint_config(const std::string& path) {
   std::string name = (fs::temp_directory_path() / "kpipe-config-XXXXXX").string();
   const int fd = ::mkstemp(name.data());
   require(fd >= 0, "checkpoint '{}': cannot create a temporary file for its config", path);
+  const bool written = ::write(fd, info.config_toml.data(), info.config_toml.size()) == ssize_t(info.config_toml.size());
   ::close(fd);
-  std::ofstream(name) << info.config_toml;
   try {
+    require(written, "checkpoint '{}': cannot write a temporary file for its config", path);
     Config config = load_config_file(name, Config{});
     fs::remove(name);
     return config;
@@ -489,9 +265,94 @@ Config checkpoint_config(const std::string& path) {
   }
 }
 
-template <class T> std::string save_checkpoint(runtime::Trainer<T>& trainer, const std::string& dir, int keep) {
+// ---- the directory ------------------------------------------------------------------------------------
+
+CheckpointDir::CheckpointDir(const CheckpointConfig& config, MPI_Comm world, double timeout_s)
+    : config_(config), world_(world), timeout_s_(timeout_s) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  comm::agree(world, {timeout_s, "checking checkpoint.dir"}, [&] {
+    if (rank != 0) return;
+    const std::string& dir = config.dir;
+    require(!dir.empty(), "checkpoint.dir is empty");
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) {
+      fs::path parent = fs::path(dir).parent_path();
+      if (parent.empty()) parent = ".";
+      require(fs::is_directory(parent, ec), "checkpoint.dir = '{}': its parent directory '{}' does not exist", dir,
+              parent.string());
+      require(::mkdir(dir.c_str(), 0777) == 0 || errno == EEXIST, "checkpoint.dir = '{}': cannot create ({})", dir,
+              std::strerror(errno));
+    }
+    require(fs::is_directory(dir, ec), "checkpoint.dir = '{}': not a directory", dir);
+    // Write access, tried rather than asked (access() says yes to root on a read-only mount).
+    const std::string probe = (fs::path(dir) / fmt::format(".kpipe-probe-{}", ::getpid())).string();
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    require(fd >= 0, "checkpoint.dir = '{}': cannot write there ({})", dir, std::strerror(errno));
+    ::close(fd);
+    ::unlink(probe.c_str());
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    lock_ = std::make_unique<DirectoryLock>(dir, fmt::format("pid {} on host {}, since {}", ::getpid(), host, utc_now()));
+  });
+}
+
+CheckpointDir::~CheckpointDir() = default;
+
+bool CheckpointDir::locked() const { return lock_ && lock_->held(); }
+
+std::string CheckpointDir::warning() const { return lock_ ? lock_->warning() : std::string(); }
+
+void CheckpointDir::start_run(const std::string& run_id) {
+  int rank = 0;
+  MPI_Comm_rank(world_, &rank);
+  std::string id = run_id;
+  comm::agree(world_, {timeout_s_, "checking the runs in checkpoint.dir"}, [&] {
+    if (rank != 0) return;
+    if (id.empty()) id = new_run_id();
+    std::vector<std::string> others;
+    std::string other_run;
+    for (const auto& c : checkpoint_files(config_.dir))
+      if (!c.run_id.empty() && c.run_id != id) {
+        others.push_back(fs::path(c.path).filename().string());
+        other_run = c.run_id;
+      }
+    const auto old = old_format_checkpoints(config_.dir);
+    if (config_.other_runs == "refuse" && (!others.empty() || !old.empty())) {
+      std::string held;
+      if (!others.empty())
+        held = fmt::format("{} checkpoint{} of another run (run {}: {}{})", others.size(), others.size() > 1 ? "s" : "",
+                           other_run, others.front(), others.size() > 1 ? " to " + others.back() : "");
+      if (!old.empty())
+        held += fmt::format("{}{} checkpoint{} of format_version 1 ({})", held.empty() ? "" : " and ", old.size(),
+                            old.size() > 1 ? "s" : "", fs::path(old.front().path).filename().string());
+      throw InputError(fmt::format("checkpoint.dir = '{}' holds {}: continue that run with --resume, choose another "
+                                   "--checkpoint-dir, or set checkpoint.other_runs = \"keep\" to write beside them "
+                                   "(they are never pruned or replaced)",
+                                   config_.dir, held));
+    }
+    if (lock_) {
+      char host[256] = {};
+      ::gethostname(host, sizeof host - 1);
+      lock_->describe(fmt::format("pid {} on host {}, run {}, since {}", ::getpid(), host, id, utc_now()));
+    }
+  });
+  run_id_ = comm::bcast(id, 0, world_, {timeout_s_, "sharing the run's id"});
+}
+
+// ---- saving -------------------------------------------------------------------------------------------
+
+template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, CheckpointDir& dir) {
   const auto& grid = trainer.grid();
-  const std::string final_path = (fs::path(dir) / step_dir_name(trainer.next_step())).string();
+  const Config& config = trainer.config();
+  const double timeout = dir.timeout_s();
+  const std::int64_t step = trainer.next_step();
+  const std::string name = checkpoint_file_name(step);
+  SaveResult result;
+  result.path = (fs::path(dir.path()) / name).string();
+  const std::string tmp = (fs::path(dir.path()) / temporary_file_name(step, dir.run_id())).string();
+  const comm::Bound bound{timeout, fmt::format("writing checkpoint {}", name)};
+
   // A checkpoint with a non-finite value is never written: every rank checks its state, all agree.
   int bad = 0;
   for (int c = 0; c < trainer.chunks(); ++c) {
@@ -499,103 +360,189 @@ template <class T> std::string save_checkpoint(runtime::Trainer<T>& trainer, con
     for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()})
       if (!std::isfinite(nn::sum_squares<T>(ExecSpace(), *buffer))) bad = 1;
   }
-  MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, grid.world);
-  if (bad)
-    throw std::runtime_error(fmt::format("refusing to write checkpoint {}: the model or optimizer state holds "
-                                         "non-finite values", final_path));
-  const std::string tmp = final_path + ".tmp";
-  collectively(grid.world, [&] {
-    if (grid.world_rank != 0) return;
-    fs::create_directories(dir);
-    fs::remove_all(tmp);
-    fs::create_directory(tmp);
-  });
-  std::string names;
-  collectively(grid.world, [&] {
-    const QuietHdf5Errors quiet;
-    if (grid.replica == 0) names = write_rank_file(trainer, (fs::path(tmp) / rank_file_name(grid.stage)).string());
-  });
-  const auto per_stage = gather_names(grid, names);
-  // Every rank file is complete and fsynced: rank 0 links them, publishes the directory, then `latest`.
-  collectively(grid.world, [&] {
-    if (grid.world_rank != 0) return;
-    const QuietHdf5Errors quiet;
-    const std::string entry = (fs::path(tmp) / checkpoint_entry_file).string();
-    write_entry_file(trainer, entry, per_stage);
-    fsync_path(entry);
-    publish_directory(tmp, final_path);
-    write_latest(dir, fs::path(final_path).filename().string());
-    prune_checkpoints(dir, keep);
-  });
-  return final_path;
-}
+  if (comm::allreduce(bad, MPI_MAX, grid.world, bound)) {
+    result.message = fmt::format("checkpoint {} not written: the model or optimizer state holds non-finite values", name);
+    return result;
+  }
+  // Another run's checkpoint of the same step (checkpoint.other_runs = "keep") is never replaced.
+  comm::Failure clash;
+  if (grid.world_rank == 0 && fs::exists(result.path)) {
+    const std::string owner = run_of(result.path);
+    if (owner != dir.run_id())
+      clash = {1, 0, fmt::format("checkpoint {} not written: {} belongs to another run ({}) and is not replaced", name,
+                                 result.path, owner.empty() ? "unreadable" : owner)};
+  }
+  if (const auto agreed = comm::first_failure(grid.world, clash, bound)) {
+    result.message = agreed.message;
+    return result;
+  }
 
-template <class T> void load_checkpoint(runtime::Trainer<T>& trainer, const std::string& path) {
-  std::int64_t step = 0;
-  collectively(trainer.grid().world, [&] {
-    const QuietHdf5Errors quiet;
-    EntryFile entry{entry_file_of(path), {}};
-    entry.dir = fs::path(entry.path).parent_path().string();
-    const Handle file = open_entry(entry);
-    require(read_int_attribute(file.get(), "step", step) && step >= 0, "checkpoint file '{}': no valid step attribute",
-            entry.path);
-    std::int64_t tensors = 0;
-    read_int_attribute(file.get(), "tensors", tensors);
-    std::int64_t model_tensors = 0;
-    for (const auto& layer : trainer.desc().layers) model_tensors += std::int64_t(layer.params.size());
-    for (int c = 0; c < trainer.chunks(); ++c) {
-      auto& store = trainer.chunk(c).params();
-      std::vector<T> values(store.size()), moment1(store.size()), moment2(store.size());
-      for (const auto& slot : store.slots()) {
-        const std::string name = slot.path();
-        read_tensor(file.get(), entry, model_root + name, *slot.spec, values.data() + slot.offset);
-        read_tensor(file.get(), entry, moment1_root + name, *slot.spec, moment1.data() + slot.offset);
-        read_tensor(file.get(), entry, moment2_root + name, *slot.spec, moment2.data() + slot.offset);
-      }
-      copy_to_device(values, store.values());
-      copy_to_device(moment1, store.moment1());
-      copy_to_device(moment2, store.moment2());
-    }
-    // Every tensor of the model was found; a checkpoint with more is of a larger model.
-    require(tensors == model_tensors,
-            "checkpoint '{}': holds {} tensors, the model {} (model.n_layers = {}): not the same model", entry.dir,
-            tensors, model_tensors, trainer.desc().config.n_layers);
-  });
-  trainer.set_next_step(step);
-}
-
-template <class T> std::string resume_training(runtime::Trainer<T>& trainer, const CheckpointConfig& config) {
-  if (config.resume.empty()) return {};
-  const auto& grid = trainer.grid();
-  // Rank 0 picks the candidates (newest first) so that every rank tries the same ones.
-  std::string candidates;
-  if (grid.world_rank == 0) {
-    if (config.resume == "latest") {
-      const auto all = complete_checkpoints(config.dir);
-      const CheckpointRef latest = latest_checkpoint(config.dir);
-      if (!latest.path.empty()) candidates += latest.path + "\n";
-      for (auto it = all.rbegin(); it != all.rend(); ++it)
-        if (it->step < latest.step) candidates += it->path + "\n";
-    } else {
-      candidates = config.resume + "\n";
+  // Every rank's share: replica 0's tensors (replicas hold identical copies); host copies live until written.
+  CheckpointWriter writer(grid.world, timeout);
+  std::vector<std::vector<T>> buffers;
+  std::int64_t tensors = 0;
+  for (int c = 0; c < trainer.chunks() && grid.replica == 0; ++c) {
+    const auto& store = trainer.chunk(c).params();
+    buffers.push_back(host_copy(store.values()));
+    buffers.push_back(host_copy(store.moment1()));
+    buffers.push_back(host_copy(store.moment2()));
+    const auto& values = buffers[buffers.size() - 3];
+    const auto& moment1 = buffers[buffers.size() - 2];
+    const auto& moment2 = buffers[buffers.size() - 1];
+    for (const auto& slot : store.slots()) {
+      const std::string tensor = slot.path();
+      writer.add_tensor(model_root + tensor, slot.spec->shape, values.data() + slot.offset);
+      writer.add_tensor(moment1_root + tensor, slot.spec->shape, moment1.data() + slot.offset);
+      writer.add_tensor(moment2_root + tensor, slot.spec->shape, moment2.data() + slot.offset);
     }
   }
-  candidates = broadcast_string(grid.world, candidates);
-  std::vector<std::string> list;
-  for (std::size_t start = 0, end; (end = candidates.find('\n', start)) != std::string::npos; start = end + 1)
-    list.push_back(candidates.substr(start, end - start));
+  for (const auto& layer : trainer.desc().layers) tensors += std::int64_t(layer.params.size());
+  // Metadata: the same on every rank (rank 0's clock), all of it in the checksummed manifest.
+  const std::string created = comm::bcast(grid.world_rank == 0 ? utc_now() : std::string(), 0, grid.world, bound);
+  writer.set_attribute("/", "step", step);
+  writer.set_attribute("/", "run_id", dir.run_id());
+  writer.set_attribute("/", "kpipe_version", std::string(kpipe::version));
+  writer.set_attribute("/", "created", created);
+  writer.set_attribute("/", "config", to_toml(config));
+  writer.set_attribute("/", "scalar_type", std::string(std::is_same_v<T, float> ? "float32" : "float64"));
+  writer.set_attribute("/", "pipeline_size", std::int64_t(config.pipeline.pipeline_size));
+  writer.set_attribute("/", "data_parallel", std::int64_t(config.pipeline.data_parallel));
+  writer.set_attribute("/", "chunks", std::int64_t(config.pipeline.chunks));
+  writer.set_attribute("/", "schedule",
+                       config.pipeline.schedule_file.empty() ? config.pipeline.schedule : config.pipeline.schedule_file);
+  writer.set_attribute("/", "tensors", tensors);
+  writer.set_attribute("/optimizer", "kind", config.optim.kind);
+  // AdamW's bias correction uses the count of updates so far, which is the step counter.
+  writer.set_attribute("/optimizer", "step", step);
+  // What the model's token ids mean, so that kpipe-generate decodes them (io/tokenizer_store.hpp).
+  add_tokenizer(writer, trainer.corpus().tokenizer, grid.world_rank == 0);
+  writer.set_attribute("/training", "step", step);
+  writer.set_attribute("/training", "seed", std::int64_t(config.train.seed));
+  writer.set_attribute("/training", "sampler",
+                       std::string("windows keyed by (train.seed, step, sequence): the step is the sampler's position"));
+  writer.set_attribute("/training", "rng",
+                       std::string("none beyond train.seed: initialization is keyed by (seed, layer, name), sampling "
+                                   "by (seed, step, sequence)"));
+  const PauseHook hook = pause_hook_from_environment();
+  if (hook.step == step && hook.seconds > 0)
+    writer.on_half_written([&] {
+      std::fprintf(stderr, "kpipe: test hook: pausing %g s in the middle of writing %s\n", hook.seconds, tmp.c_str());
+      std::fflush(stderr);
+      std::this_thread::sleep_for(std::chrono::duration<double>(hook.seconds));
+    });
+
+  const WriteStatus status = writer.write(tmp);
+  if (!status.ok) {
+    if (grid.world_rank == 0) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+    }
+    result.message = fmt::format("checkpoint {} not written: {}", name, status.message);
+    return result;
+  }
+  // Every rank's bytes are on storage: rank 0 publishes the file, then `latest`, then prunes.
+  comm::Failure publish_failed;
+  std::string warning;
+  if (grid.world_rank == 0) {
+    try {
+      publish_file(tmp, result.path);
+    } catch (const std::exception& e) {
+      std::error_code ignored;
+      fs::remove(tmp, ignored);
+      publish_failed = {1, 0, fmt::format("checkpoint {} not published: {}", name, e.what())};
+    }
+    if (!publish_failed) {
+      try {
+        write_latest(dir.path(), {name, dir.run_id(), status.manifest_hash, true});
+      } catch (const std::exception& e) {
+        publish_failed = {1, 0, fmt::format("checkpoint {} written, but `latest` could not be updated: {}", name,
+                                            e.what())};
+      }
+    }
+    if (!publish_failed) {
+      try {
+        prune_checkpoints(dir.path(), dir.run_id(), dir.config().keep, dir.locked());
+      } catch (const std::exception& e) {
+        warning = fmt::format("pruning old checkpoints failed: {}", e.what());
+      }
+    }
+  }
+  if (const auto agreed = comm::first_failure(grid.world, publish_failed, bound)) {
+    result.message = agreed.message;
+    return result;
+  }
+  result.warning = comm::bcast(warning, 0, grid.world, bound);
+  result.ok = true;
+  return result;
+}
+
+// ---- loading ------------------------------------------------------------------------------------------
+
+template <class T> LoadedCheckpoint load_checkpoint(runtime::Trainer<T>& trainer, const std::string& path) {
+  return load(trainer, path, nullptr);
+}
+
+template <class T> LoadedCheckpoint resume_training(runtime::Trainer<T>& trainer, const CheckpointConfig& config) {
+  if (config.resume.empty()) return {};
+  const auto& grid = trainer.grid();
+  const double timeout = trainer.config().pipeline.recv_timeout_s;
+  // Rank 0 picks the candidates (newest first) so that every rank tries the same ones: the file `latest`
+  // names, then that run's older checkpoints.
+  std::string candidates;
+  Expected expected;
+  collectively(grid.world, timeout, "choosing the checkpoint to resume from", [&] {
+    if (grid.world_rank != 0) return;
+    if (config.resume != "latest") {
+      candidates = config.resume + "\n";
+      return;
+    }
+    const Latest latest = read_latest(config.dir);
+    const auto files = checkpoint_files(config.dir);
+    if (!latest.found) {
+      if (files.empty()) {
+        const auto old = old_format_checkpoints(config.dir);
+        require(old.empty(),
+                "checkpoint.dir = '{}' holds only checkpoints of format_version 1 ({} ...), which this kpipe does not "
+                "read (it reads format_version {}): resume one with the kpipe that wrote it",
+                config.dir, fs::path(old.empty() ? "" : old.front().path).filename().string(),
+                checkpoint_format_version);
+        return;  // nothing yet: start fresh
+      }
+      for (const auto& c : files)
+        require(c.run_id == files.back().run_id,
+                "checkpoint.dir = '{}' has no `latest` and holds checkpoints of several runs: give the one to resume "
+                "as checkpoint.resume = <file>",
+                config.dir);
+      expected.run_id = files.back().run_id;
+    } else {
+      expected = {latest.run_id, latest.manifest_hash};
+      candidates += (fs::path(config.dir) / latest.name).string() + "\n";
+    }
+    // Then the same run's older checkpoints, newest first (without `latest`: all of them).
+    const std::int64_t newest = latest.found ? step_of_file_name(latest.name) : INT64_MAX;
+    for (auto it = files.rbegin(); it != files.rend(); ++it)
+      if (it->step < newest && it->run_id == expected.run_id) candidates += it->path + "\n";
+  });
+  candidates = comm::bcast(candidates, 0, grid.world, {timeout, "sharing the checkpoints to resume from"});
+  expected.run_id = comm::bcast(expected.run_id, 0, grid.world, {timeout, "sharing the run to resume"});
+  comm::bcast(&expected.manifest_hash, 1, MPI_UINT64_T, 0, grid.world, {timeout, "sharing the run to resume"});
+  const std::vector<std::string> list = split_lines(candidates);
   const bool speak = grid.world_rank == 0;
   if (list.empty()) {
     if (speak) std::fprintf(stderr, "kpipe: no checkpoint in '%s' yet: starting from step 0\n", config.dir.c_str());
     return {};
   }
+  const bool from_latest = config.resume == "latest";
   for (std::size_t i = 0; i < list.size(); ++i) {
     try {
-      load_checkpoint(trainer, list[i]);
+      // The first candidate must be exactly what `latest` recorded; older ones of the same run.
+      Expected want = expected;
+      if (i > 0 || !from_latest) want.manifest_hash = 0;
+      const LoadedCheckpoint loaded = load(trainer, list[i], from_latest ? &want : nullptr);
       if (speak)
-        std::fprintf(stderr, "kpipe: resumed from checkpoint %s (step %lld)\n", list[i].c_str(),
-                     static_cast<long long>(trainer.next_step()));
-      return list[i];
+        std::fprintf(stderr, "kpipe: resumed from checkpoint %s (step %lld)\n", loaded.path.c_str(),
+                     static_cast<long long>(loaded.step));
+      return loaded;
     } catch (const CorruptCheckpoint& e) {
       if (config.fallback != "previous" || i + 1 == list.size()) throw;
       if (speak)
@@ -606,11 +553,11 @@ template <class T> std::string resume_training(runtime::Trainer<T>& trainer, con
   return {};
 }
 
-template std::string save_checkpoint(runtime::Trainer<float>&, const std::string&, int);
-template std::string save_checkpoint(runtime::Trainer<double>&, const std::string&, int);
-template void load_checkpoint(runtime::Trainer<float>&, const std::string&);
-template void load_checkpoint(runtime::Trainer<double>&, const std::string&);
-template std::string resume_training(runtime::Trainer<float>&, const CheckpointConfig&);
-template std::string resume_training(runtime::Trainer<double>&, const CheckpointConfig&);
+template SaveResult save_checkpoint(runtime::Trainer<float>&, CheckpointDir&);
+template SaveResult save_checkpoint(runtime::Trainer<double>&, CheckpointDir&);
+template LoadedCheckpoint load_checkpoint(runtime::Trainer<float>&, const std::string&);
+template LoadedCheckpoint load_checkpoint(runtime::Trainer<double>&, const std::string&);
+template LoadedCheckpoint resume_training(runtime::Trainer<float>&, const CheckpointConfig&);
+template LoadedCheckpoint resume_training(runtime::Trainer<double>&, const CheckpointConfig&);
 
 }  // namespace kpipe::io

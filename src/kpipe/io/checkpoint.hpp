@@ -1,71 +1,118 @@
 #pragma once
-// Checkpoints: the whole training state in HDF5, written atomically, loaded by tensor name on any layout.
-// Layout and reasons: docs/checkpoint-format.md. In short, step-<N>/checkpoint.h5 is the entry file
-// (metadata, config, and one HDF5 external link per tensor, e.g. /model/layers/07/attn/qkv/weight), and
-// each pipeline rank of replica 0 writes its own tensors to step-<N>/rank-<r>.h5. Every tensor carries an
-// FNV-1a checksum attribute and is stored with the Fletcher32 filter; both are verified on load.
+// Checkpoints of a training: the trainer's whole state as one checkpoint file (io/checkpoint_file.hpp),
+// step-<N>.h5 in the run's checkpoint directory (io/checkpoint_store.hpp), loaded by tensor name on any
+// layout. Layout and reasons: docs/checkpoint-format.md.
 //
-// Every function taking a Trainer is collective over its world communicator. Failures are agreed on
-// before anyone returns: every rank throws the same InputError (the first failing rank's message), so
-// no rank waits for another that has given up.
+// Every function taking a Trainer or a CheckpointDir is collective over the trainer's world
+// communicator, with every wait bounded by pipeline.recv_timeout_s. Failures are agreed on before anyone
+// returns: every rank throws the same InputError (the lowest failing rank's message) or returns the same
+// SaveResult, so no rank waits for another that has given up.
+#include <mpi.h>
+
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/io/checkpoint_file.hpp"
 #include "kpipe/io/checkpoint_store.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace kpipe::io {
 
-inline constexpr const char* checkpoint_format = "kpipe-checkpoint";
-inline constexpr int checkpoint_format_version = 1;
+class DirectoryLock;
 
-// The checkpoint's bytes are damaged or missing (unreadable file, failed checksum): with
-// checkpoint.fallback = "previous" the one before is tried. Other InputErrors (a model that does not
-// match the checkpoint) are final.
-struct CorruptCheckpoint : InputError {
-  using InputError::InputError;
-};
-
-// What the entry file says about itself (read on one process, no MPI).
+// What a checkpoint file says about itself, verified against its manifest (one process, no MPI).
 struct CheckpointInfo {
+  std::string path;
   std::int64_t step = 0;  // optimizer steps taken = the next step to run
   int format_version = 0;
-  std::string kpipe_version, created, config_toml, schedule;
+  std::string run_id, kpipe_version, created, config_toml, schedule, scalar_type;
   int pipeline_size = 0, data_parallel = 0, chunks = 0;
-  std::int64_t tensors = 0;
+  std::int64_t tensors = 0;  // model tensors (each with two optimizer moments)
+  std::uint64_t manifest_hash = 0;
 };
 
-// Checks the [checkpoint] keys: keep >= 2, every >= 0, resume "latest" needs dir.
+// Checks the [checkpoint] keys: keep >= 2, every >= 0, the enumerations, resume "latest" needs dir.
 void validate_checkpoint_config(const CheckpointConfig& config);
 
-// Writes the trainer's state as dir/step-<next_step>/ (through step-<N>.tmp, fsync and rename), points
-// `latest` at it and keeps the newest `keep`. Returns the directory written.
-template <class T> std::string save_checkpoint(runtime::Trainer<T>& trainer, const std::string& dir, int keep);
-
-// Loads a checkpoint (a step-<N> directory or its entry file) into the trainer and sets its next step.
-// Throws CorruptCheckpoint or InputError on every rank alike.
-template <class T> void load_checkpoint(runtime::Trainer<T>& trainer, const std::string& path);
-
-// Applies checkpoint.resume: "" does nothing; "latest" loads the checkpoint `latest` names in
-// checkpoint.dir (none there: starts fresh); anything else is a checkpoint directory. With fallback =
-// "previous", a corrupt one gives way to the next older complete one. Progress lines go to stderr on
-// world rank 0. Returns the directory loaded, or "".
-template <class T> std::string resume_training(runtime::Trainer<T>& trainer, const CheckpointConfig& config);
-
-// A step-<N> directory, its entry file, or a checkpoint.dir (its latest) -> the entry file's path.
-// InputError when there is no complete checkpoint there.
-std::string entry_file_of(const std::string& path);
+// A checkpoint file, or a checkpoint.dir (the checkpoint its `latest` names) -> the checkpoint file.
+// InputError when there is none, and for a checkpoint of format_version 1 (a step-<N> directory), naming it.
+std::string checkpoint_file_of(const std::string& path);
 
 CheckpointInfo read_checkpoint_info(const std::string& path);
 
 // The configuration the checkpoint was written with (its config attribute, parsed).
 Config checkpoint_config(const std::string& path);
 
+// The run's checkpoint directory, from before the first step to the end of the run.
+class CheckpointDir {
+ public:
+  // Collective over world, before any training: creates checkpoint.dir when its parent exists, checks that
+  // it is a directory this process can write, and takes its lock (world rank 0). InputError on every rank.
+  CheckpointDir(const CheckpointConfig& config, MPI_Comm world, double timeout_s);
+  ~CheckpointDir();
+  CheckpointDir(const CheckpointDir&) = delete;
+  CheckpointDir& operator=(const CheckpointDir&) = delete;
+
+  // Collective: the run's identity is the checkpoint's it resumed from (run_id), or a new one (""). The
+  // directory must hold no other run's checkpoints, unless checkpoint.other_runs = "keep" (then they
+  // are left alone: never pruned, never replaced). InputError on every rank.
+  void start_run(const std::string& run_id);
+
+  const std::string& path() const { return config_.dir; }
+  const CheckpointConfig& config() const { return config_; }
+  const std::string& run_id() const { return run_id_; }
+  MPI_Comm world() const { return world_; }
+  double timeout_s() const { return timeout_s_; }
+  bool locked() const;
+  // A line for the log (world rank 0): the file system could not lock the directory ("" otherwise).
+  std::string warning() const;
+
+ private:
+  CheckpointConfig config_;
+  MPI_Comm world_;
+  double timeout_s_;
+  std::string run_id_;
+  std::unique_ptr<DirectoryLock> lock_;  // world rank 0 only
+};
+
+// The outcome of a save, the same on every rank.
+struct SaveResult {
+  bool ok = false;
+  std::string path;     // the checkpoint file (published when ok)
+  std::string message;  // why not (which rank, which file, the errno text)
+  std::string warning;  // ok, but something after publication failed (pruning)
+};
+
+// Writes the trainer's state as step-<next_step>.h5 in dir: written as a temporary file by every rank
+// (io/checkpoint_file.hpp), published by a rename only once every rank's bytes are on storage, then
+// `latest` is updated and this run's checkpoints beyond checkpoint.keep are removed, oldest first. A
+// failure anywhere (disk full, I/O error, non-finite state) publishes nothing: `latest` and every older
+// checkpoint stay as they were.
+template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, CheckpointDir& dir);
+
+struct LoadedCheckpoint {
+  std::string path;  // the checkpoint file
+  std::int64_t step = 0;
+  std::string run_id;
+};
+
+// Loads a checkpoint (a file, or a checkpoint.dir's latest) into the trainer and sets its next step.
+// Throws CorruptCheckpoint or InputError on every rank alike.
+template <class T> LoadedCheckpoint load_checkpoint(runtime::Trainer<T>& trainer, const std::string& path);
+
+// Applies checkpoint.resume: "" does nothing; "latest" loads the checkpoint `latest` names in
+// checkpoint.dir (none there: starts fresh), checking that it is the file `latest` recorded; anything else
+// is a checkpoint file. With fallback = "previous", a corrupt one gives way to the same run's next older
+// one. Progress lines go to stderr on world rank 0. Returns what was loaded (path "" when nothing).
+template <class T>
+LoadedCheckpoint resume_training(runtime::Trainer<T>& trainer, const CheckpointConfig& config);
+
 // Test hook KPIPE_TEST_PAUSE_IN_CHECKPOINT="<step>:<seconds>": writing the checkpoint of that step pauses
-// halfway through each rank's file (the job can then be killed mid-write).
+// once each rank has written half of its datasets (the job can then be killed mid-write).
 struct PauseHook {
   std::int64_t step = -1;
   double seconds = 0;

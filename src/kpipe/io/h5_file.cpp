@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 
 namespace kpipe::io::h5 {
 
@@ -80,14 +81,6 @@ Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, 
   return dataset;
 }
 
-Handle open_dataset(hid_t location, const std::string& name, const std::string& label) {
-  QuietErrors quiet;
-  require(exists(location, name), "{}: no dataset '{}'", label, name);
-  Handle dataset(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
-  require(dataset.valid(), "{}: '{}' is not a dataset", label, name);
-  return dataset;
-}
-
 template <class V>
 std::vector<V> read_all(hid_t location, const std::string& name, hid_t memory_type, const std::string& label) {
   const Handle dataset = open_dataset(location, name, label);
@@ -117,22 +110,66 @@ QuietErrors::QuietErrors() {
 
 QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, function_, data_); }
 
+std::string error_text() {
+  std::string text;
+  auto innermost = [](unsigned, const H5E_error2_t* error, void* data) -> herr_t {
+    auto& text = *static_cast<std::string*>(data);
+    if (text.empty() && error->desc && *error->desc) text = error->desc;
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost, &text);  // upward: the innermost first
+  // The file drivers' messages carry the system's reason ("file write failed: time = ..., errno = 28,
+  // error message = 'No space left on device', ..."): keep what failed and why, on one line.
+  const std::string marker = "error message = '";
+  if (const auto at = text.find(marker); at != std::string::npos) {
+    const auto end = text.find('\'', at + marker.size());
+    const std::string reason = text.substr(at + marker.size(), end == std::string::npos ? end : end - at - marker.size());
+    text = text.substr(0, text.find(':')) + ": " + reason;
+  }
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  return text;
+}
+
+void skip_shutdown_at_exit() { H5dont_atexit(); }
+
+Handle file_access() {
+  Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+#if H5_VERSION_GE(1, 10, 7)
+  H5Pset_file_locking(access.get(), false, true);
+#endif
+  return access;
+}
+
 Handle create_file(const std::string& path) {
+  require_writable(path, path);
   QuietErrors quiet;
-  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-  require(file.valid(), "{}: cannot create HDF5 file ({})", path, std::strerror(errno));
+  errno = 0;
+  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, file_access().get()), H5Fclose);
+  require(file.valid(), "{}: cannot create HDF5 file ({})", path, errno ? std::strerror(errno) : error_text());
   return file;
 }
 
 Handle open_file(const std::string& path) {
-  std::error_code error;
-  require(std::filesystem::exists(path, error), "{}: no such file", path);
-  require(!std::filesystem::is_directory(path, error), "{}: is a directory, not an HDF5 file", path);
+  if (const std::string reason = unreadable_reason(path); !reason.empty())
+    throw InputError(fmt::format("{}: cannot open ({})", path, reason));
   QuietErrors quiet;
   require(H5Fis_hdf5(path.c_str()) > 0, "{}: not an HDF5 file", path);
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  require(file.valid(), "{}: cannot open HDF5 file", path);
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, file_access().get()), H5Fclose);
+  require(file.valid(), "{}: cannot open HDF5 file ({})", path, error_text());
   return file;
+}
+
+Handle open_dataset(hid_t location, const std::string& name, const std::string& label) {
+  QuietErrors quiet;
+  require(exists(location, name), "{}: no dataset '{}'", label, name);
+  Handle dataset(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
+  require(dataset.valid(), "{}: '{}' is not a dataset", label, name);
+  return dataset;
+}
+
+bool is_hdf5_file(const std::string& path) {
+  QuietErrors quiet;
+  return unreadable_reason(path).empty() && H5Fis_hdf5(path.c_str()) > 0;
 }
 
 bool exists(hid_t location, const std::string& path) {
@@ -242,6 +279,37 @@ void append(hid_t location, const std::string& name, const std::vector<float>& v
          row_shape);
 }
 
+void write_dataset(hid_t location, const std::string& name, hid_t file_type, hid_t memory_type, const void* data,
+                   const std::vector<hsize_t>& dims, bool compress) {
+  QuietErrors quiet;
+  hsize_t elements = 1;
+  for (hsize_t d : dims) elements *= d;
+  const Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+  const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  if (compress && elements > 0 && deflate_available()) {
+    // Whole rows of the trailing dimensions, about target_chunk_bytes per chunk (never beyond the dataset).
+    std::vector<hsize_t> chunk = dims;
+    hsize_t row_bytes = H5Tget_size(file_type);
+    for (std::size_t k = 1; k < dims.size(); ++k) row_bytes *= dims[k];
+    chunk[0] = std::clamp<hsize_t>(target_chunk_bytes / std::max<hsize_t>(row_bytes, 1), 1, dims[0]);
+    H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
+    H5Pset_shuffle(properties.get());
+    H5Pset_deflate(properties.get(), 4);
+  }
+  const Handle links(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(links.get(), 1);
+  const Handle dataset(
+      H5Dcreate2(location, name.c_str(), file_type, space.get(), links.get(), properties.get(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid()) throw InputError(fmt::format("{}: cannot create dataset ({})", where(location, name), error_text()));
+  if (elements > 0 && H5Dwrite(dataset.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+    throw InputError(fmt::format("{}: cannot write dataset ({})", where(location, name), error_text()));
+}
+
+void write_bytes(hid_t location, const std::string& name, const std::string& bytes) {
+  write_dataset(location, name, file_type<std::uint8_t>(), memory_type<std::uint8_t>(), bytes.data(),
+                {hsize_t(bytes.size())});
+}
+
 std::vector<hsize_t> shape(hid_t location, const std::string& name) {
   const Handle dataset = open_dataset(location, name, where(location, name));
   const Handle space(H5Dget_space(dataset.get()), H5Sclose);
@@ -256,6 +324,32 @@ std::vector<double> read_doubles(hid_t location, const std::string& name, const 
 
 std::vector<std::int64_t> read_int64s(hid_t location, const std::string& name, const std::string& label) {
   return read_all<std::int64_t>(location, name, H5T_NATIVE_INT64, label);
+}
+
+std::vector<std::int32_t> read_int32s(hid_t location, const std::string& name, const std::string& label) {
+  return read_all<std::int32_t>(location, name, H5T_NATIVE_INT32, label);
+}
+
+std::string read_bytes(hid_t location, const std::string& name, const std::string& label) {
+  const std::vector<std::uint8_t> values = read_all<std::uint8_t>(location, name, H5T_NATIVE_UINT8, label);
+  return std::string(values.begin(), values.end());
+}
+
+H5T_class_t type_class(hid_t location, const std::string& name, const std::string& label) {
+  const Handle dataset = open_dataset(location, name, label);
+  const Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  return type.valid() ? H5Tget_class(type.get()) : H5T_NO_CLASS;
+}
+
+void close_file(Handle& file, const std::string& label) {
+  QuietErrors quiet;
+  const hid_t id = file.release();
+  if (H5Fflush(id, H5F_SCOPE_GLOBAL) < 0) {
+    const std::string why = error_text();
+    H5Fclose(id);
+    throw InputError(fmt::format("{}: cannot write ({})", label, why));
+  }
+  if (H5Fclose(id) < 0) throw InputError(fmt::format("{}: cannot write ({})", label, error_text()));
 }
 
 void write_attribute(hid_t object, const std::string& name, const std::string& value) {
@@ -274,6 +368,14 @@ void write_attribute(hid_t object, const std::string& name, std::int64_t value) 
   const Handle attribute(H5Acreate2(object, name.c_str(), H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
                          H5Aclose);
   require(attribute.valid() && H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value) >= 0,
+          "{}: cannot write attribute '{}'", object_name(object), name);
+}
+
+void write_u64_attribute(hid_t object, const std::string& name, std::uint64_t value) {
+  const Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Handle attribute(H5Acreate2(object, name.c_str(), H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         H5Aclose);
+  require(attribute.valid() && H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &value) >= 0,
           "{}: cannot write attribute '{}'", object_name(object), name);
 }
 
@@ -310,6 +412,16 @@ std::int64_t read_int_attribute(hid_t object, const std::string& name, const std
   const Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
   std::int64_t value = 0;
   require(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) >= 0, "{}: attribute '{}' is not an integer", label,
+          name);
+  return value;
+}
+
+std::uint64_t read_u64_attribute(hid_t object, const std::string& name, const std::string& label) {
+  QuietErrors quiet;
+  require(has_attribute(object, name), "{}: no attribute '{}'", label, name);
+  const Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
+  std::uint64_t value = 0;
+  require(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) >= 0, "{}: attribute '{}' is not an integer", label,
           name);
   return value;
 }

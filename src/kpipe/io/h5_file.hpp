@@ -1,11 +1,14 @@
 #pragma once
-// Small RAII helpers over the HDF5 C API for the trace and timeline files: handles that close themselves,
-// extendible chunked datasets that grow by rows (deflate-compressed when the HDF5 build has the filter),
-// attributes and whole-dataset reads. Errors are kpipe::InputError naming the file and the object.
+// The one HDF5 helper layer, over the HDF5 C API, for checkpoints, traces, timelines and token files:
+// handles that close themselves, the element-type map, files opened without depending on environment
+// variables, extendible chunked datasets that grow by rows (deflate-compressed when the HDF5 build has the
+// filter), attributes and whole-dataset reads, and HDF5's own reason for a failure in words. Errors are
+// kpipe::InputError naming the file and the object.
 #include <hdf5.h>
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace kpipe::io::h5 {
@@ -29,6 +32,11 @@ class Handle {
   Handle(const Handle&) = delete;
   Handle& operator=(const Handle&) = delete;
   hid_t get() const { return id_; }
+  hid_t release() {  // the caller closes it (to see the close's status)
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
   bool valid() const { return id_ >= 0; }
   void reset() {
     if (id_ >= 0 && close_) close_(id_);
@@ -53,9 +61,53 @@ class QuietErrors {
   void* data_ = nullptr;
 };
 
+// The HDF5 types of a C++ element type: stored little-endian in files, native in memory. The one
+// float/double map for every file kpipe writes.
+template <class T> hid_t file_type() {
+  if constexpr (std::is_same_v<T, float>) return H5T_IEEE_F32LE;
+  else if constexpr (std::is_same_v<T, double>) return H5T_IEEE_F64LE;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return H5T_STD_U8LE;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return H5T_STD_U16LE;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return H5T_STD_I32LE;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_STD_I64LE;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return H5T_STD_U64LE;
+  else static_assert(std::is_same_v<T, float>, "no HDF5 type for this type");
+}
+template <class T> hid_t memory_type() {
+  if constexpr (std::is_same_v<T, float>) return H5T_NATIVE_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return H5T_NATIVE_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return H5T_NATIVE_UINT8;
+  else if constexpr (std::is_same_v<T, std::uint16_t>) return H5T_NATIVE_UINT16;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return H5T_NATIVE_INT32;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return H5T_NATIVE_INT64;
+  else if constexpr (std::is_same_v<T, std::uint64_t>) return H5T_NATIVE_UINT64;
+  else static_assert(std::is_same_v<T, float>, "no HDF5 type for this type");
+}
+
+// HDF5's reason for the failure just seen (the innermost message of the current error stack, e.g.
+// "unable to open file: name = 'x.h5', errno = 2, error message = 'No such file or directory'"), or "".
+std::string error_text();
+
+// Called first thing in a program without MPI (before any other HDF5 call): HDF5 is not shut down at
+// exit. After it has met a damaged object header (a checkpoint with a flipped bit there), HDF5 1.10's
+// shutdown loops on its internal state and prints "HDF5: infinite loop closing library"; every file kpipe
+// opens is closed explicitly, so skipping the shutdown loses nothing. (Under MPI, parallel HDF5 shuts
+// itself down in MPI_Finalize regardless: the line can appear there after such a file; the exit code is
+// not affected.)
+void skip_shutdown_at_exit();
+
+// The file-access properties of every file kpipe opens or creates: HDF5's file locking off (kpipe's
+// writers lock their own way; the same flags everywhere let a process read a file it is writing).
+Handle file_access();
 Handle create_file(const std::string& path);  // truncates
-Handle open_file(const std::string& path);    // read-only; InputError when it is not an HDF5 file
+// Read-only. The path must be a regular file (a FIFO or device is refused, never opened) holding HDF5;
+// HDF5's file locking is off (kpipe's writers lock their own way), so that the open does not depend on
+// HDF5_USE_FILE_LOCKING or on a file system's flock support. InputError otherwise.
+Handle open_file(const std::string& path);
+// Whether path is a readable regular file holding HDF5 (never opens a FIFO or device).
+bool is_hdf5_file(const std::string& path);
 bool exists(hid_t location, const std::string& path);  // every link along "a/b/c" exists
+Handle open_dataset(hid_t location, const std::string& name, const std::string& label);
 Handle open_group(hid_t location, const std::string& path);
 Handle require_group(hid_t location, const std::string& path);  // creates missing groups along the path
 std::vector<std::string> children(hid_t group);  // link names, in name order
@@ -76,15 +128,34 @@ void append(hid_t location, const std::string& name, const std::vector<std::int3
 void append(hid_t location, const std::string& name, const std::vector<float>& values,
             const std::vector<hsize_t>& row_shape = {});
 
+// Creates the dataset `name` of shape `dims` under `location` and writes all of it from `data` (in
+// memory_type; HDF5 converts to file_type). `compress`: chunked (about 64 KiB per chunk) and deflated when
+// the build has the filter; otherwise contiguous. Empty datasets are always contiguous.
+void write_dataset(hid_t location, const std::string& name, hid_t file_type, hid_t memory_type, const void* data,
+                   const std::vector<hsize_t>& dims, bool compress = false);
+// A 1-D uint8 dataset holding `bytes` (a serialized model, say).
+void write_bytes(hid_t location, const std::string& name, const std::string& bytes);
+
 std::vector<hsize_t> shape(hid_t location, const std::string& name);
+// The class of the dataset's element type (H5T_INTEGER, H5T_FLOAT, ...).
+H5T_class_t type_class(hid_t location, const std::string& name, const std::string& label);
 // The whole dataset converted to the requested type (HDF5 converts); `label` names the file in errors.
 std::vector<double> read_doubles(hid_t location, const std::string& name, const std::string& label);
 std::vector<std::int64_t> read_int64s(hid_t location, const std::string& name, const std::string& label);
+std::vector<std::int32_t> read_int32s(hid_t location, const std::string& name, const std::string& label);
+// A 1-D dataset's elements as uint8, as bytes.
+std::string read_bytes(hid_t location, const std::string& name, const std::string& label);
+
+// Flushes the file and closes it (the handle is released either way); InputError with HDF5's reason
+// when either fails, so that a writer learns that its file is incomplete.
+void close_file(Handle& file, const std::string& label);
 
 void write_attribute(hid_t object, const std::string& name, const std::string& value);
 void write_attribute(hid_t object, const std::string& name, std::int64_t value);
+void write_u64_attribute(hid_t object, const std::string& name, std::uint64_t value);
 bool has_attribute(hid_t object, const std::string& name);
 std::string read_string_attribute(hid_t object, const std::string& name, const std::string& label);
 std::int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& label);
+std::uint64_t read_u64_attribute(hid_t object, const std::string& name, const std::string& label);
 
 }  // namespace kpipe::io::h5

@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/schedule/text.hpp"
 
 namespace kpipe::io {
@@ -37,6 +39,7 @@ const char* category(schedule::Op op) {
 }  // namespace
 
 TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info) : path_(path) {
+  require_writable(path, fmt::format("output.timeline = '{}'", path));
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
   h5::write_attribute(root, "format", std::string(format_name));
@@ -227,7 +230,7 @@ std::string chrome_trace(const TimelineFile& timeline) {
 template <class T>
 TimelineRecorder<T>::TimelineRecorder(const runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid,
                                       const Config& config, const std::string& path)
-    : trainer_(&trainer), grid_(grid) {
+    : trainer_(&trainer), grid_(grid), timeout_s_(config.pipeline.recv_timeout_s) {
   if (grid.world_rank != 0) return;
   TimelineInfo info;
   info.ranks = grid.world_size;
@@ -245,22 +248,8 @@ template <class T> void TimelineRecorder<T>::record(std::int64_t step) {
     packed.insert(packed.end(), {double(step), double(grid_.world_rank), double(int(a.action.op)),
                                  double(a.action.microbatch), double(a.action.chunk), double(a.action.peer), a.start,
                                  a.end, double(a.bytes)});
-  int size = 1;
-  MPI_Comm_size(grid_.world, &size);
-  const int count = int(packed.size());
-  std::vector<int> counts(grid_.world_rank == 0 ? size : 0), offsets(counts.size());
-  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, grid_.world);
-  std::vector<double> all;
-  if (grid_.world_rank == 0) {
-    long long total = 0;
-    for (int r = 0; r < size; ++r) {
-      offsets[r] = int(total);
-      total += counts[r];
-    }
-    if (total > INT_MAX) throw std::length_error("kpipe::io::TimelineRecorder: timeline too long to gather");
-    all.resize(std::size_t(total));
-  }
-  MPI_Gatherv(packed.data(), count, MPI_DOUBLE, all.data(), counts.data(), offsets.data(), MPI_DOUBLE, 0, grid_.world);
+  const auto all = comm::gatherv(packed, 0, grid_.world,
+                                 {timeout_s_, fmt::format("gathering the timeline of step {}", step)});
   if (!writer_) return;
   std::vector<TimelineRow> rows;
   for (std::size_t k = 0; k + packed_row <= all.size(); k += packed_row) {

@@ -81,6 +81,7 @@ template <class T> class TimelineRecorder {
  private:
   const runtime::Trainer<T>* trainer_;
   comm::ProcessGrid grid_;
+  double timeout_s_;  // bound of the gather (pipeline.recv_timeout_s)
   std::unique_ptr<TimelineWriter> writer_;  // rank 0 only
 };
 

@@ -14,11 +14,19 @@ namespace kpipe::io {
 
 inline constexpr const char* tokenizer_group = "tokenizer";
 
-// `label` names the file in errors (InputError).
+class CheckpointWriter;
+class CheckpointReader;
+
+// In a token file. `label` names the file in errors (InputError).
 void write_tokenizer(hid_t file, const data::Tokenizer& tokenizer, const std::string& label);
 data::Tokenizer read_tokenizer(hid_t file, const std::string& label);
 
-// The tokenizer of a checkpoint (a step-<N> directory, its checkpoint.h5, or a checkpoint.dir).
+// In a checkpoint, the same layout through the checkpoint file API: /tokenizer's attributes (every rank
+// passes them) and, from the rank that has `owner` true, /tokenizer/model as a blob under the manifest.
+void add_tokenizer(CheckpointWriter& writer, const data::Tokenizer& tokenizer, bool owner);
+data::Tokenizer read_tokenizer(const CheckpointReader& reader);
+
+// The tokenizer of a checkpoint (a step-<N>.h5 file, or a checkpoint.dir).
 data::Tokenizer read_checkpoint_tokenizer(const std::string& path);
 
 }  // namespace kpipe::io

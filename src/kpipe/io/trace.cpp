@@ -11,8 +11,10 @@
 #include <map>
 #include <tuple>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 #include "kpipe/core/math.hpp"
 
 namespace kpipe::io {
@@ -38,29 +40,6 @@ bool parse_int(const std::string& text, int& value) {
 }
 
 double nan() { return std::numeric_limits<double>::quiet_NaN(); }
-
-// Gathers every rank's values onto rank 0 (empty elsewhere), in rank order.
-template <class V> std::vector<V> gather(const std::vector<V>& mine, MPI_Datatype type, MPI_Comm comm) {
-  int rank = 0, size = 1;
-  MPI_Comm_rank(comm, &rank);
-  MPI_Comm_size(comm, &size);
-  if (mine.size() > std::size_t(INT_MAX)) throw std::length_error("kpipe::io::gather: more than INT_MAX values");
-  const int count = int(mine.size());
-  std::vector<int> counts(rank == 0 ? size : 0), offsets(rank == 0 ? size : 0);
-  MPI_Gather(&count, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm);
-  std::vector<V> all;
-  if (rank == 0) {
-    long long total = 0;
-    for (int r = 0; r < size; ++r) {
-      offsets[r] = int(total);
-      total += counts[r];
-    }
-    if (total > INT_MAX) throw std::length_error("kpipe::io::gather: more than INT_MAX values");
-    all.resize(std::size_t(total));
-  }
-  MPI_Gatherv(mine.data(), count, type, all.data(), counts.data(), offsets.data(), type, 0, comm);
-  return all;
-}
 
 }  // namespace
 
@@ -189,6 +168,7 @@ const char* to_string(TraceKind kind) { return kind == TraceKind::output ? "outp
 // ---- The file ----
 
 TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info) : path_(path) {
+  require_writable(path, fmt::format("output.trace = '{}'", path));
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
   h5::write_attribute(root, "format", std::string(format_name));
@@ -306,7 +286,8 @@ ActivationTracer<T>::ActivationTracer(runtime::Trainer<T>& trainer, const comm::
     : trainer_(&trainer),
       grid_(grid),
       options_(options),
-      selection_(options.layers) {
+      selection_(options.layers),
+      timeout_s_(config.pipeline.recv_timeout_s) {
   require(options.every >= 1, "output.trace_every = {}: expected an integer >= 1", options.every);
   if (grid.world_rank == 0) {
     TraceInfo info;
@@ -364,9 +345,10 @@ template <class T> void ActivationTracer<T>::end_step() {
     headers.insert(headers.end(), {t.layer, std::int64_t(t.kind), t.step, t.microbatch, t.rows, t.cols});
     values.insert(values.end(), t.values.begin(), t.values.end());
   }
-  const auto all_rows = gather(packed, MPI_DOUBLE, grid_.world);
-  const auto all_headers = gather(headers, MPI_INT64_T, grid_.world);
-  const auto all_values = gather(values, MPI_FLOAT, grid_.world);
+  const comm::Bound bound{timeout_s_, fmt::format("gathering the activation trace of step {}", step_)};
+  const auto all_rows = comm::gatherv(packed, 0, grid_.world, bound);
+  const auto all_headers = comm::gatherv(headers, 0, grid_.world, bound);
+  const auto all_values = comm::gatherv(values, 0, grid_.world, bound);
   rows_.clear();
   tensors_.clear();
   if (!writer_) return;

@@ -132,6 +132,7 @@ template <class T> class ActivationTracer {
   comm::ProcessGrid grid_;
   TraceOptions options_;
   LayerSelection selection_;
+  double timeout_s_;  // bound of the gathers (pipeline.recv_timeout_s)
   std::int64_t step_ = 0;
   bool active_ = false;
   std::vector<TraceRow> rows_;

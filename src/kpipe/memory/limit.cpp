@@ -8,6 +8,8 @@
 #include <sstream>
 #include <vector>
 
+#include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/memory/plan.hpp"
@@ -51,7 +53,7 @@ Available available_here() {
 
 }  // namespace
 
-Limit resolve_limit(const std::string& setting, MPI_Comm world) {
+Limit resolve_limit(const std::string& setting, MPI_Comm world, double timeout_s) {
   if (setting == "none") return {std::nullopt, "memory.limit_per_rank = none"};
   if (setting != "auto") {
     const auto bytes = parse_bytes(setting);
@@ -61,21 +63,26 @@ Limit resolve_limit(const std::string& setting, MPI_Comm world) {
   // The ranks on this node that share what this rank draws from (the node's memory, or one GPU).
   const Available here = available_here();
   MPI_Comm node = MPI_COMM_NULL;
-  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  {
+    int rank = 0;
+    MPI_Comm_rank(world, &rank);
+    const comm::Watchdog watch(rank, {timeout_s, "splitting the ranks by node for memory.limit_per_rank = auto"});
+    MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);  // no non-blocking form
+  }
   int node_size = 1;
   MPI_Comm_size(node, &node_size);
-  std::vector<long long> ids(node_size);
-  MPI_Allgather(&here.shared_id, 1, MPI_LONG_LONG, ids.data(), 1, MPI_LONG_LONG, node);
+  const comm::Bound bound{timeout_s, "agreeing on memory.limit_per_rank = auto"};
+  const std::vector<std::int64_t> ids =
+      comm::allgather(std::vector<std::int64_t>{std::int64_t(here.shared_id)}, node, bound);
   MPI_Comm_free(&node);
   int sharing = 0;
-  for (long long id : ids) sharing += id == here.shared_id ? 1 : 0;
+  for (std::int64_t id : ids) sharing += id == here.shared_id ? 1 : 0;
   // The smallest share over the job; unknown (-1) counts as unlimited.
-  long long share = here.bytes < 0 ? -1 : here.bytes / sharing;
-  long long mine[2] = {share < 0 ? std::numeric_limits<long long>::max() : share, sharing};
-  long long least[2] = {0, 0};
-  MPI_Allreduce(&mine[0], &least[0], 1, MPI_LONG_LONG, MPI_MIN, world);
-  MPI_Allreduce(&mine[1], &least[1], 1, MPI_LONG_LONG, MPI_MAX, world);
-  if (least[0] == std::numeric_limits<long long>::max())
+  const std::int64_t share = here.bytes < 0 ? -1 : here.bytes / sharing;
+  const std::int64_t least[2] = {
+      comm::allreduce(share < 0 ? std::numeric_limits<std::int64_t>::max() : share, MPI_MIN, world, bound),
+      comm::allreduce(std::int64_t(sharing), MPI_MAX, world, bound)};
+  if (least[0] == std::numeric_limits<std::int64_t>::max())
     return {std::nullopt, "memory.limit_per_rank = auto (the available memory is unknown here: no limit)"};
   return {least[0], fmt::format("memory.limit_per_rank = auto ({}: the memory available on the {}{})",
                                 format_bytes(least[0]), here.what,
@@ -84,7 +91,7 @@ Limit resolve_limit(const std::string& setting, MPI_Comm world) {
 
 void enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
                    MPI_Comm world) {
-  const Limit limit = resolve_limit(config.memory.limit_per_rank, world);
+  const Limit limit = resolve_limit(config.memory.limit_per_rank, world, config.pipeline.recv_timeout_s);
   if (!limit.bytes) return;
   const auto ranks = plan_ranks(config, desc, schedule);
   const RankMemory* worst = &ranks.front();

@@ -22,7 +22,8 @@ struct Limit {
 // "none", a size ("6GiB"), or "auto": the memory available to this process's ranks (host: MemAvailable of
 // /proc/meminfo; CUDA: the free memory of the rank's device) divided among the ranks of the node that share
 // it, the smallest over `world` so that every rank holds the same limit. Collective over world for "auto".
-Limit resolve_limit(const std::string& setting, MPI_Comm world);
+// Its collectives are bounded by timeout_s (pipeline.recv_timeout_s).
+Limit resolve_limit(const std::string& setting, MPI_Comm world, double timeout_s);
 
 // Plans every rank's memory and throws InputError (the same on every rank) when one exceeds the limit:
 //   memory.limit_per_rank = 512MiB: rank 0 needs 1.25 GiB (parameters 25.0 MiB, ..., activations 900 MiB)...

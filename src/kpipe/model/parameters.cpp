@@ -4,6 +4,7 @@
 
 #include <stdexcept>
 
+#include "kpipe/core/hash.hpp"
 #include "kpipe/core/rng.hpp"
 #include "kpipe/memory/category.hpp"
 
@@ -88,22 +89,16 @@ template <class T> View2<T> ParameterStore<T>::view2(const View1<T>& flat, const
   return View2<T>(flat.data() + s.offset, s.spec->shape[0], s.spec->shape[1]);
 }
 
-std::uint64_t hash_bytes(const void* data, std::size_t bytes, std::uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 template <class T> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T>& store) {
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), store.values());
   std::vector<std::uint64_t> hashes;
   for (const auto& s : store.slots())
-    hashes.push_back(hash_bytes(host.data() + s.offset, sizeof(T) * std::size_t(s.spec->numel())));
+    hashes.push_back(fnv1a64(host.data() + s.offset, sizeof(T) * std::size_t(s.spec->numel())));
   return hashes;
 }
 
 std::uint64_t combine_hashes(const std::vector<std::uint64_t>& hashes) {
-  return hash_bytes(hashes.data(), hashes.size() * sizeof(std::uint64_t));
+  return fnv1a64(hashes.data(), hashes.size() * sizeof(std::uint64_t));
 }
 
 template class ParameterStore<float>;

@@ -60,10 +60,7 @@ template <class T> class ParameterStore {
   View1<const std::uint8_t> decay_mask_;
 };
 
-// FNV-1a of a tensor's bytes; combined in global order into a run's param_checksum.
-std::uint64_t hash_bytes(const void* data, std::size_t bytes, std::uint64_t h = 1469598103934665603ull);
-
-// Per-tensor hashes of the store's values (host copy), in slot order.
+// Per-tensor hashes (kpipe::fnv1a64 of each tensor's bytes, core/hash.hpp) of the store's values (host copy), in slot order.
 template <class T> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T>& store);
 
 // The checksum of a whole model from its tensors' hashes in global layer order.

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 
 namespace kpipe::planner {
 
@@ -40,6 +41,7 @@ std::array<double, 4> get_times(const toml::table& table, const std::string& pat
 }  // namespace
 
 void write_profile(const std::string& path, const Profile& p) {
+  require_writable(path, fmt::format("output.profile = '{}'", path));  // never over a device or a FIFO
   std::ofstream out(path, std::ios::trunc);
   require(bool(out), "output.profile = '{}': cannot open for writing ({})", path, std::strerror(errno));
   out << "# kpipe layer profile (kpipe-train --output.profile): seconds per sequence, means over the calls after\n"
@@ -58,8 +60,10 @@ void write_profile(const std::string& path, const Profile& p) {
 
 Profile read_profile(const std::string& path) {
   toml::table table;
+  // Read without blocking, and only from a regular file (a FIFO is refused, never opened).
+  const std::string text = read_bytes(path, fmt::format("--profile = '{}'", path));
   try {
-    table = toml::parse_file(path);
+    table = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     throw InputError(fmt::format("--profile = '{}': {}", path, std::string(e.description())));
   }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
 
 namespace kpipe::runtime {
@@ -93,7 +94,8 @@ Token Generator<T>::next(const std::vector<Token>& context, const SamplingOption
     }
   }
   // The sampled token goes from the last stage to every rank of the pipeline (the first stage needs it next).
-  MPI_Bcast(&token, 1, MPI_INT32_T, s.rank_of(last_stage), grid.pipeline);
+  comm::bcast(&token, 1, MPI_INT32_T, s.rank_of(last_stage), grid.pipeline,
+              {timeout_s, fmt::format("the broadcast of the token at position {}", position)});
   return token;
 }
 

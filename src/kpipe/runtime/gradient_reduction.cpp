@@ -1,5 +1,7 @@
 #include "kpipe/runtime/gradient_reduction.hpp"
 
+#include <fmt/format.h>
+
 namespace kpipe::runtime {
 
 template <class T>
@@ -39,15 +41,21 @@ void GradientReduction<T>::send(const ExecSpace& space, model::Chunk<T>& chunk, 
   sent_[a.chunk] = transport_->send(space, g.data(), g.span() * sizeof(T), a.peer, tag(a));
 }
 
-template <class T> void GradientReduction<T>::finish(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks) {
+template <class T>
+void GradientReduction<T>::finish(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks, std::int64_t step) {
   if (grid_->data_parallel == 1) return;
   const schedule::Action none{};
   for (std::size_t c = 0; c < sent_.size(); ++c)
     if (sent_[c].active()) wait(space, sent_[c], sent_action_[c]);
   for (auto* chunk : chunks) {
     const auto& g = chunk->params().grads();
-    comm::Transfer total = ordered_ ? transport_->broadcast(space, g.data(), g.span(), comm::scalar_of<T>(), holder_of_last_)
-                                    : transport_->all_reduce_sum(space, g.data(), g.span(), comm::scalar_of<T>());
+    // MPI: a bounded collective (comm/bounded.hpp) that names a replica that never joins; NCCL: on the stream,
+    // its communicator aborted after timeout_s.
+    comm::Transfer total =
+        ordered_ ? transport_->broadcast(space, g.data(), g.span(), comm::scalar_of<T>(), holder_of_last_,
+                                         fmt::format("the broadcast of the replicas' gradient sum of step {}", step))
+                 : transport_->all_reduce_sum(space, g.data(), g.span(), comm::scalar_of<T>(),
+                                              fmt::format("the allreduce of the replicas' gradients of step {}", step));
     wait(space, total, none);
   }
   // Stream-ordered (NCCL): the host learns here, with a bound, that the stream got through the collectives.

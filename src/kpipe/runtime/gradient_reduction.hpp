@@ -5,6 +5,7 @@
 // sum; "allreduce" sums the replicas' buffers after the lists. Either way every replica ends the step with
 // the same gradients. Everything goes through the replicas' transport (MPI, staged MPI or NCCL), posted on
 // the execution space after the kernels that produce the gradients: no fence here.
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,8 +32,9 @@ template <class T> class GradientReduction {
   // send_sum: the chunk's gradient buffer, as the work queued on `space` leaves it, goes to the next group's
   // holder.
   void send(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& action);
-  // After the step's lists: every chunk's gradients are the whole mini-batch's, on every replica.
-  void finish(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks);
+  // After the step's lists: every chunk's gradients are the whole mini-batch's, on every replica. The
+  // broadcast or all-reduce is bounded by timeout_s; `step` names it if it does not complete.
+  void finish(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks, std::int64_t step);
 
  private:
   void wait(const ExecSpace& space, comm::Transfer& transfer, const schedule::Action& action);

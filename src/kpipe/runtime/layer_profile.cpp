@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include "kpipe/comm/bounded.hpp"
+
 #include "kpipe/planner/profile.hpp"
 
 namespace kpipe::runtime {
@@ -12,14 +14,15 @@ void write_layer_profile(const Trainer<T>& trainer, const std::string& path, dou
   const auto& config = trainer.config();
   // Every layer is on one rank of each pipeline: the sum over a pipeline puts each in its place.
   const auto mine = trainer.layer_seconds();
-  std::vector<double> flat(mine.size() * 4), all(flat.size());
+  std::vector<double> all(mine.size() * 4);
   for (std::size_t l = 0; l < mine.size(); ++l)
-    for (int k = 0; k < 4; ++k) flat[4 * l + k] = mine[l][k];
-  MPI_Allreduce(flat.data(), all.data(), int(flat.size()), MPI_DOUBLE, MPI_SUM, grid.pipeline);
+    for (int k = 0; k < 4; ++k) all[4 * l + k] = mine[l][k];
+  const comm::Bound bound{config.pipeline.recv_timeout_s, "gathering the layer profile"};
+  comm::allreduce(all, MPI_SUM, grid.pipeline, bound);
   std::int64_t params = 0;
   for (int c = 0; c < trainer.chunks(); ++c) params += trainer.chunk(c).params().size();
-  double per_parameter = params > 0 ? optimizer_seconds / double(params) : 0.0, mean = 0;
-  MPI_Allreduce(&per_parameter, &mean, 1, MPI_DOUBLE, MPI_SUM, grid.world);
+  const double per_parameter = params > 0 ? optimizer_seconds / double(params) : 0.0;
+  const double mean = comm::allreduce(per_parameter, MPI_SUM, grid.world, bound);
   if (grid.world_rank != 0) return;
   planner::Profile p;
   p.model = config.model;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/bytes.hpp"
 
 namespace kpipe::runtime {
@@ -12,18 +13,18 @@ template <class T> MemoryReport memory_report(const Trainer<T>& trainer, const m
   const auto plan = memory::plan_rank(trainer.config(), trainer.desc(), trainer.replicated(), grid.replica, grid.stage,
                                       sizeof(T));
   constexpr int n = memory::category_count;
-  std::vector<long long> mine(2 * n + 1);
+  std::vector<std::int64_t> mine(2 * n + 1);
   const auto measured = meter.peak();
   for (int c = 0; c < n; ++c) {
     mine[c] = plan.bytes[c];
     mine[n + c] = measured[c];
   }
   mine[2 * n] = meter.other_peak();
-  std::vector<long long> all(mine.size() * grid.world_size);
-  MPI_Allgather(mine.data(), int(mine.size()), MPI_LONG_LONG, all.data(), int(mine.size()), MPI_LONG_LONG, grid.world);
+  const std::vector<std::int64_t> all =
+      comm::allgather(mine, grid.world, {trainer.config().pipeline.recv_timeout_s, "gathering the memory report"});
   MemoryReport report;
   for (int r = 0; r < grid.world_size; ++r) {
-    const long long* row = &all[std::size_t(r) * mine.size()];
+    const std::int64_t* row = &all[std::size_t(r) * mine.size()];
     memory::Bytes p{}, m{};
     for (int c = 0; c < n; ++c) {
       p[c] = row[c];

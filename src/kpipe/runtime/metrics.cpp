@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
+#include "kpipe/core/hash.hpp"
 
 namespace kpipe::runtime {
 
@@ -18,6 +20,7 @@ nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : 
 
 MetricsWriter::MetricsWriter(const std::string& path) {
   if (path.empty()) return;
+  require_writable(path, fmt::format("output.metrics = '{}'", path));  // never over a device or a FIFO
   out_.open(path, std::ios::trunc);
   require(bool(out_), "output.metrics = '{}': cannot open for writing ({})", path, std::strerror(errno));
 }
@@ -61,6 +64,6 @@ void MetricsWriter::write_final(const FinalMetrics& f) {
   out_.flush();
 }
 
-std::string checksum_hex(std::uint64_t checksum) { return fmt::format("{:016x}", checksum); }
+std::string checksum_hex(std::uint64_t checksum) { return hash_hex(checksum); }
 
 }  // namespace kpipe::runtime

@@ -1,5 +1,6 @@
 #include "kpipe/runtime/pipeline_report.hpp"
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/simulate.hpp"
 #include "kpipe/schedule/validate.hpp"
@@ -14,30 +15,26 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   // Idle time counts against the whole pipeline's time, as the simulator counts it against the makespan: a
   // last stage that finishes early still waits for the first stage's last backward before the step ends.
   // (Steps start together: each ends with collectives over the whole world.)
-  double makespan = pipeline_seconds;
-  MPI_Allreduce(MPI_IN_PLACE, &makespan, 1, MPI_DOUBLE, MPI_MAX, grid.pipeline);
+  const comm::Bound bound{trainer.config().pipeline.recv_timeout_s, "gathering the pipeline report"};
+  const double makespan = comm::allreduce(pipeline_seconds, MPI_MAX, grid.pipeline, bound);
   const double mine = makespan > 0 ? 1.0 - busy / makespan : 0.0;
-  r.measured_bubble.assign(p, 0.0);
-  MPI_Allgather(&mine, 1, MPI_DOUBLE, r.measured_bubble.data(), 1, MPI_DOUBLE, grid.pipeline);
-  const int stash = trainer.peak_stash();
-  r.peak_stash.assign(p, 0);
-  MPI_Allgather(&stash, 1, MPI_INT, r.peak_stash.data(), 1, MPI_INT, grid.pipeline);
+  r.measured_bubble = comm::allgather(std::vector<double>{mine}, grid.pipeline, bound);
+  r.peak_stash = comm::allgather(std::vector<int>{trainer.peak_stash()}, grid.pipeline, bound);
   int slots = 0;
   for (int c = 0; c < trainer.chunks(); ++c) slots += trainer.chunk(c).allocated_slots();
-  r.allocated_slots.assign(p, 0);
-  MPI_Allgather(&slots, 1, MPI_INT, r.allocated_slots.data(), 1, MPI_INT, grid.pipeline);
+  r.allocated_slots = comm::allgather(std::vector<int>{slots}, grid.pipeline, bound);
 
   // Per-action costs as each virtual stage measured them (stages differ: the first has the embedding, the
   // last the head, and a rank's chunks differ as well); the report's single figures are their means over
   // the stages that ran each kind.
   const auto& lowered = trainer.schedule();
   const int chunks = trainer.chunks();
-  std::vector<double> own(4 * std::size_t(chunks)), all(4 * std::size_t(chunks) * p);
+  std::vector<double> own(4 * std::size_t(chunks));
   for (int c = 0; c < chunks; ++c) {
     const auto seconds = trainer.mean_action_seconds(c);
     std::copy(seconds.begin(), seconds.end(), own.begin() + 4 * c);
   }
-  MPI_Allgather(own.data(), 4 * chunks, MPI_DOUBLE, all.data(), 4 * chunks, MPI_DOUBLE, grid.pipeline);
+  const std::vector<double> all = comm::allgather(own, grid.pipeline, bound);
   std::vector<schedule::Costs> costs(lowered.virtual_stages());
   std::array<double, 4> sum{}, ran{};
   for (int rank = 0; rank < p; ++rank) {

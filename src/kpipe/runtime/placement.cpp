@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "kpipe/build_config.hpp"
+#include "kpipe/comm/agree.hpp"
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/comm/node.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/kernel_path.hpp"
@@ -47,7 +49,8 @@ std::string default_transport(const std::string& requested) {
 }
 
 Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {
-  const comm::NodeLayout node = comm::node_layout(world);
+  const double limit = pipeline.recv_timeout_s;
+  const comm::NodeLayout node = comm::node_layout(world, limit);
   Placement p;
   p.ranks_on_node = node.local_size;
   p.gpus_on_node = visible_gpus();
@@ -67,7 +70,7 @@ Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {
   }
   // The transport, the same on every rank: NCCL only if every node gives each of its ranks a GPU of its own.
   int shares_gpu = !host_memory && node.local_size > p.gpus_on_node;
-  MPI_Allreduce(MPI_IN_PLACE, &shares_gpu, 1, MPI_INT, MPI_MAX, world);
+  shares_gpu = comm::allreduce(shares_gpu, MPI_MAX, world, {limit, "the placement's check of GPUs per node"});
   if (pipeline.transport == "nccl" && error.empty()) {
     if (!nccl_built)
       error = fmt::format("pipeline.transport = \"nccl\": this kpipe was built {} (NCCL needs a CUDA build with "
@@ -81,7 +84,10 @@ Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {
       error = "pipeline.transport = \"nccl\": another node runs more ranks than it has GPUs, and NCCL refuses two "
               "ranks on one GPU; use \"mpi\" or \"auto\"";
   }
-  comm::agree_on_error(world, error);
+  // Every rank the same verdict: the first failing rank's line, thrown on all (every rank exits 2).
+  const comm::Failure failure =
+      comm::first_failure(world, {error.empty() ? 0 : 2, -1, error}, {limit, "the placement's agreement"});
+  if (failure) throw InputError(failure.message);
   p.transport = default_transport(pipeline.transport);
   if (p.transport == "nccl" && shares_gpu) {
     p.transport = "mpi";

@@ -2,6 +2,8 @@
 
 #include <csignal>
 
+#include "kpipe/comm/bounded.hpp"
+
 namespace kpipe::runtime {
 
 namespace {
@@ -31,10 +33,8 @@ int received_stop_signal() { return stop_signal; }
 
 void reset_stop_signal() { stop_signal = 0; }
 
-int stop_requested(MPI_Comm world) {
-  int local = stop_signal, any = 0;
-  MPI_Allreduce(&local, &any, 1, MPI_INT, MPI_MAX, world);
-  return any;
+int stop_requested(MPI_Comm world, double timeout_s) {
+  return comm::allreduce(int(stop_signal), MPI_MAX, world, {timeout_s, "the stop-signal allreduce"});
 }
 
 }  // namespace kpipe::runtime

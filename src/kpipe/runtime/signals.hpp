@@ -1,6 +1,6 @@
 #pragma once
 // Stopping a run cleanly on SIGUSR1 or SIGTERM. The handler only records the signal; at the next step
-// boundary every rank asks stop_requested(world), an MPI_Allreduce of the flags, so all ranks agree, write
+// boundary every rank asks stop_requested(world), a bounded allreduce of the flags, so all ranks agree, write
 // one checkpoint together and exit with stop_exit_code(signal):
 //  - SIGUSR1, a batch system's warning before the time limit (sbatch --signal=B:USR1@120) or a request by
 //    hand: 75, "checkpointed: requeue me", which the Slurm scripts (scripts/slurm/) requeue on;
@@ -27,7 +27,8 @@ void install_stop_handlers();
 int received_stop_signal();
 void reset_stop_signal();
 
-// Collective over `world`: the largest signal number any rank received (0: none), the same on every rank.
-int stop_requested(MPI_Comm world);
+// Collective over `world` (bounded by timeout_s, comm/bounded.hpp): the largest signal number any rank
+// received (0: none), the same on every rank.
+int stop_requested(MPI_Comm world, double timeout_s);
 
 }  // namespace kpipe::runtime

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/nn/optimizer.hpp"
@@ -30,6 +31,11 @@ using schedule::Op;
 namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+// Every collective waits at most pipeline.recv_timeout_s (comm/bounded.hpp); `what` names it if it does not end.
+comm::Bound bound(const Config& c, std::int64_t step, const char* what) {
+  return {c.pipeline.recv_timeout_s, fmt::format("{} of step {}", what, step)};
+}
 
 }  // namespace
 
@@ -177,10 +183,12 @@ template <class T> void Trainer<T>::wait_receive(StepState& st, std::size_t i) {
 
 template <class T> void Trainer<T>::timeout(const Action& a, std::size_t index) const {
   // A peer that never answers: say who waited for what, then take every rank down (no silent hang).
-  std::fprintf(stderr, "kpipe: rank %d (stage %d, replica %d) step %lld position %zu (%s): no message within "
+  const bool send = schedule::is_send(a.op) || a.op == Op::send_sum;
+  std::fprintf(stderr, "kpipe: rank %d (stage %d, replica %d) step %lld position %zu (%s): %s within "
                        "pipeline.recv_timeout_s = %g s; aborting\n",
                grid_.world_rank, grid_.stage, grid_.replica, static_cast<long long>(step_), index,
-               schedule::to_token(a, schedule_.chunks).c_str(), config_.pipeline.recv_timeout_s);
+               schedule::to_token(a, schedule_.chunks).c_str(), send ? "not delivered" : "no message",
+               config_.pipeline.recv_timeout_s);
   std::fflush(stderr);
   MPI_Abort(grid_.world, 3);
   std::abort();
@@ -306,14 +314,14 @@ template <class T> StepStats Trainer<T>::step() {
   const double pipeline_end = now();
   std::vector<model::Chunk<T>*> chunks;
   for (auto& chunk : chunks_) chunks.push_back(chunk.get());
-  reduction_->finish(space_, chunks);
+  reduction_->finish(space_, chunks, step_);
 
   StepStats stats;
   stats.pipeline_seconds = pipeline_end - start;
   stats.step = step_;
   stats.tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
   // Each micro-batch's loss lives on one rank, zeros elsewhere: the sum is exact, then added in order.
-  MPI_Allreduce(MPI_IN_PLACE, st.loss_sums.data(), int(st.loss_sums.size()), MPI_DOUBLE, MPI_SUM, grid_.world);
+  comm::allreduce(st.loss_sums, MPI_SUM, grid_.world, bound(config_, step_, "the loss allreduce"));
   double loss = 0;
   for (double l : st.loss_sums) loss += l;
   stats.loss = loss / double(stats.tokens);
@@ -334,7 +342,7 @@ template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
     const auto sums = layer_grad_squares(space_, chunk->params());
     for (std::size_t k = 0; k < sums.size(); ++k) squares[chunk->params().first_layer() + k] = sums[k];
   }
-  MPI_Allreduce(MPI_IN_PLACE, squares.data(), int(squares.size()), MPI_DOUBLE, MPI_SUM, grid_.pipeline);
+  comm::allreduce(squares, MPI_SUM, grid_.pipeline, bound(config_, step_, "the gradient-norm allreduce"));
   double total = 0;
   for (double s : squares) total += s;
   stats.grad_norm = std::sqrt(total);
@@ -430,7 +438,7 @@ template <class T> double Trainer<T>::evaluate() {
     }
   }
   for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->release(slots[c]);
-  MPI_Allreduce(MPI_IN_PLACE, &loss_sum, 1, MPI_DOUBLE, MPI_SUM, grid_.world);
+  loss_sum = comm::allreduce(loss_sum, MPI_SUM, grid_.world, bound(config_, step_, "the validation-loss allreduce"));
   return loss_sum / double(windows * seq);
 }
 
@@ -449,7 +457,7 @@ template <class T> std::uint64_t Trainer<T>::param_checksum() const {
       hashes[first_tensor[slots[k].layer] + index_in_layer] = own[k];
     }
   }
-  MPI_Allreduce(MPI_IN_PLACE, hashes.data(), int(hashes.size()), MPI_UINT64_T, MPI_SUM, grid_.pipeline);
+  comm::allreduce(hashes, MPI_SUM, grid_.pipeline, bound(config_, step_, "the param_checksum allreduce"));
   return model::combine_hashes(hashes);
 }
 

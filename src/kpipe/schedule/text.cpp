@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
 #include <sstream>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/files.hpp"
 
 namespace kpipe::schedule {
 
@@ -187,11 +187,8 @@ Schedule parse(const std::string& text, int microbatches, int chunks) {
 }
 
 Schedule read_schedule_file(const std::string& path, int microbatches, int chunks) {
-  std::ifstream file(path);
-  require(bool(file), "pipeline.schedule_file = '{}': cannot open", path);
-  std::ostringstream contents;
-  contents << file.rdbuf();
-  return parse_named(contents.str(), microbatches, chunks, fmt::format("pipeline.schedule_file = '{}'", path));
+  const std::string label = fmt::format("pipeline.schedule_file = '{}'", path);
+  return parse_named(read_bytes(path, label), microbatches, chunks, label);
 }
 
 }  // namespace kpipe::schedule

@@ -1,0 +1,551 @@
+#include "kpipe/io/checkpoint_file.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kpipe/comm/agree.hpp"
+#include "kpipe/core/hash.hpp"
+
+namespace kpipe::io {
+
+namespace {
+
+using nlohmann::json;
+using h5::Handle;
+
+constexpr const char* manifest_name = "/manifest";
+// Large datasets start on 64 KiB boundaries (whole pages and file-system blocks for each rank's writes).
+constexpr hsize_t align_threshold = 64 * 1024, alignment = 64 * 1024;
+
+hid_t file_type_of(ElementType type) {
+  switch (type) {
+    case ElementType::float32: return h5::file_type<float>();
+    case ElementType::float64: return h5::file_type<double>();
+    case ElementType::uint8: return h5::file_type<std::uint8_t>();
+  }
+  return -1;
+}
+
+hid_t memory_type_of(ElementType type) {
+  switch (type) {
+    case ElementType::float32: return h5::memory_type<float>();
+    case ElementType::float64: return h5::memory_type<double>();
+    case ElementType::uint8: return h5::memory_type<std::uint8_t>();
+  }
+  return -1;
+}
+
+bool parse_type(const std::string& text, ElementType& type) {
+  for (ElementType t : {ElementType::float32, ElementType::float64, ElementType::uint8})
+    if (text == to_string(t)) {
+      type = t;
+      return true;
+    }
+  return false;
+}
+
+json entry_json(const DatasetEntry& e) {
+  return {{"name", e.name}, {"type", to_string(e.type)}, {"shape", e.shape}, {"fnv1a64", hash_hex(e.fnv1a64)}};
+}
+
+// A manifest entry back; false when malformed.
+bool entry_from(const json& j, DatasetEntry& e) {
+  if (!j.is_object() || !j.contains("name") || !j.contains("type") || !j.contains("shape") || !j.contains("fnv1a64"))
+    return false;
+  if (!j["name"].is_string() || !j["type"].is_string() || !j["shape"].is_array() || !j["fnv1a64"].is_string())
+    return false;
+  e.name = j["name"].get<std::string>();
+  if (!parse_type(j["type"].get<std::string>(), e.type)) return false;
+  e.shape.clear();
+  for (const auto& d : j["shape"]) {
+    if (!d.is_number_integer() || d.get<std::int64_t>() < 0) return false;
+    e.shape.push_back(d.get<std::int64_t>());
+  }
+  const std::string hex = j["fnv1a64"].get<std::string>();
+  if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) return false;
+  e.fnv1a64 = std::stoull(hex, nullptr, 16);
+  return true;
+}
+
+// The manifest: the format, every attribute and every dataset (in name order), as JSON.
+std::string manifest_text(const Attributes& attributes, const std::vector<DatasetEntry>& datasets) {
+  json list = json::array();
+  for (const auto& [key, value] : attributes) {
+    json a = {{"object", key.first}, {"name", key.second}};
+    if (const auto* number = std::get_if<std::int64_t>(&value))
+      a["int"] = *number;
+    else
+      a["text"] = std::get<std::string>(value);
+    list.push_back(a);
+  }
+  json entries = json::array();
+  for (const auto& e : datasets) entries.push_back(entry_json(e));
+  return json{{"format", checkpoint_format},
+              {"format_version", checkpoint_format_version},
+              {"attributes", list},
+              {"datasets", entries}}
+      .dump(1);
+}
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+// Writes all of [data, data + bytes) at offset; 0 or the errno.
+int write_all(int fd, const char* data, std::size_t bytes, std::uint64_t offset) {
+  while (bytes > 0) {
+    const ssize_t done = ::pwrite(fd, data, bytes, off_t(offset));
+    if (done < 0 && errno == EINTR) continue;
+    if (done < 0) return errno;
+    if (done == 0) return EIO;
+    data += done;
+    bytes -= std::size_t(done);
+    offset += std::uint64_t(done);
+  }
+  return 0;
+}
+
+// The string type of a fixed-length text of n bytes (the manifest).
+Handle text_type(std::size_t n) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.get(), std::max<std::size_t>(n, 1));
+  H5Tset_strpad(type.get(), H5T_STR_NULLPAD);
+  return type;
+}
+
+// Creates a contiguous dataset whose space is allocated now (its offset is known) and never filled; on
+// failure, `why` is HDF5's reason.
+Handle create_contiguous(hid_t file, const std::string& name, hid_t type, const std::vector<hsize_t>& dims,
+                         bool scalar, std::string& why) {
+  const Handle space(scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(int(dims.size()), dims.data(), nullptr),
+                     H5Sclose);
+  const Handle create(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+  H5Pset_layout(create.get(), H5D_CONTIGUOUS);
+  H5Pset_alloc_time(create.get(), H5D_ALLOC_TIME_EARLY);
+  H5Pset_fill_time(create.get(), H5D_FILL_TIME_NEVER);
+  const Handle links(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(links.get(), 1);
+  Handle dataset(H5Dcreate2(file, name.c_str(), type, space.get(), links.get(), create.get(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid()) why = h5::error_text();  // before another HDF5 call clears it
+  return dataset;
+}
+
+// Creates the file and every dataset and attribute in it, on one process (rank 0). Fills offsets (per
+// dataset, then the manifest's last). "" or what failed, with HDF5's reason.
+std::string create_layout(const std::string& path, const std::vector<DatasetEntry>& datasets,
+                          const Attributes& attributes, const std::string& manifest,
+                          std::vector<std::uint64_t>& offsets) {
+  const h5::QuietErrors quiet;
+  std::string failure;
+  // Called right after the HDF5 call that failed (the next call clears HDF5's record of the reason).
+  auto note = [&](bool ok, const std::string& what, std::string why = "") {
+    if (ok || !failure.empty()) return;
+    if (why.empty()) why = h5::error_text();
+    failure = why.empty() ? what : fmt::format("{}: {}", what, why);
+  };
+  Handle file;
+  std::string why;
+  {
+    const Handle access = h5::file_access();
+    // The HDF5 1.8 file format: checksummed object headers, readable by every HDF5 since 1.8.
+    H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+    H5Pset_alignment(access.get(), align_threshold, alignment);
+    file = Handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose);
+    if (!file.valid()) why = h5::error_text();
+  }
+  note(file.valid(), "cannot create the file", why);
+  if (!file.valid()) return failure;
+  offsets.assign(datasets.size() + 1, HADDR_UNDEF);
+  const hid_t root = file.get();
+  try {
+    h5::write_attribute(root, "format", std::string(checkpoint_format));
+    h5::write_attribute(root, "format_version", std::int64_t(checkpoint_format_version));
+  } catch (const InputError& e) {
+    note(false, e.what());
+  }
+  for (std::size_t i = 0; i < datasets.size(); ++i) {
+    const auto& e = datasets[i];
+    const std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
+    const Handle dataset = create_contiguous(root, e.name, file_type_of(e.type), dims, false, why);
+    note(dataset.valid(), "cannot create dataset " + e.name, why);
+    if (!dataset.valid()) continue;
+    try {
+      h5::write_u64_attribute(dataset.get(), "fnv1a64", e.fnv1a64);
+    } catch (const InputError& error) {
+      note(false, error.what());
+    }
+    offsets[i] = H5Dget_offset(dataset.get());
+  }
+  {
+    const Handle type = text_type(manifest.size());
+    const Handle dataset = create_contiguous(root, manifest_name, type.get(), {}, true, why);
+    note(dataset.valid(), "cannot create the manifest", why);
+    if (dataset.valid()) {
+      try {
+        h5::write_u64_attribute(dataset.get(), "fnv1a64", fnv1a64(manifest));
+      } catch (const InputError& error) {
+        note(false, error.what());
+      }
+      offsets.back() = H5Dget_offset(dataset.get());
+    }
+  }
+  for (const auto& [key, value] : attributes) {
+    try {
+      const Handle group = h5::require_group(root, key.first);
+      if (const auto* number = std::get_if<std::int64_t>(&value))
+        h5::write_attribute(group.get(), key.second, *number);
+      else
+        h5::write_attribute(group.get(), key.second, std::get<std::string>(value));
+    } catch (const InputError& error) {
+      note(false, error.what());
+    }
+  }
+  note(H5Fclose(file.release()) >= 0, "cannot close the file (writing its metadata)");
+  return failure;
+}
+
+}  // namespace
+
+const char* to_string(ElementType type) {
+  switch (type) {
+    case ElementType::float32: return "float32";
+    case ElementType::float64: return "float64";
+    case ElementType::uint8: return "uint8";
+  }
+  return "?";
+}
+
+std::size_t size_of(ElementType type) {
+  switch (type) {
+    case ElementType::float32: return 4;
+    case ElementType::float64: return 8;
+    case ElementType::uint8: return 1;
+  }
+  return 0;
+}
+
+std::int64_t DatasetEntry::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string text = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// ---- writing --------------------------------------------------------------------------------------------
+
+CheckpointWriter::CheckpointWriter(MPI_Comm comm, double timeout_s) : comm_(comm), timeout_s_(timeout_s) {}
+
+void CheckpointWriter::add(const std::string& name, ElementType type, const std::vector<std::int64_t>& shape,
+                           const void* data) {
+  if (name.empty() || name[0] != '/' || name == manifest_name)
+    throw std::logic_error("kpipe::io::CheckpointWriter: dataset name '" + name + "' is not an absolute, free name");
+  Local local;
+  local.entry.name = name;
+  local.entry.type = type;
+  local.entry.shape = shape;
+  local.entry.fnv1a64 = fnv1a64(data, local.entry.bytes());
+  local.data = data;
+  local_.push_back(std::move(local));
+}
+
+void CheckpointWriter::add_tensor(const std::string& name, const std::vector<std::int64_t>& shape, const float* data) {
+  add(name, ElementType::float32, shape, data);
+}
+
+void CheckpointWriter::add_tensor(const std::string& name, const std::vector<std::int64_t>& shape,
+                                  const double* data) {
+  add(name, ElementType::float64, shape, data);
+}
+
+void CheckpointWriter::add_blob(const std::string& name, std::string bytes) {
+  auto owned = std::make_shared<const std::string>(std::move(bytes));
+  add(name, ElementType::uint8, {std::int64_t(owned->size())}, owned->data());
+  local_.back().owned = std::move(owned);
+}
+
+void CheckpointWriter::set_attribute(const std::string& object, const std::string& name, AttributeValue value) {
+  attributes_[{object, name}] = std::move(value);
+}
+
+WriteStatus CheckpointWriter::write(const std::string& path) {
+  int rank = 0, size = 1, world_rank = 0;
+  MPI_Comm_rank(comm_, &rank);
+  MPI_Comm_size(comm_, &size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  const comm::Bound bound{timeout_s_, fmt::format("writing checkpoint file '{}'", path)};
+
+  // 1. Everyone's declarations, in rank order: the file's layout (each rank's datasets side by side).
+  json mine = json::array();
+  for (const auto& l : local_) mine.push_back(entry_json(l.entry));
+  std::vector<int> counts;
+  const std::string all = comm::allgatherv(mine.dump(), comm_, bound, &counts);
+  std::vector<DatasetEntry> datasets;
+  std::vector<int> owner;
+  for (int r = 0, at = 0; r < size; at += counts[r], ++r) {
+    for (const auto& j : json::parse(all.substr(std::size_t(at), std::size_t(counts[r])))) {
+      DatasetEntry e;
+      if (!entry_from(j, e)) throw std::logic_error("kpipe::io::CheckpointWriter: malformed declaration");
+      datasets.push_back(std::move(e));
+      owner.push_back(r);
+    }
+  }
+  std::vector<DatasetEntry> sorted = datasets;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (std::size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i].name == sorted[i - 1].name)
+      throw std::logic_error("kpipe::io::CheckpointWriter: dataset " + sorted[i].name + " given twice");
+  const std::string manifest = manifest_text(attributes_, sorted);
+
+  // 2. The file, every dataset and attribute: created by rank 0 (metadata only: the datasets' space is
+  // allocated, not written), so that a failing write there is one process's failure with its reason.
+  // Creating it with parallel HDF5 instead hangs every rank in the collective close when one rank's
+  // metadata write fails (a full disk): docs/checkpoint-format.md.
+  std::vector<std::uint64_t> offsets(datasets.size() + 1, HADDR_UNDEF);
+  comm::Failure mine_failed;
+  if (rank == 0) {
+    const std::string failure = create_layout(path, datasets, attributes_, manifest, offsets);
+    if (!failure.empty()) mine_failed = {1, rank, fmt::format("rank {}: '{}': {}", world_rank, path, failure)};
+  }
+  if (const auto failed = comm::first_failure(comm_, mine_failed, bound))
+    return {false, failed.rank, failed.message, 0};
+  comm::bcast(offsets.data(), int(offsets.size()), MPI_UINT64_T, 0, comm_, bound);
+
+  // 3. Each rank writes its own datasets' bytes where HDF5 put them, then makes them durable.
+  auto fail = [&](const std::string& what, int error) {
+    mine_failed = {1, rank, fmt::format("rank {}: '{}': {}: {}", world_rank, path, what, errno_text(error))};
+  };
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) {
+    fail("cannot open for writing", errno);
+  } else {
+    std::size_t written = 0, own = 0;
+    for (int o : owner) own += o == rank ? 1 : 0;
+    for (std::size_t i = 0, k = 0; i < datasets.size() && !mine_failed; ++i) {
+      if (owner[i] != rank) continue;
+      const auto& local = local_[k++];
+      const std::size_t bytes = local.entry.bytes();
+      if (bytes > 0 && offsets[i] == HADDR_UNDEF) {
+        fail(fmt::format("dataset {} has no storage", datasets[i].name), EIO);
+        break;
+      }
+      if (const int error = write_all(fd, static_cast<const char*>(local.data), bytes, offsets[i]))
+        fail(fmt::format("cannot write dataset {} ({} bytes at offset {})", datasets[i].name, bytes, offsets[i]), error);
+      if (++written == (own + 1) / 2 && half_written_) half_written_();
+    }
+    if (rank == 0 && !mine_failed)
+      if (const int error = write_all(fd, manifest.data(), manifest.size(), offsets.back()))
+        fail("cannot write the manifest", error);
+    if (!mine_failed && ::fsync(fd) != 0) fail("cannot flush to storage (fsync)", errno);
+    if (::close(fd) != 0 && !mine_failed) fail("cannot close", errno);
+  }
+  // 4. Everyone learns whether every rank's bytes are on storage.
+  if (const auto failed = comm::first_failure(comm_, mine_failed, bound)) return {false, failed.rank, failed.message, 0};
+  WriteStatus status;
+  status.manifest_hash = fnv1a64(manifest);
+  return status;
+}
+
+// ---- reading --------------------------------------------------------------------------------------------
+
+namespace {
+
+template <class... Args> [[noreturn]] void corrupt(fmt::format_string<Args...> format, Args&&... args) {
+  throw CorruptCheckpoint(fmt::format(format, std::forward<Args>(args)...));
+}
+
+std::string attribute_text(const AttributeValue& value) {
+  if (const auto* number = std::get_if<std::int64_t>(&value)) return std::to_string(*number);
+  const std::string& text = std::get<std::string>(value);
+  return text.size() > 40 ? fmt::format("'{}...' ({} bytes)", text.substr(0, 40), text.size()) : "'" + text + "'";
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  try {
+    file_ = h5::open_file(path);
+  } catch (const InputError& e) {
+    throw CorruptCheckpoint(fmt::format("checkpoint file {}", e.what()));
+  }
+  const h5::QuietErrors quiet;
+  const hid_t root = file_.get();
+  std::string format;
+  try {
+    format = h5::read_string_attribute(root, "format", path);
+  } catch (const InputError&) {
+  }
+  if (format != checkpoint_format)
+    corrupt("checkpoint file '{}': not a kpipe checkpoint (attribute format = '{}')", path, format);
+  std::int64_t version = -1;
+  try {
+    version = h5::read_int_attribute(root, "format_version", path);
+  } catch (const InputError&) {
+    corrupt("checkpoint file '{}': no readable format_version attribute", path);
+  }
+  require(version != 1,
+          "checkpoint file '{}': format_version 1 (per-rank files linked from checkpoint.h5, written by an earlier "
+          "kpipe) is not read by this kpipe, which reads format_version {}: its metadata carries no checksum",
+          path, checkpoint_format_version);
+  require(version == checkpoint_format_version,
+          "checkpoint file '{}': format_version {} is not read by this kpipe, which reads format_version {}", path,
+          version, checkpoint_format_version);
+
+  // The manifest, checked against its own hash; then everything else against the manifest.
+  const Handle dataset(H5Dopen2(root, manifest_name, H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid()) corrupt("checkpoint file '{}': no readable /manifest ({})", path, h5::error_text());
+  const Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  if (!type.valid() || H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0)
+    corrupt("checkpoint file '{}': /manifest is not a text", path);
+  std::string text(H5Tget_size(type.get()), '\0');
+  if (H5Dread(dataset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data()) < 0)
+    corrupt("checkpoint file '{}': /manifest cannot be read (truncated or damaged file)", path);
+  std::uint64_t stored = 0;
+  try {
+    stored = h5::read_u64_attribute(dataset.get(), "fnv1a64", path);
+  } catch (const InputError&) {
+    corrupt("checkpoint file '{}': /manifest has no readable fnv1a64 attribute", path);
+  }
+  manifest_hash_ = fnv1a64(text);
+  while (!text.empty() && text.back() == '\0') text.pop_back();  // NULPAD of a zero-length text
+  if (manifest_hash_ != stored)
+    corrupt("checkpoint file '{}': /manifest fails its checksum (fnv1a64 stored {}, computed {})", path,
+            hash_hex(stored), hash_hex(manifest_hash_));
+  const json manifest = json::parse(text, nullptr, false);
+  if (manifest.is_discarded() || !manifest.is_object() || manifest.value("format", "") != checkpoint_format ||
+      manifest.value("format_version", -1) != checkpoint_format_version || !manifest.contains("attributes") ||
+      !manifest["attributes"].is_array() || !manifest.contains("datasets") || !manifest["datasets"].is_array())
+    corrupt("checkpoint file '{}': /manifest is not a kpipe checkpoint manifest", path);
+  for (const auto& a : manifest["attributes"]) {
+    if (!a.is_object() || !a.contains("object") || !a.contains("name") || !a["object"].is_string() ||
+        !a["name"].is_string() || !(a.contains("int") ? a["int"].is_number_integer() : a.value("text", json()).is_string()))
+      corrupt("checkpoint file '{}': /manifest lists a malformed attribute", path);
+    const std::string object = a["object"].get<std::string>(), name = a["name"].get<std::string>();
+    AttributeValue value;
+    if (a.contains("int"))
+      value = a["int"].get<std::int64_t>();
+    else
+      value = a["text"].get<std::string>();
+    // What HDF5 tools show must be what the manifest says.
+    AttributeValue shown;
+    try {
+      const Handle group = h5::open_group(root, object);
+      if (std::holds_alternative<std::int64_t>(value))
+        shown = h5::read_int_attribute(group.get(), name, path);
+      else
+        shown = h5::read_string_attribute(group.get(), name, path);
+    } catch (const InputError&) {
+      corrupt("checkpoint file '{}': attribute {} of {} cannot be read (damaged file)", path, name, object);
+    }
+    if (shown != value)
+      corrupt("checkpoint file '{}': attribute {} of {} reads {} but the checksummed manifest says {}", path, name,
+              object, attribute_text(shown), attribute_text(value));
+    attributes_[{object, name}] = std::move(value);
+  }
+  for (const auto& j : manifest["datasets"]) {
+    DatasetEntry e;
+    if (!entry_from(j, e)) corrupt("checkpoint file '{}': /manifest lists a malformed dataset", path);
+    datasets_.push_back(std::move(e));
+  }
+}
+
+bool CheckpointReader::has(const std::string& object, const std::string& name) const {
+  return attributes_.count({object, name}) > 0;
+}
+
+std::int64_t CheckpointReader::number(const std::string& name, const std::string& object) const {
+  const auto it = attributes_.find({object, name});
+  if (it == attributes_.end() || !std::holds_alternative<std::int64_t>(it->second))
+    corrupt("checkpoint file '{}': no integer attribute {} of {}", path_, name, object);
+  return std::get<std::int64_t>(it->second);
+}
+
+std::string CheckpointReader::text(const std::string& name, const std::string& object) const {
+  const auto it = attributes_.find({object, name});
+  if (it == attributes_.end() || !std::holds_alternative<std::string>(it->second))
+    corrupt("checkpoint file '{}': no text attribute {} of {}", path_, name, object);
+  return std::get<std::string>(it->second);
+}
+
+const DatasetEntry* CheckpointReader::find(const std::string& name) const {
+  const auto it = std::lower_bound(datasets_.begin(), datasets_.end(), name,
+                                   [](const DatasetEntry& e, const std::string& n) { return e.name < n; });
+  return it != datasets_.end() && it->name == name ? &*it : nullptr;
+}
+
+std::string CheckpointReader::read_verified(const DatasetEntry& entry) const {
+  const h5::QuietErrors quiet;
+  const Handle dataset(H5Dopen2(file_.get(), entry.name.c_str(), H5P_DEFAULT), H5Dclose);
+  if (!dataset.valid())
+    corrupt("checkpoint file '{}': dataset {} cannot be opened (truncated or damaged file)", path_, entry.name);
+  const Handle type(H5Dget_type(dataset.get()), H5Tclose);
+  const Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  std::vector<hsize_t> dims(std::size_t(std::max(rank, 0)));
+  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  const std::vector<std::int64_t> shape(dims.begin(), dims.end());
+  if (!type.valid() || H5Tequal(type.get(), file_type_of(entry.type)) <= 0 || shape != entry.shape)
+    corrupt("checkpoint file '{}': dataset {} is not the {} {} the manifest lists", path_, entry.name,
+            to_string(entry.type), shape_text(entry.shape));
+  std::string bytes(entry.bytes(), '\0');
+  if (!bytes.empty() &&
+      H5Dread(dataset.get(), memory_type_of(entry.type), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
+    corrupt("checkpoint file '{}': dataset {} cannot be read (truncated or damaged file)", path_, entry.name);
+  const std::uint64_t got = fnv1a64(bytes);
+  if (got != entry.fnv1a64) {
+    std::uint64_t own = 0;
+    try {
+      own = h5::read_u64_attribute(dataset.get(), "fnv1a64", path_);
+    } catch (const InputError&) {
+    }
+    if (own == got)
+      corrupt("checkpoint file '{}': dataset {} is not this checkpoint's: its bytes match its own fnv1a64 attribute "
+              "({}) but the manifest records {} (copied in from another checkpoint?)",
+              path_, entry.name, hash_hex(own), hash_hex(entry.fnv1a64));
+    corrupt("checkpoint file '{}': dataset {} fails its checksum (fnv1a64 in the manifest {}, computed {})", path_,
+            entry.name, hash_hex(entry.fnv1a64), hash_hex(got));
+  }
+  return bytes;
+}
+
+template <class T>
+void CheckpointReader::read_tensor(const std::string& name, const std::vector<std::int64_t>& shape, T* dest) const {
+  const DatasetEntry* entry = find(name);
+  require(entry != nullptr, "checkpoint '{}': the model's tensor {} (shape {}) is not in the checkpoint", path_, name,
+          shape_text(shape));
+  require(entry->shape == shape, "checkpoint '{}': tensor {} has shape {} in the checkpoint, {} in the model", path_,
+          name, shape_text(entry->shape), shape_text(shape));
+  require(entry->type == ElementType::float32 || entry->type == ElementType::float64,
+          "checkpoint '{}': dataset {} is {}, not a float32 or float64 tensor", path_, name, to_string(entry->type));
+  std::string bytes = read_verified(*entry);
+  const std::size_t n = std::size_t(entry->numel());
+  if (size_of(entry->type) == sizeof(T)) {
+    std::memcpy(dest, bytes.data(), n * sizeof(T));
+    return;
+  }
+  bytes.resize(n * std::max(sizeof(T), size_of(entry->type)));
+  H5Tconvert(memory_type_of(entry->type), h5::memory_type<T>(), n, bytes.data(), nullptr, H5P_DEFAULT);
+  std::memcpy(dest, bytes.data(), n * sizeof(T));
+}
+
+std::string CheckpointReader::read_blob(const std::string& name) const {
+  const DatasetEntry* entry = find(name);
+  require(entry != nullptr, "checkpoint '{}': no blob {}", path_, name);
+  require(entry->type == ElementType::uint8 && entry->shape.size() == 1, "checkpoint '{}': dataset {} is not a blob",
+          path_, name);
+  return read_verified(*entry);
+}
+
+template void CheckpointReader::read_tensor(const std::string&, const std::vector<std::int64_t>&, float*) const;
+template void CheckpointReader::read_tensor(const std::string&, const std::vector<std::int64_t>&, double*) const;
+
+}  // namespace kpipe::io

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# A checkpoint directory belongs to one run: a new run in a directory holding another run's checkpoints is
+# refused before it trains (or, with checkpoint.other_runs = keep, writes beside them and prunes only its
+# own, oldest first), --resume continues the run `latest` names, a second training in a directory in use
+# is refused while the first runs, and a directory whose parent is missing, or a read-only one, is refused
+# at start.
+# Usage: checkpoint_runs.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
+set -u
+train=$1; shift
+source "$(dirname "$0")/checkpoint_common.sh"
+dir=$(mktemp -d)
+mounted=""
+trap '[ -n "$mounted" ] && umount "$mounted"; rm -rf "$dir"' EXIT
+passes=0
+ok() { passes=$((passes + 1)); }
+run=(--pipeline-size 2 --microbatches 2 --model.n_layers 2 --train.log_every 1000)
+run_of() { sed -n 's/^run //p' "$1/latest"; }
+files() { (cd "$1" && ls step-*.h5 2>/dev/null | tr '\n' ' '); }
+# refused NAME NEEDLE COMMAND...: exit 2, one kpipe-train line containing NEEDLE, no training.
+refused() {
+  local name=$1 needle=$2; shift 2
+  timeout 120 "$@" >/dev/null 2>"$dir/err"
+  local rc=$?
+  [ "$rc" -eq 2 ] && ok || fail "$name: exit $rc, expected 2"
+  [ "$(grep -c "kpipe-train" "$dir/err")" -eq 1 ] && grep -qF -- "$needle" "$dir/err" && ok ||
+    fail "$name: not one line with '$needle': $(grep kpipe "$dir/err")"
+  ! grep -q "^step" "$dir/err" && ok || fail "$name: training started"
+}
+
+# Run A writes step 5.
+timeout 120 "$@" -n 2 "$train" "${run[@]}" --steps 5 --checkpoint-dir "$dir/ck" --checkpoint-every 5 2>/dev/null ||
+  fail "run A failed"
+a=$(run_of "$dir/ck")
+# A new run there is refused, naming run A; nothing changes.
+refused "a new run in run A's directory" "another run (run $a: step-00000005.h5)" \
+  "$@" -n 2 "$train" "${run[@]}" --steps 4 --checkpoint-dir "$dir/ck" --checkpoint-every 2
+[ "$(files "$dir/ck")" = "step-00000005.h5 " ] && ok || fail "the refused run changed $(files "$dir/ck")"
+# With other_runs = keep, run B writes 2, 4, 6, 8 beside it and keeps its own newest 2; A's step 5 stays.
+timeout 120 "$@" -n 2 "$train" "${run[@]}" --steps 8 --checkpoint-dir "$dir/ck" --checkpoint-every 2 --keep 2 \
+  --checkpoint.other_runs keep 2>"$dir/err" || fail "run B (keep): $(grep kpipe "$dir/err" | tail -2)"
+b=$(run_of "$dir/ck")
+[ -n "$b" ] && [ "$b" != "$a" ] && ok || fail "run B did not get a run of its own ($b)"
+[ "$(files "$dir/ck")" = "step-00000005.h5 step-00000006.h5 step-00000008.h5 " ] && ok ||
+  fail "after run B: $(files "$dir/ck")"
+# --resume continues run B (the run `latest` names), and pruning goes on among B's checkpoints only.
+timeout 120 "$@" -n 2 "$train" "${run[@]}" --steps 10 --checkpoint-dir "$dir/ck" --checkpoint-every 2 --keep 2 \
+  --checkpoint.other_runs keep --resume 2>"$dir/err" || fail "resuming run B: $(grep kpipe "$dir/err" | tail -2)"
+grep -q "resumed from checkpoint .*step-00000008.h5 (step 8)" "$dir/err" && ok || fail "the resume did not load step 8"
+[ "$(run_of "$dir/ck")" = "$b" ] && ok || fail "the resumed run is not run B"
+[ "$(files "$dir/ck")" = "step-00000005.h5 step-00000008.h5 step-00000010.h5 " ] && ok ||
+  fail "after resuming: $(files "$dir/ck")"
+
+# One training per directory: a second one is refused while the first runs (and the first, sent SIGUSR1,
+# still checkpoints and exits 75).
+"$@" -n 2 "$train" "${run[@]}" --steps 100000000 --checkpoint-dir "$dir/busy" >/dev/null 2>"$dir/first.err" &
+first=$!
+for _ in $(seq 600); do grep -q "parameters" "$dir/first.err" && break; sleep 0.05; done
+refused "a second training in a directory in use" "is in use by another training (pid" \
+  "$@" -n 2 "$train" "${run[@]}" --steps 2 --checkpoint-dir "$dir/busy"
+kill -USR1 "$(a_rank $first)"
+wait $first
+rc=$?
+[ "$rc" -eq 75 ] && ok || fail "the first training: exit $rc after SIGUSR1, expected 75"
+
+# Directories refused at start.
+refused "a checkpoint directory whose parent is missing" "its parent directory '$dir/nope' does not exist" \
+  "$@" -n 2 "$train" "${run[@]}" --steps 2 --checkpoint-dir "$dir/nope/ck"
+mkdir -p "$dir/ro"
+if mount -t tmpfs -o ro,size=1m tmpfs "$dir/ro" 2>/dev/null; then
+  mounted="$dir/ro"
+  refused "a read-only checkpoint directory" "Read-only file system" \
+    "$@" -n 2 "$train" "${run[@]}" --steps 2 --checkpoint-dir "$dir/ro"
+else
+  echo "skipping the read-only case: cannot mount a read-only tmpfs here"
+fi
+echo "$passes passed, $failures failed"
+[ $failures -eq 0 ]

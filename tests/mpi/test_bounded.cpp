@@ -1,0 +1,99 @@
+// Bounded collectives (run with -n 1, 2 and 4): the same results as MPI's own, on the world and on
+// sub-communicators, many in a row (the "arrived" messages stay matched); agreement on the lowest failing
+// rank's message. (A rank that stops is tested end to end: tests/e2e/stall.sh.)
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kpipe/comm/agree.hpp"
+#include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/error.hpp"
+
+namespace kpipe {
+namespace {
+
+const comm::Bound bound{60, "a test collective"};
+
+TEST(Bounded, CollectivesGiveMpisResults) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (int round = 0; round < 50; ++round) {
+    std::vector<double> values = {double(rank), 1.0, double(round)};
+    comm::allreduce(values, MPI_SUM, MPI_COMM_WORLD, bound);
+    EXPECT_EQ(values[0], size * (size - 1) / 2.0);
+    EXPECT_EQ(values[1], size);
+    EXPECT_EQ(values[2], double(round) * size);
+    EXPECT_EQ(comm::allreduce(rank, MPI_MAX, MPI_COMM_WORLD, bound), size - 1);
+    comm::barrier(MPI_COMM_WORLD, bound);
+  }
+  EXPECT_EQ(comm::bcast(rank == size - 1 ? std::string("from the last") : std::string(), size - 1, MPI_COMM_WORLD, bound),
+            "from the last");
+  const auto all = comm::allgather(std::vector<int>{rank, -rank}, MPI_COMM_WORLD, bound);
+  ASSERT_EQ(all.size(), std::size_t(2 * size));
+  for (int r = 0; r < size; ++r) EXPECT_EQ(all[2 * r + 1], -r);
+}
+
+TEST(Bounded, VariableLengthGathersKeepRankOrder) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const std::string mine(std::size_t(rank + 1), char('a' + rank));
+  std::vector<int> counts;
+  const std::string all = comm::allgatherv(mine, MPI_COMM_WORLD, bound, &counts);
+  std::string expected;
+  for (int r = 0; r < size; ++r) expected += std::string(std::size_t(r + 1), char('a' + r));
+  EXPECT_EQ(all, expected);
+  EXPECT_EQ(counts.size(), std::size_t(size));
+  const std::vector<std::int64_t> values(std::size_t(rank), rank);
+  const auto gathered = comm::gatherv(values, 0, MPI_COMM_WORLD, bound, &counts);
+  if (rank == 0) {
+    EXPECT_EQ(gathered.size(), std::size_t(size * (size - 1) / 2));
+    for (int r = 0; r < size; ++r) EXPECT_EQ(counts[r], r);
+  } else {
+    EXPECT_TRUE(gathered.empty());
+  }
+}
+
+TEST(Bounded, SubCommunicatorsHaveTheirOwnRoot) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm half;
+  MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+  for (int round = 0; round < 20; ++round) {
+    const int sum = comm::allreduce(1, MPI_SUM, half, bound);
+    int expected = 0;
+    MPI_Comm_size(half, &expected);
+    EXPECT_EQ(sum, expected);
+  }
+  MPI_Comm_free(&half);
+}
+
+TEST(Agree, EveryRankGetsTheLowestFailingRanksMessage) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  EXPECT_NO_THROW(comm::agree(MPI_COMM_WORLD, bound, [] {}));
+  // The last rank alone fails (as rank 0 alone fails to open --metrics): every rank throws its message.
+  try {
+    comm::agree(MPI_COMM_WORLD, bound, [&] {
+      if (rank == size - 1) throw InputError("output.metrics = 'x': cannot write");
+    });
+    ADD_FAILURE() << "no rank threw";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "output.metrics = 'x': cannot write");
+  }
+  // Several fail: the lowest one's message, and its rank.
+  const comm::Failure agreed = comm::first_failure(
+      MPI_COMM_WORLD, rank >= size / 2 ? comm::Failure{7, rank, "rank " + std::to_string(rank)} : comm::Failure{},
+      bound);
+  EXPECT_EQ(agreed.code, 7);
+  EXPECT_EQ(agreed.rank, size / 2);
+  EXPECT_EQ(agreed.message, "rank " + std::to_string(size / 2));
+}
+
+}  // namespace
+}  // namespace kpipe
