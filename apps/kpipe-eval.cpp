@@ -9,7 +9,6 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
-#include <Kokkos_Core.hpp>
 #include <string>
 #include <vector>
 
@@ -24,6 +23,7 @@
 #include "kpipe/data/token_file.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace {
@@ -52,7 +52,7 @@ std::vector<kpipe::Token> load_tokens(const Options& o, const kpipe::data::Token
   return corpus.train;
 }
 
-int evaluate(const Options& o, int rank) {
+int evaluate(const Options& o, const std::string& transport, int rank) {
   using namespace kpipe;
   require(o.pipeline_size >= 1, "--pipeline-size = {}: expected an integer >= 1", o.pipeline_size);
   require(o.chunks >= 1, "--chunks = {}: expected an integer >= 1", o.chunks);
@@ -83,6 +83,7 @@ int evaluate(const Options& o, int rank) {
   p.chunks = o.chunks;
   p.schedule = o.schedule;
   p.schedule_file.clear();
+  p.transport = transport;
   config.train.microbatches = config.train.batch = o.pipeline_size;
   config.train.eval_batches = int((windows + config.train.batch - 1) / config.train.batch);
   validate(config);
@@ -110,8 +111,6 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int rc = 0;
   {
-    int kokkos_argc = 1;  // Kokkos must not see (and answer) --help
-    Kokkos::ScopeGuard kokkos(kokkos_argc, argv);
     Options o;
     CLI::App app("Mean loss of a checkpoint over consecutive windows of seq_len + 1 tokens of a file.", "kpipe-eval");
     app.add_option("checkpoint", o.checkpoint, "a checkpoint file (step-<N>.h5) or a checkpoint.dir (its latest)")
@@ -133,7 +132,10 @@ int main(int argc, char** argv) {
       } catch (const CLI::ParseError& e) {
         throw kpipe::InputError(e.what());
       }
-      rc = evaluate(o, rank);
+      // Each rank drives the GPU of its node-local rank (host threads: OMP_NUM_THREADS).
+      const auto placement = kpipe::runtime::place_rank(kpipe::PipelineConfig(), MPI_COMM_WORLD);
+      kpipe::runtime::KokkosSession kokkos(placement);
+      rc = evaluate(o, placement.transport, rank);
     } catch (const CLI::Success&) {
       rc = 0;
     } catch (const kpipe::InputError& e) {

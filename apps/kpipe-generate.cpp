@@ -8,7 +8,6 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
-#include <Kokkos_Core.hpp>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -21,6 +20,7 @@
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/runtime/generator.hpp"
+#include "kpipe/runtime/placement.hpp"
 
 namespace {
 
@@ -57,7 +57,7 @@ class TextStream {
   std::string printed_;
 };
 
-int generate(Options o, int rank, int world_size) {
+int generate(Options o, const std::string& transport, int rank, int world_size) {
   using namespace kpipe;
   runtime::validate(o.sampling);
   require(o.tokens >= 0, "--tokens = {}: expected an integer >= 0", o.tokens);
@@ -83,6 +83,7 @@ int generate(Options o, int rank, int world_size) {
   p.chunks = o.chunks;
   p.schedule = o.schedule;
   p.schedule_file.clear();
+  p.transport = transport;
   // One sequence per micro-batch (the trainer's schedule, never run here, wants p of them when interleaved).
   config.train.batch = config.train.microbatches = o.pipeline_size;
   validate(config);
@@ -123,8 +124,6 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &world_size);
   int rc = 0;
   {
-    int kokkos_argc = 1;  // Kokkos must not see (and answer) --help
-    Kokkos::ScopeGuard kokkos(kokkos_argc, argv);
     Options o;
     CLI::App app("Generates text from a checkpoint (model and tokenizer from the checkpoint) on any pipeline layout.",
                  "kpipe-generate");
@@ -151,7 +150,10 @@ int main(int argc, char** argv) {
       } catch (const CLI::ParseError& e) {
         throw kpipe::InputError(e.what());
       }
-      rc = generate(o, rank, world_size);
+      // Each rank drives the GPU of its node-local rank (host threads: OMP_NUM_THREADS).
+      const auto placement = kpipe::runtime::place_rank(kpipe::PipelineConfig(), MPI_COMM_WORLD);
+      kpipe::runtime::KokkosSession kokkos(placement);
+      rc = generate(o, placement.transport, rank, world_size);
     } catch (const CLI::Success&) {
       rc = 0;
     } catch (const kpipe::InputError& e) {

@@ -28,6 +28,7 @@
 #include "kpipe/runtime/memory_report.hpp"
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
+#include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/signals.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
@@ -238,55 +239,59 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   int rc = 0;
   double timeout = kpipe::PipelineConfig{}.recv_timeout_s;
-  {
-    // Kokkos takes its --kokkos-* options out of argv; it must not see --help, which is ours.
-    std::vector<char*> kokkos_args;
-    for (int i = 0; i < argc; ++i)
-      if (std::string(argv[i]) != "--help" && std::string(argv[i]) != "-h") kokkos_args.push_back(argv[i]);
-    int kokkos_argc = int(kokkos_args.size());
-    Kokkos::ScopeGuard kokkos(kokkos_argc, kokkos_args.data());
-    // What Kokkos consumed is gone from kokkos_args; put --help back where the user had it.
-    std::vector<const char*> args(kokkos_args.begin(), kokkos_args.begin() + kokkos_argc);
+  bool set_up = false;
+  try {
+    // The configuration comes first: it decides how Kokkos starts (threads per rank; the GPU follows the
+    // node-local rank), so Kokkos' own command-line options have no say.
     for (int i = 1; i < argc; ++i)
-      if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") args.push_back(argv[i]);
-    bool set_up = false;
-    try {
-      bool resume = false;
-      bool trace_full = false;
-      const auto command_line =
-          kpipe::parse_command_line("kpipe-train", int(args.size()), args.data(), [&](CLI::App& app) {
-            app.add_flag("--resume", resume, "resume from the checkpoint `latest` names in --checkpoint-dir (none: start)")
-                ->group("[checkpoint]");
-            app.add_flag("--trace-full", trace_full, "also trace the full tensors of micro-batch 0 (output.trace_full = 1)")
-                ->group("[output]");
-            app.footer(
-                "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 3 a rank\n"
-                "stopped answering (a receive or collective waited pipeline.recv_timeout_s: the job is aborted);\n"
-                "4 stopped after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 5 a\n"
-                "checkpoint could not be written (checkpoint.on_failure = stop, or on a stop signal; `latest` is\n"
-                "unchanged); 75 SIGUSR1 arrived and a checkpoint was written: requeue the job with --resume; 143\n"
-                "the same on SIGTERM (the job is being ended: not to be requeued).");
-          });
-      auto config = command_line.config;
-      timeout = config.pipeline.recv_timeout_s;
-      if (resume) config.checkpoint.resume = "latest";
-      if (trace_full) config.output.trace_full = 1;
-      rc = command_line.exit_now ? command_line.exit_code : train(config, rank, set_up);
-    } catch (const kpipe::InputError& e) {
-      if (!set_up) {
-        // Before training, every failure is agreed by all ranks (or the same everywhere); one says so.
-        if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
-        rc = kpipe::exit_bad_input;
-      } else {
-        // During training it may be this rank's alone: say where, and take the whole job down (no hang).
-        fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
-        MPI_Abort(MPI_COMM_WORLD, kpipe::exit_bad_input);
-      }
-    } catch (const std::exception& e) {
-      // Anything else may have struck one rank only: say where, and take the whole job down (no hang).
-      fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
+      kpipe::require(std::string(argv[i]).rfind("--kokkos", 0) != 0,
+                     "{}: kpipe-train starts Kokkos itself: set host threads with --pipeline.threads_per_rank (each "
+                     "rank drives the GPU of its node-local rank); other Kokkos settings through KOKKOS_* "
+                     "environment variables",
+                     argv[i]);
+    bool resume = false;
+    bool trace_full = false;
+    const auto command_line =
+        kpipe::parse_command_line("kpipe-train", argc, argv, [&](CLI::App& app) {
+          app.add_flag("--resume", resume, "resume from the checkpoint `latest` names in --checkpoint-dir (none: start)")
+              ->group("[checkpoint]");
+          app.add_flag("--trace-full", trace_full, "also trace the full tensors of micro-batch 0 (output.trace_full = 1)")
+              ->group("[output]");
+          app.footer(
+              "Exit codes: 0 done; 1 failure; 2 bad input (config, data, checkpoint; every rank alike); 3 a rank\n"
+              "stopped answering (a receive or collective waited pipeline.recv_timeout_s: the job is aborted);\n"
+              "4 stopped after train.max_skipped_steps steps in a row with a non-finite loss or gradient; 5 a\n"
+              "checkpoint could not be written (checkpoint.on_failure = stop, or on a stop signal; `latest` is\n"
+              "unchanged); 75 SIGUSR1 arrived and a checkpoint was written: requeue the job with --resume; 143\n"
+              "the same on SIGTERM (the job is being ended: not to be requeued).");
+        });
+    auto config = command_line.config;
+    timeout = config.pipeline.recv_timeout_s;
+    if (resume) config.checkpoint.resume = "latest";
+    if (trace_full) config.output.trace_full = 1;
+    if (command_line.exit_now) {
+      rc = command_line.exit_code;
+    } else {
+      const auto placement = kpipe::runtime::place_rank(config.pipeline, MPI_COMM_WORLD);
+      if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
+      config.pipeline.transport = placement.transport;
+      kpipe::runtime::KokkosSession kokkos(placement);
+      rc = train(config, rank, set_up);
     }
+  } catch (const kpipe::InputError& e) {
+    if (!set_up) {
+      // Before training, every failure is agreed by all ranks (or the same everywhere); one says so.
+      if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
+      rc = kpipe::exit_bad_input;
+    } else {
+      // During training it may be this rank's alone: say where, and take the whole job down (no hang).
+      fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
+      MPI_Abort(MPI_COMM_WORLD, kpipe::exit_bad_input);
+    }
+  } catch (const std::exception& e) {
+    // Anything else may have struck one rank only: say where, and take the whole job down (no hang).
+    fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
+    MPI_Abort(MPI_COMM_WORLD, 1);
   }
   {
     // MPI_Finalize waits for every rank: bounded like every other wait.

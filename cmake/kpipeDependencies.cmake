@@ -21,7 +21,13 @@ if(NOT CLI11_FOUND)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
 if(KPIPE_ENABLE_NCCL)
+  # NCCL moves device buffers on a CUDA stream: only a CUDA Kokkos has either.
+  if(NOT Kokkos_DEVICES MATCHES "CUDA")
+    message(FATAL_ERROR "kpipe: KPIPE_ENABLE_NCCL=ON needs a Kokkos with the CUDA backend; this one has "
+                        "${Kokkos_DEVICES} (${Kokkos_DIR})")
+  endif()
   find_package(CUDAToolkit REQUIRED)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} REQUIRED)
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} REQUIRED)
 endif()
 # SentencePiece: the BPE tokenizer (kpipe-prepare --tokenizer bpe, and decoding a BPE model's output).

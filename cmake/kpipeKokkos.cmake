@@ -7,8 +7,10 @@
 if(TARGET kpipe::KokkosDeps)
   return()
 endif()
-find_package(Kokkos REQUIRED)
-find_package(KokkosKernels REQUIRED)
+# kpipe_Kokkos_DIR, kpipe_KokkosKernels_DIR: set by an installed kpipe's package config to the ones it was
+# built with (searched before the system's); empty in kpipe's own build.
+find_package(Kokkos REQUIRED HINTS ${kpipe_Kokkos_DIR})
+find_package(KokkosKernels REQUIRED HINTS ${kpipe_KokkosKernels_DIR})
 add_library(kpipe::KokkosDeps INTERFACE IMPORTED GLOBAL)
 if(TARGET Kokkos::kokkoskernels)
   target_link_libraries(kpipe::KokkosDeps INTERFACE Kokkos::kokkoskernels Kokkos::kokkos)

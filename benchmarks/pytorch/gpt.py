@@ -150,6 +150,7 @@ def main():
     ap.add_argument("--data", default="", help="a file whose bytes are the corpus (default: random bytes)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU (scripts/gpu-check.sh)")
     args = ap.parse_args()
     if args.batch % args.microbatches:
         raise SystemExit(f"--microbatches = {args.microbatches}: must divide --batch = {args.batch}")
@@ -158,12 +159,18 @@ def main():
     torch.manual_seed(args.seed)
     model = nn.Sequential(*layers(c))
     init_(model, c)
+    device = torch.device(args.device)
+    model.to(device)
+    # A step is timed from its start until the device has finished it.
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     opt = adamw(model, 1e-3)
     data = corpus(args.data, 1 << 20, args.seed)
     gen = torch.Generator().manual_seed(args.seed + 1)
     step_seconds, cpu_seconds = [], []
     for _ in range(args.steps):
         x, y = windows(data, args.batch, c["seq_len"], gen)
+        x, y = x.to(device), y.to(device)
+        sync()
         wall0, cpu0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         for xm, ym in zip(x.chunk(args.microbatches), y.chunk(args.microbatches)):
@@ -172,10 +179,11 @@ def main():
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         step_seconds.append(time.perf_counter() - wall0)
         cpu_seconds.append(time.process_time() - cpu0)
     result = summary(step_seconds, cpu_seconds, args.batch * c["seq_len"], c)
-    result.update(kind="pytorch", ranks=1, microbatches=args.microbatches,
+    result.update(kind="pytorch", device=args.device, ranks=1, microbatches=args.microbatches,
                   num_params=sum(p.numel() for p in model.parameters()), final_loss=loss.item() * args.microbatches)
     print(json.dumps(result))
 

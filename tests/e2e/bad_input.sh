@@ -3,10 +3,12 @@
 # before any work (no "step" line), within a bound (every command runs under `timeout 60`): also when only
 # rank 0 finds it (an output under a missing directory), and for inputs that are FIFOs or devices (refused,
 # never opened). Usage: bad_input.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
+# Environment (set by ctest): KPIPE_NCCL=1 on builds with NCCL, KPIPE_THREADED_HOST=1 where Kokkos has OpenMP.
 set -u
 train=$1; shift
 mpiexec=("$@")
 failures=0
+checks=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 printf '[model]\ndmodel = 3\n' > "$work/unknown.toml"
@@ -18,6 +20,7 @@ expect() {
   local needles=()
   while [ "$1" != "--" ]; do needles+=("$1"); shift; done
   shift
+  checks=$((checks + 1))
   timeout 60 "$@" >"$work/out" 2>"$work/err" </dev/null
   local rc=$?
   local lines
@@ -69,5 +72,18 @@ expect vertical-sync-sync "pipeline.vertical_sync = 1" "1f1b" -- "$train" --vert
 expect async-data-parallel "pipeline.data_parallel = 2" "pipedream" -- "${mpiexec[@]}" -n 2 "$train" --data-parallel 2 --microbatches 2 --schedule pipedream
 expect async-checkpoint "checkpoint.dir" "pipedream" -- "$train" --schedule pipedream --checkpoint-dir "$work/ck"
 
-echo "$((27 - failures)) passed, $failures failed"
+expect bad-transport "pipeline.transport" "carrier" -- "$train" --transport carrier
+expect kokkos-option "--kokkos-num-threads" "pipeline.threads_per_rank" -- "$train" --kokkos-num-threads=2
+expect negative-threads "pipeline.threads_per_rank" "-1" -- "$train" --threads-per-rank -1
+if [ "${KPIPE_NCCL:-0}" != 1 ]; then
+  expect nccl-on-host-build "pipeline.transport" "nccl" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --transport nccl
+else  # a GPU node with fewer GPUs than 3 ranks (scripts/gpu-check.sh runs on one GPU)
+  expect nccl-ranks-share-a-gpu "pipeline.transport" "refuses two ranks on one GPU" -- \
+    "${mpiexec[@]}" -n 3 "$train" --pipeline-size 3 --transport nccl
+fi
+if [ "${KPIPE_THREADED_HOST:-0}" != 1 ]; then
+  expect threads-on-serial "pipeline.threads_per_rank" "no threaded host backend" -- "$train" --threads-per-rank 2
+fi
+
+echo "$((checks - failures)) passed, $failures failed"
 [ $failures -eq 0 ]

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include "kpipe/core/error.hpp"
@@ -96,6 +97,34 @@ TEST(Embedding, RejectsSequenceLengthsThatDoNotFit) {
   EXPECT_THROW(forward(space, emb, tokens, 5, out), InputError);  // 12 rows are not whole sequences of 5
   EXPECT_THROW(backward_weight(space, emb, tokens, 5, out), InputError);
   EXPECT_NO_THROW(forward(space, emb, tokens, 3, out));
+}
+
+// An id outside [0, vocab) is never read from the table (it used to read out of bounds): its row comes out
+// NaN, which the trainer reports as a non-finite loss, its neighbours are untouched, and backward skips it.
+TEST(Embedding, OutOfRangeTokenIdsGiveNanRowsAndNoGradient) {
+  ExecSpace space;
+  auto emb = make_embedding<double>(vocab, positions, channels);
+  test::fill_uniform(emb.token, 1);
+  test::fill_uniform(emb.position, 2);
+  std::vector<Token> ids = repeated;
+  ids[2] = vocab;        // one past the end
+  ids[7] = -1;           // negative
+  ids[9] = 1 << 30;      // far outside
+  const auto tokens = make_tokens(ids);
+  View2<double> out("out", ids.size(), channels);
+  forward(space, emb, tokens, seq, out);
+  auto hout = Kokkos::create_mirror_view_and_copy(HostSpace(), out);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    for (int c = 0; c < channels; ++c) {
+      const bool bad = ids[i] < 0 || ids[i] >= vocab;
+      EXPECT_EQ(std::isnan(hout(i, c)), bad) << "row " << i << " id " << ids[i];
+    }
+  View2<double> dout("dout", ids.size(), channels);
+  Kokkos::deep_copy(dout, 1.0);
+  backward_weight(space, emb, tokens, seq, dout);
+  auto dtoken = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
+  // Token 1 appears six times in `repeated`; rows 2, 7 and 9 (1s there) now hold bad ids.
+  for (int c = 0; c < channels; ++c) EXPECT_DOUBLE_EQ(dtoken(1, c), 3.0);
 }
 
 }  // namespace

@@ -64,6 +64,12 @@ struct PipelineConfig {
   // up to rounding.
   std::string dp_reduction = "ordered";
   int dp_reduction_group = 1;   // "ordered": consecutive micro-batches per hop of the running sum
+  // How stages and replicas exchange data: "nccl" (GPU buffers through NCCL, on the compute stream), "mpi"
+  // (MPI; device buffers through pinned host copies unless MPI is CUDA-aware), or "auto": NCCL when kpipe is
+  // built with CUDA and NCCL and every rank of a node has a GPU of its own, MPI otherwise (comm/transport.hpp).
+  std::string transport = "auto";
+  // Host threads of each rank's Kokkos (OpenMP backend); 0 leaves it to Kokkos and OMP_NUM_THREADS.
+  int threads_per_rank = 0;
 };
 
 // Memory: activation recomputation and the per-rank limit (memory/plan.hpp, docs/user-guide.md).

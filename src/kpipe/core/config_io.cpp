@@ -110,6 +110,12 @@ const std::vector<Key>& keys() {
             "micro-batches per replica)"),
       entry("pipeline.recv_timeout_s", &C::pipeline, &P::recv_timeout_s,
            "a receive waiting longer than this many seconds aborts the run"),
+      entry("pipeline.transport", &C::pipeline, &P::transport,
+            "stage-to-stage and replica transfers: auto (NCCL on GPUs when built with it), mpi or nccl",
+            "--transport", {"auto", "mpi", "nccl"}),
+      entry("pipeline.threads_per_rank", &C::pipeline, &P::threads_per_rank,
+            "host threads per rank (Kokkos OpenMP backend); 0: Kokkos' choice (OMP_NUM_THREADS)",
+            "--threads-per-rank"),
       entry("memory.recompute", &C::memory, &MemoryConfig::recompute,
             "activations recomputed before backward instead of kept", "--recompute",
             {"none", "attention", "mlp", "block"}),
@@ -550,6 +556,8 @@ void validate(const Config& config) {
   one_of("pipeline.schedule", pipeline.schedule);
   one_of("pipeline.partition", pipeline.partition);
   one_of("pipeline.dp_reduction", pipeline.dp_reduction);
+  one_of("pipeline.transport", pipeline.transport);
+  at_least("pipeline.threads_per_rank", pipeline.threads_per_rank, 0);
   at_least("pipeline.dp_reduction_group", pipeline.dp_reduction_group, 1);
   one_of("memory.recompute", config.memory.recompute);
   require(config.memory.limit_per_rank == "auto" || config.memory.limit_per_rank == "none" ||

@@ -2,15 +2,17 @@
 // Elementwise kernels over n contiguous elements. On host backends each work item is a block of
 // contiguous elements that the kernel walks with raw KOKKOS_RESTRICT pointers, so the compiler vectorizes
 // the inner loop (one call per element through a functor's views defeats that: the views' pointers are
-// reloaded every iteration). On devices a block is one element, one per thread, coalesced.
-#include "kpipe/core/tensor.hpp"
+// reloaded every iteration). On devices a block is one element, one per thread, coalesced. Which of the two
+// is the kernel path's choice (core/kernel_path.hpp).
+#include "kpipe/core/kernel_path.hpp"
 
 namespace kpipe {
 
-// True where kernels run on the host (Serial, OpenMP): the place for loops written for the vectorizer.
-inline constexpr bool host_kernels = Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible;
+// True where the build's kernels take the host path: the place for loops written for the vectorizer.
+inline constexpr bool host_kernels = default_kernel_path == KernelPath::host;
 
-inline constexpr std::int64_t elementwise_block = host_kernels ? 2048 : 1;
+template <KernelPath P = default_kernel_path>
+inline constexpr std::int64_t elementwise_block = P == KernelPath::host ? 2048 : 1;
 
 // Reductions over n contiguous terms for host kernels: simd_lanes running partial results, term j going to
 // lane j % simd_lanes, then the lanes combined pairwise. The order is fixed by n alone (so a result is the
@@ -57,11 +59,12 @@ template <class R, class F> KOKKOS_INLINE_FUNCTION R lane_max(std::int64_t n, co
 // work item owns column_block neighbouring columns and walks the rows keeping their partial sums in
 // registers (contiguous loads, vectorized); on devices one thread per column (coalesced). The additions
 // happen in the same order either way, so the result does not depend on the block width.
-inline constexpr int column_block = host_kernels ? 64 : 1;
+template <KernelPath P = default_kernel_path> inline constexpr int column_block = P == KernelPath::host ? 64 : 1;
 
 // Calls f(begin, end) over [0, n) in blocks, as kernel `label`.
-template <class F> void for_each_block(const char* label, const ExecSpace& space, std::int64_t n, const F& f) {
-  const std::int64_t block = elementwise_block;
+template <KernelPath P = default_kernel_path, class F>
+void for_each_block(const char* label, const ExecSpace& space, std::int64_t n, const F& f) {
+  const std::int64_t block = elementwise_block<P>;
   Kokkos::parallel_for(label, range(space, (n + block - 1) / block), KOKKOS_LAMBDA(std::int64_t b) {
     const std::int64_t begin = b * block;
     f(begin, begin + block < n ? begin + block : n);
@@ -70,9 +73,9 @@ template <class F> void for_each_block(const char* label, const ExecSpace& space
 
 // Calls f(i, j0, j1) for row i and columns [j0, j1) of a rows x cols row-major matrix: on host backends one
 // whole row per work item (a contiguous inner loop that vectorizes), on devices one element per thread.
-template <class F>
+template <KernelPath P = default_kernel_path, class F>
 void for_each_row_span(const char* label, const ExecSpace& space, std::int64_t rows, std::int64_t cols, const F& f) {
-  if constexpr (host_kernels) {
+  if constexpr (P == KernelPath::host) {
     Kokkos::parallel_for(label, range(space, rows), KOKKOS_LAMBDA(std::int64_t i) { f(i, std::int64_t(0), cols); });
   } else {
     Kokkos::parallel_for(label, range(space, rows * cols), KOKKOS_LAMBDA(std::int64_t k) {

@@ -11,6 +11,13 @@ namespace kpipe {
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
 using HostSpace = Kokkos::HostSpace;
+// Host memory the device copies from and to asynchronously (page-locked on CUDA): staging buffers of
+// messages and tokens. Plain host memory where kernels run on the host.
+#if defined(KOKKOS_ENABLE_CUDA)
+using PinnedSpace = Kokkos::CudaHostPinnedSpace;
+#else
+using PinnedSpace = Kokkos::HostSpace;
+#endif
 
 template <class T> using View1 = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace>;
 template <class T> using View2 = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;

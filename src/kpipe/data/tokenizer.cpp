@@ -15,11 +15,13 @@
 
 namespace kpipe::data {
 
+#if !defined(KPIPE_HAVE_SENTENCEPIECE)
 namespace {
 constexpr const char* no_sentencepiece =
     "this kpipe was built without SentencePiece (KPIPE_ENABLE_SENTENCEPIECE=OFF, or libsentencepiece-dev missing): "
     "only byte tokens work";
-}
+}  // namespace
+#endif
 
 const char* to_string(TokenizerKind kind) { return kind == TokenizerKind::bytes ? "bytes" : "sentencepiece"; }
 

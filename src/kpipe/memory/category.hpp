@@ -15,7 +15,7 @@ enum class Category : int {
   activations,      // activation slots: what a micro-batch keeps from its forward until its backward is done
   backward,         // backward buffers: what a micro-batch holds from its backward_input until its backward_weight
   messages,         // spare [N, C] buffers that receives land in and sends in flight keep
-  workspaces,       // per-chunk scratch (attention and recomputation work buffers) and host token buffers
+  workspaces,       // per-chunk scratch (attention, recomputation), host token staging rows, loss sums
 };
 constexpr int category_count = 8;
 constexpr std::array<Category, category_count> all_categories{

@@ -88,7 +88,12 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
   }
   r.message_buffers = buffers.message_buffers;
   add(Category::messages, std::int64_t(buffers.message_buffers) * rows * config.model.d_model * std::int64_t(e));
-  add(Category::workspaces, 2 * rows * std::int64_t(sizeof(Token)));  // the trainer's host token buffers
+  // The trainer's host staging rows of tokens (inputs, targets) for each of its micro-batches, and its
+  // per-micro-batch loss sums on the device.
+  // (asynchronous schedules: the m + p - 1 micro-batches a step may forward)
+  const std::int64_t staged = s.microbatches + (s.asynchronous() ? s.ranks - 1 : 0);
+  add(Category::workspaces, 2 * staged * rows * std::int64_t(sizeof(Token)) +
+                                std::int64_t(config.train.microbatches) * std::int64_t(sizeof(double)));
   return r;
 }
 

@@ -8,7 +8,8 @@
 // weight-decay mask per parameter); activation slots x the bytes a micro-batch keeps from its forward to
 // its backward (schedule/buffers.hpp counts the slots the runtime's pool reaches); sets of backward buffers
 // x their bytes (one set with plain backwards, more when I and W run apart); the attention and
-// recomputation scratch. Per rank: the spare [N, C] message buffers and two host token buffers.
+// recomputation scratch. Per rank: the spare [N, C] message buffers, the host token staging rows (inputs
+// and targets of each micro-batch) and the per-micro-batch loss sums.
 // Weight versions are 0 for every synchronous schedule (PipeDream's stashes will count there).
 #include <cstddef>
 #include <string>

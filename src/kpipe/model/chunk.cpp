@@ -281,6 +281,11 @@ template <class T> double Chunk<T>::loss_sum(const ExecSpace& space, int slot) c
   return nn::loss_sum(space, *slots_.at(slot)->head_stash);
 }
 
+template <class T>
+void Chunk<T>::loss_sum(const ExecSpace& space, int slot, const Kokkos::View<double, MemSpace>& into) const {
+  nn::loss_sum(space, *slots_.at(slot)->head_stash, into);
+}
+
 template <class T> View2<const T> Chunk<T>::layer_output(int slot, int layer) const {
   const Slot& s = *slots_.at(slot);
   const int i = layer - first_;

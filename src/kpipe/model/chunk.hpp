@@ -73,6 +73,8 @@ template <class T> class Chunk {
   void backward_weight(const ExecSpace& space, int slot);
   // Last chunk: the sum of the slot's per-token losses (after forward).
   double loss_sum(const ExecSpace& space, int slot) const;
+  // The same, left in `into` (device memory) without waiting for it.
+  void loss_sum(const ExecSpace& space, int slot, const Kokkos::View<double, MemSpace>& into) const;
 
   // Profiling (kpipe-train --output.profile): while set, every layer's forward, backward_input, backward_weight
   // and recomputation runs fenced and timed, its seconds and calls added to (*times)[layer - first].

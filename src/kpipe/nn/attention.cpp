@@ -85,8 +85,7 @@ void require_buffers(const AttentionShape& shape, const AttentionStash<T>& stash
   require_extents("work.dprobs", work.dprobs, shape, shape.seq);
 }
 
-using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
-using Team = TeamPolicy::member_type;
+using Team = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
 // Head h of sequence b of part 0 (q), 1 (k) or 2 (v) of a [B*T, 3C] q | k | v activation, as a [T, hd]
 // LayoutRight matrix with leading dimension 3C: gemm reads it where the projection wrote it.
@@ -95,70 +94,33 @@ template <class M> auto qkv_head(const M& qkv, const AttentionShape& shape, int 
                           shape.head_dim);
 }
 
-// The two softmax kernels take one team per row of the [B, H, T, T] tensors, addressed through a pointer
-// (rows are contiguous: the view is LayoutRight). Each thread sweeps a strided share of the row, j = lane,
-// lane + lanes, ..., in a register of its own (coalesced on a GPU; on a CPU, one thread, a plain loop), and
-// the team then combines the shares: a fixed order, so the same inputs give the same bits on every run.
+// ---- Host path: per-head products through the vendor BLAS, softmax one thread per row ----
 
 // In place on probs[B, H, T, T]: raw scores q k^T on and below the diagonal in, causal softmax of
-// scale * scores out, with exact zeros above the diagonal (whatever was there before). Three sweeps: max,
-// sum of exponentials, normalize.
+// scale * scores out, with exact zeros above the diagonal (whatever was there before). One thread per row,
+// three sweeps (max, sum of exponentials, normalize), each a vectorized loop over the row's first i + 1
+// entries.
 template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& probs, T scale) {
-  const int heads = probs.extent(1), seq = probs.extent(2);
-  if constexpr (host_kernels) {
-    // One thread per row, each sweep a vectorized loop over the row's first i + 1 entries.
-    T* const base = probs.data();
-    Kokkos::parallel_for(
-        "kpipe::nn::Attention::forward::causal_softmax", range(space, std::int64_t(probs.extent(0)) * heads * seq),
-        KOKKOS_LAMBDA(std::int64_t r) {
-          T* KOKKOS_RESTRICT p = base + r * seq;
-          const std::int64_t n = r % seq + 1;
-          // Whole vectors up to `padded`: masked lanes count as nothing, and the exponential sweep writes
-          // them the zeros they get anyway.
-          const std::int64_t padded = whole_vectors(n, seq);
-          // max(scale * x) = scale * max(x), scale > 0
-          const T row_max = lane_max<T>(padded, [&](std::int64_t j) { return j < n ? p[j] : p[0]; }) * scale;
-          const T sum = lane_sum<T>(padded, [&](std::int64_t j) {
-            const T e = j < n ? math::fast_exp(scale * p[j] - row_max) : T(0);
-            p[j] = e;
-            return e;
-          });
-          const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
-          for (std::int64_t j = 0; j < padded; ++j) p[j] *= inv_sum;
-          for (std::int64_t j = padded; j < seq; ++j) p[j] = T(0);
-        });
-    return;
-  }
+  const int seq = probs.extent(2);
+  T* const base = probs.data();
   Kokkos::parallel_for(
-      "kpipe::nn::Attention::forward::causal_softmax", TeamPolicy(space, probs.extent(0) * heads * seq, Kokkos::AUTO),
-      KOKKOS_LAMBDA(const Team& team) {
-        const int r = team.league_rank(), i = r % seq, lanes = team.team_size();
-        T* const p = &probs(r / (heads * seq), (r / seq) % heads, i, 0);
-        T row_max = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, lanes),
-            [&](int lane, T& team_max) {
-              // max(scale * x) = scale * max(x) exactly, scale being positive.
-              if (lane <= i) team_max = math::max(team_max, strided_max(p, lane, i, lanes) * scale);
-            },
-            Kokkos::Max<T>(row_max));
-        T sum = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, lanes),
-            [&](int lane, T& team_sum) {
-              T s = 0;
-              for (int j = lane; j <= i; j += lanes) {
-                const T e = math::exp(scale * p[j] - row_max);
-                p[j] = e;
-                s += e;
-              }
-              team_sum += s;
-            },
-            sum);
+      "kpipe::nn::Attention::forward::causal_softmax",
+      range(space, std::int64_t(probs.extent(0)) * probs.extent(1) * seq), KOKKOS_LAMBDA(std::int64_t r) {
+        T* KOKKOS_RESTRICT p = base + r * seq;
+        const std::int64_t n = r % seq + 1;
+        // Whole vectors up to `padded`: masked lanes count as nothing, and the exponential sweep writes
+        // them the zeros they get anyway.
+        const std::int64_t padded = whole_vectors(n, seq);
+        // max(scale * x) = scale * max(x), scale > 0
+        const T row_max = lane_max<T>(padded, [&](std::int64_t j) { return j < n ? p[j] : p[0]; }) * scale;
+        const T sum = lane_sum<T>(padded, [&](std::int64_t j) {
+          const T e = j < n ? math::fast_exp(scale * p[j] - row_max) : T(0);
+          p[j] = e;
+          return e;
+        });
         const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
-        team.team_barrier();           // the next sweep splits the row among the threads differently
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
-                             [&](int j) { p[j] = j <= i ? p[j] * inv_sum : T(0); });
+        for (std::int64_t j = 0; j < padded; ++j) p[j] *= inv_sum;
+        for (std::int64_t j = padded; j < seq; ++j) p[j] = T(0);
       });
 }
 
@@ -166,44 +128,21 @@ template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& p
 // grad_ij = scale * P_ij (grad_ij - sum_k grad_ik P_ik), with exact zeros above the diagonal.
 template <class T>
 void causal_softmax_backward(const ExecSpace& space, const View4<T>& probs, const View4<T>& grad, T scale) {
-  const int heads = probs.extent(1), seq = probs.extent(2);
-  if constexpr (host_kernels) {
-    const T* const probs_base = probs.data();
-    T* const grad_base = grad.data();
-    Kokkos::parallel_for(
-        "kpipe::nn::Attention::backward_input::causal_softmax",
-        range(space, std::int64_t(probs.extent(0)) * heads * seq), KOKKOS_LAMBDA(std::int64_t r) {
-          const T* KOKKOS_RESTRICT p = probs_base + r * seq;
-          T* KOKKOS_RESTRICT g = grad_base + r * seq;
-          // probs are exact zeros in [n, padded) (the forward wrote them), so whole vectors up to padded
-          // add nothing to the dot product and give zeros there.
-          const std::int64_t n = r % seq + 1;
-          const std::int64_t padded = whole_vectors(n, seq);
-          const T dot = lane_sum<T>(padded, [&](std::int64_t j) { return j < n ? g[j] * p[j] : T(0); });
-          for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? scale * p[j] * (g[j] - dot) : T(0);
-          for (std::int64_t j = padded; j < seq; ++j) g[j] = T(0);
-        });
-    return;
-  }
+  const int seq = probs.extent(2);
+  const T* const probs_base = probs.data();
+  T* const grad_base = grad.data();
   Kokkos::parallel_for(
       "kpipe::nn::Attention::backward_input::causal_softmax",
-      TeamPolicy(space, probs.extent(0) * heads * seq, Kokkos::AUTO), KOKKOS_LAMBDA(const Team& team) {
-        const int r = team.league_rank(), b = r / (heads * seq), h = (r / seq) % heads, i = r % seq;
-        const int lanes = team.team_size();
-        const T* const p = &probs(b, h, i, 0);
-        T* const g = &grad(b, h, i, 0);
-        T dot = 0;
-        Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, lanes),
-            [&](int lane, T& team_dot) {
-              T s = 0;
-              for (int j = lane; j <= i; j += lanes) s += g[j] * p[j];
-              team_dot += s;
-            },
-            dot);
-        team.team_barrier();  // every read of g before the first write
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
-                             [&](int j) { g[j] = j <= i ? scale * p[j] * (g[j] - dot) : T(0); });
+      range(space, std::int64_t(probs.extent(0)) * probs.extent(1) * seq), KOKKOS_LAMBDA(std::int64_t r) {
+        const T* KOKKOS_RESTRICT p = probs_base + r * seq;
+        T* KOKKOS_RESTRICT g = grad_base + r * seq;
+        // probs are exact zeros in [n, padded) (the forward wrote them), so whole vectors up to padded
+        // add nothing to the dot product and give zeros there.
+        const std::int64_t n = r % seq + 1;
+        const std::int64_t padded = whole_vectors(n, seq);
+        const T dot = lane_sum<T>(padded, [&](std::int64_t j) { return j < n ? g[j] * p[j] : T(0); });
+        for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? scale * p[j] * (g[j] - dot) : T(0);
+        for (std::int64_t j = padded; j < seq; ++j) g[j] = T(0);
       });
 }
 
@@ -242,6 +181,154 @@ void lower_transposed_times(const ExecSpace& space, const P& probs, const X& x, 
   }
 }
 
+// ---- Device path: a few batched kernels instead of B * H * (T / causal_block) products per pass ----
+//
+// A GPU would spend a micro-batch's attention launching thousands of small gemms from a host loop. Here each
+// pass is one launch over every (sequence, head, row):
+//   forward:   a team per query row i:  scores q_i . k_j for j <= i, causal softmax in place, out_i = P_i V;
+//   backward:  a team per query row i:  dP_ij = dO_i . v_j, dS_i = softmax backward, dq_i = dS_i K;
+//              a team per key row j:    dv_j = sum_{i >= j} P_ij dO_i, dk_j = sum_{i >= j} dS_ij q_i.
+// The causal mask is the loop bound, so nothing above the diagonal is computed. Every output element is one
+// thread's sum over a fixed range in a fixed order, and every team reduction combines lanes in a fixed
+// order: the same inputs give the same bits on every run. (Each team reads its keys from global memory
+// through the cache; a tiled kernel that stages blocks of K and V in team scratch is the next step once it
+// can be measured on a GPU.)
+
+// Row r of the [B, H, T, T] tensors: sequence b, head h, query (or key) position i.
+struct HeadRow {
+  int b, h, i;
+  KOKKOS_INLINE_FUNCTION HeadRow(std::int64_t r, int heads, int seq)
+      : b(int(r / (std::int64_t(heads) * seq))), h(int((r / seq) % heads)), i(int(r % seq)) {}
+};
+
+// In place on row p[0, seq) of query i: raw scores on and below the diagonal in, the causal softmax of
+// scale * scores out, exact zeros above the diagonal. Each thread sweeps a strided share j = lane,
+// lane + lanes, ... of the row in a register of its own (coalesced), then the team combines the shares.
+template <class T> KOKKOS_INLINE_FUNCTION void team_causal_softmax(const Team& team, T* p, int i, int seq, T scale) {
+  const int lanes = team.team_size();
+  T row_max = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, lanes),
+      [&](int lane, T& team_max) {
+        // max(scale * x) = scale * max(x) exactly, scale being positive.
+        if (lane <= i) team_max = math::max(team_max, strided_max(p, lane, i, lanes) * scale);
+      },
+      Kokkos::Max<T>(row_max));
+  T sum = 0;
+  Kokkos::parallel_reduce(
+      Kokkos::TeamThreadRange(team, lanes),
+      [&](int lane, T& team_sum) {
+        T s = 0;
+        for (int j = lane; j <= i; j += lanes) {
+          const T e = math::exp(scale * p[j] - row_max);
+          p[j] = e;
+          s += e;
+        }
+        team_sum += s;
+      },
+      sum);
+  const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
+  team.team_barrier();           // the next sweep splits the row among the threads differently
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](int j) { p[j] = j <= i ? p[j] * inv_sum : T(0); });
+}
+
+// qkv[B*T, 3C] -> probs[B, H, T, T] (the stash), out[B*T, C]
+template <class T>
+void forward_rows(const ExecSpace& space, const AttentionShape& shape, const View2<const T>& qkv,
+                  const View4<T>& probs, const View2<T>& out) {
+  const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim;
+  const std::int64_t channels = shape.channels();
+  const T scale = T(1) / math::sqrt(T(hd));
+  for_each_team(
+      "kpipe::nn::Attention::forward::rows", space, std::int64_t(shape.batch) * heads * seq,
+      KOKKOS_LAMBDA(const Team& team) {
+        const HeadRow r(team.league_rank(), heads, seq);
+        const std::int64_t row0 = std::int64_t(r.b) * seq;  // sequence b's first row of qkv and out
+        const std::int64_t q0 = std::int64_t(r.h) * hd, k0 = channels + q0, v0 = 2 * channels + q0;
+        const T* const q = &qkv(row0 + r.i, q0);
+        T* const p = &probs(r.b, r.h, r.i, 0);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r.i + 1), [&](int j) {
+          const T* const k = &qkv(row0 + j, k0);
+          T s = 0;
+          for (int d = 0; d < hd; ++d) s += q[d] * k[d];
+          p[j] = s;
+        });
+        team.team_barrier();
+        team_causal_softmax(team, p, r.i, seq, scale);
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
+          T s = 0;
+          for (int j = 0; j <= r.i; ++j) s += p[j] * qkv(row0 + j, v0 + d);
+          out(row0 + r.i, q0 + d) = s;
+        });
+      });
+}
+
+// (qkv, probs, dout[B*T, C]) -> dscores[B, H, T, T] = dL/d(q k^T), dqkv[B*T, 3C]
+template <class T>
+void backward_rows(const ExecSpace& space, const AttentionShape& shape, const View2<const T>& qkv,
+                   const View4<const T>& probs, const View2<const T>& dout, const View4<T>& dscores,
+                   const View2<T>& dqkv) {
+  const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim;
+  const std::int64_t channels = shape.channels();
+  const T scale = T(1) / math::sqrt(T(hd));
+  const std::int64_t rows = std::int64_t(shape.batch) * heads * seq;
+  // Query rows: dP_i = dO_i V^T, then dS_i (softmax backward, in place), then dq_i = dS_i K.
+  for_each_team(
+      "kpipe::nn::Attention::backward_input::rows", space, rows, KOKKOS_LAMBDA(const Team& team) {
+        const HeadRow r(team.league_rank(), heads, seq);
+        const std::int64_t row0 = std::int64_t(r.b) * seq;
+        const std::int64_t q0 = std::int64_t(r.h) * hd, k0 = channels + q0, v0 = 2 * channels + q0;
+        const T* const dy = &dout(row0 + r.i, q0);
+        const T* const p = &probs(r.b, r.h, r.i, 0);
+        T* const g = &dscores(r.b, r.h, r.i, 0);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r.i + 1), [&](int j) {
+          const T* const v = &qkv(row0 + j, v0);
+          T s = 0;
+          for (int d = 0; d < hd; ++d) s += dy[d] * v[d];
+          g[j] = s;
+        });
+        team.team_barrier();
+        const int lanes = team.team_size();
+        T dot = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lanes),
+            [&](int lane, T& team_dot) {
+              T s = 0;
+              for (int j = lane; j <= r.i; j += lanes) s += g[j] * p[j];
+              team_dot += s;
+            },
+            dot);
+        team.team_barrier();  // every read of g before the first write
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
+                             [&](int j) { g[j] = j <= r.i ? scale * p[j] * (g[j] - dot) : T(0); });
+        team.team_barrier();
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
+          T s = 0;
+          for (int j = 0; j <= r.i; ++j) s += g[j] * qkv(row0 + j, k0 + d);
+          dqkv(row0 + r.i, q0 + d) = s;
+        });
+      });
+  // Key rows, once every dS is complete (the next launch on the same space): dv_j = P[:, j]^T dO and
+  // dk_j = dS[:, j]^T Q over the query rows i >= j.
+  const View4<const T> ds = dscores;
+  for_each_team(
+      "kpipe::nn::Attention::backward_input::columns", space, rows, KOKKOS_LAMBDA(const Team& team) {
+        const HeadRow r(team.league_rank(), heads, seq);  // r.i is the key position here
+        const std::int64_t row0 = std::int64_t(r.b) * seq;
+        const std::int64_t q0 = std::int64_t(r.h) * hd, k0 = channels + q0, v0 = 2 * channels + q0;
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
+          T dv = 0, dk = 0;
+          for (int i = r.i; i < seq; ++i) {
+            dv += probs(r.b, r.h, i, r.i) * dout(row0 + i, q0 + d);
+            dk += ds(r.b, r.h, i, r.i) * qkv(row0 + i, q0 + d);
+          }
+          dqkv(row0 + r.i, v0 + d) = dv;
+          dqkv(row0 + r.i, k0 + d) = dk;
+        });
+      });
+}
+
 }  // namespace attention_detail
 
 template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape, bool qkv, bool probs) {
@@ -260,7 +347,7 @@ template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape) {
   return work;
 }
 
-template <class T>
+template <class T, KernelPath P>
 void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<T> qkv, const AttentionStash<T>& stash,
                        const AttentionWork<T>& work, const View2<T>& out) {
   using namespace attention_detail;
@@ -271,17 +358,21 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<
   const int hd = shape.head_dim;
   if (qkv.data() != stash.qkv.data()) Kokkos::deep_copy(space, stash.qkv, qkv);
   const View2<const T> x = stash.qkv;
-  for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h)
-      causal_scores(space, qkv_head(x, shape, 0, b, h), qkv_head(x, shape, 1, b, h), head(stash.probs, b, h));
-  causal_softmax(space, stash.probs, T(1) / math::sqrt(T(hd)));
-  for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h)  // head h's output straight into its columns of out
-      lower_times(space, head(stash.probs, b, h), qkv_head(x, shape, 2, b, h),
-                  sequence_columns(out, shape, b, h * hd, hd));
+  if constexpr (P == KernelPath::device) {
+    forward_rows(space, shape, x, stash.probs, out);
+  } else {  // host path: per-head products through the host BLAS
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h)
+        causal_scores(space, qkv_head(x, shape, 0, b, h), qkv_head(x, shape, 1, b, h), head(stash.probs, b, h));
+    causal_softmax(space, stash.probs, T(1) / math::sqrt(T(hd)));
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h)  // head h's output straight into its columns of out
+        lower_times(space, head(stash.probs, b, h), qkv_head(x, shape, 2, b, h),
+                    sequence_columns(out, shape, b, h * hd, hd));
+  }
 }
 
-template <class T>
+template <class T, KernelPath P>
 void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<T>& stash,
                               const AttentionWork<T>& work, In2<T> dout, const View2<T>& dqkv) {
   using namespace attention_detail;
@@ -293,23 +384,27 @@ void attention_backward_input(const ExecSpace& space, const AttentionShape& shap
   const std::int64_t channels = shape.channels();
   const View2<const T> dy = dout;
   const View2<const T> x = stash.qkv;
-  // dO of head h is its columns of dout; dq, dk, dv of head h go straight into their columns of dqkv.
-  for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h) {
-      const auto dheads = sequence_columns(dy, shape, b, h * hd, hd);
-      causal_scores(space, dheads, qkv_head(x, shape, 2, b, h), head(work.dprobs, b, h));  // dP = dO v^T
-      lower_transposed_times(space, head(stash.probs, b, h), dheads,
-                             sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd));  // dv = P^T dO
-    }
-  const auto& dscores = work.dprobs;  // overwritten in place: dL/d(q k^T) from here on
-  causal_softmax_backward(space, stash.probs, dscores, T(1) / math::sqrt(T(hd)));
-  for (int b = 0; b < shape.batch; ++b)
-    for (int h = 0; h < shape.heads; ++h) {
-      lower_times(space, head(dscores, b, h), qkv_head(x, shape, 1, b, h),
-                  sequence_columns(dqkv, shape, b, h * hd, hd));  // dq = dS k
-      lower_transposed_times(space, head(dscores, b, h), qkv_head(x, shape, 0, b, h),
-                             sequence_columns(dqkv, shape, b, channels + h * hd, hd));  // dk = dS^T q
-    }
+  if constexpr (P == KernelPath::device) {
+    backward_rows(space, shape, x, View4<const T>(stash.probs), dy, work.dprobs, dqkv);
+  } else {  // host path: per-head products through the host BLAS
+    // dO of head h is its columns of dout; dq, dk, dv of head h go straight into their columns of dqkv.
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h) {
+        const auto dheads = sequence_columns(dy, shape, b, h * hd, hd);
+        causal_scores(space, dheads, qkv_head(x, shape, 2, b, h), head(work.dprobs, b, h));  // dP = dO v^T
+        lower_transposed_times(space, head(stash.probs, b, h), dheads,
+                               sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd));  // dv = P^T dO
+      }
+    const auto& dscores = work.dprobs;  // overwritten in place: dL/d(q k^T) from here on
+    causal_softmax_backward(space, stash.probs, dscores, T(1) / math::sqrt(T(hd)));
+    for (int b = 0; b < shape.batch; ++b)
+      for (int h = 0; h < shape.heads; ++h) {
+        lower_times(space, head(dscores, b, h), qkv_head(x, shape, 1, b, h),
+                    sequence_columns(dqkv, shape, b, h * hd, hd));  // dq = dS k
+        lower_transposed_times(space, head(dscores, b, h), qkv_head(x, shape, 0, b, h),
+                               sequence_columns(dqkv, shape, b, channels + h * hd, hd));  // dk = dS^T q
+      }
+  }
 }
 
 double attention_forward_flops(const AttentionShape& shape) {
@@ -320,15 +415,31 @@ double attention_forward_flops(const AttentionShape& shape) {
 
 template AttentionStash<float> allocate_stash<float>(const AttentionShape&, bool, bool);
 template AttentionWork<float> allocate_work<float>(const AttentionShape&);
-template void attention_forward(const ExecSpace&, const AttentionShape&, In2<float>, const AttentionStash<float>&,
-                                const AttentionWork<float>&, const View2<float>&);
-template void attention_backward_input(const ExecSpace&, const AttentionShape&, const AttentionStash<float>&,
-                                       const AttentionWork<float>&, In2<float>, const View2<float>&);
+template void attention_forward<float, KernelPath::host>(const ExecSpace&, const AttentionShape&, In2<float>,
+                                                     const AttentionStash<float>&, const AttentionWork<float>&,
+                                                     const View2<float>&);
+template void attention_backward_input<float, KernelPath::host>(const ExecSpace&, const AttentionShape&,
+                                                            const AttentionStash<float>&, const AttentionWork<float>&,
+                                                            In2<float>, const View2<float>&);
+template void attention_forward<float, KernelPath::device>(const ExecSpace&, const AttentionShape&, In2<float>,
+                                                     const AttentionStash<float>&, const AttentionWork<float>&,
+                                                     const View2<float>&);
+template void attention_backward_input<float, KernelPath::device>(const ExecSpace&, const AttentionShape&,
+                                                            const AttentionStash<float>&, const AttentionWork<float>&,
+                                                            In2<float>, const View2<float>&);
 template AttentionStash<double> allocate_stash<double>(const AttentionShape&, bool, bool);
 template AttentionWork<double> allocate_work<double>(const AttentionShape&);
-template void attention_forward(const ExecSpace&, const AttentionShape&, In2<double>, const AttentionStash<double>&,
-                                const AttentionWork<double>&, const View2<double>&);
-template void attention_backward_input(const ExecSpace&, const AttentionShape&, const AttentionStash<double>&,
-                                       const AttentionWork<double>&, In2<double>, const View2<double>&);
+template void attention_forward<double, KernelPath::host>(const ExecSpace&, const AttentionShape&, In2<double>,
+                                                     const AttentionStash<double>&, const AttentionWork<double>&,
+                                                     const View2<double>&);
+template void attention_backward_input<double, KernelPath::host>(const ExecSpace&, const AttentionShape&,
+                                                            const AttentionStash<double>&, const AttentionWork<double>&,
+                                                            In2<double>, const View2<double>&);
+template void attention_forward<double, KernelPath::device>(const ExecSpace&, const AttentionShape&, In2<double>,
+                                                     const AttentionStash<double>&, const AttentionWork<double>&,
+                                                     const View2<double>&);
+template void attention_backward_input<double, KernelPath::device>(const ExecSpace&, const AttentionShape&,
+                                                            const AttentionStash<double>&, const AttentionWork<double>&,
+                                                            In2<double>, const View2<double>&);
 
 }  // namespace kpipe::nn

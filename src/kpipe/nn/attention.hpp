@@ -30,11 +30,11 @@ template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape);
 
 // qkv[B*T, 3C] (q | k | v, head h in columns h*hd..h*hd+hd-1 of each) -> out[B*T, C]. qkv is kept in
 // stash.qkv; when it is stash.qkv itself (the block's projection writes it there) nothing is copied.
-template <class T>
+template <class T, KernelPath P = default_kernel_path>
 void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<T> qkv, const AttentionStash<T>& stash,
                        const AttentionWork<T>& work, const View2<T>& out);
 // dout[B*T, C] -> dqkv[B*T, 3C]
-template <class T>
+template <class T, KernelPath P = default_kernel_path>
 void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<T>& stash,
                               const AttentionWork<T>& work, In2<T> dout, const View2<T>& dqkv);
 

@@ -9,12 +9,11 @@ namespace kpipe::nn {
 
 namespace cross_entropy_detail {
 
-// One team per row: the vocabulary can be large (50k) while a micro-batch has few rows. Each thread sweeps
-// a strided share of the row, j = lane, lane + lanes, ..., in registers of its own (coalesced on a GPU; on
-// a CPU, one thread and a plain loop), then the team combines the shares: a fixed order, so the same
-// inputs give the same bits on every run.
-using RowPolicy = Kokkos::TeamPolicy<ExecSpace>;
-using Row = RowPolicy::member_type;
+// Device path: one team per row (the vocabulary can be large, 50k, while a micro-batch has few rows). Each
+// thread sweeps a strided share of the row, j = lane, lane + lanes, ..., in registers of its own (coalesced
+// on a GPU), then the team combines the shares: a fixed order, so the same inputs give the same bits on
+// every run. Host path: one thread per row, each sweep a vectorized loop.
+using Row = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
 template <class T>
 void require_shapes(In2<T> logits, const View1<const Token>& targets, const char* out_name, std::int64_t out_rows,
@@ -67,7 +66,7 @@ KOKKOS_INLINE_FUNCTION bool valid_target(Token target, int cols) { return target
 
 }  // namespace cross_entropy_detail
 
-template <class T>
+template <class T, KernelPath P>
 void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets,
                            const View1<T>& losses) {
   using namespace cross_entropy_detail;
@@ -75,7 +74,7 @@ void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<co
   const View2<const T> x = logits;
   const View1<const Token> y = targets;
   const int cols = x.extent(1);
-  if constexpr (host_kernels) {
+  if constexpr (P == KernelPath::host) {
     // One thread per row, each sweep a vectorized loop (see core/elementwise.hpp).
     Kokkos::parallel_for("kpipe::nn::CrossEntropy::forward", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
       const T* KOKKOS_RESTRICT row = &x(i, 0);
@@ -86,7 +85,7 @@ void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<co
     });
     return;
   }
-  Kokkos::parallel_for("kpipe::nn::CrossEntropy::forward", RowPolicy(space, x.extent(0), Kokkos::AUTO),
+  for_each_team("kpipe::nn::CrossEntropy::forward", space, x.extent(0),
                        KOKKOS_LAMBDA(const Row& team) {
                          const int i = team.league_rank();
                          const T* const row = &x(i, 0);
@@ -100,7 +99,7 @@ void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<co
                        });
 }
 
-template <class T>
+template <class T, KernelPath P>
 void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets, T scale,
                                   const View2<T>& dlogits) {
   using namespace cross_entropy_detail;
@@ -108,7 +107,7 @@ void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const V
   const View2<const T> x = logits;
   const View1<const Token> y = targets;
   const int cols = x.extent(1);
-  if constexpr (host_kernels) {
+  if constexpr (P == KernelPath::host) {
     Kokkos::parallel_for(
         "kpipe::nn::CrossEntropy::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
           const T* const row = &x(i, 0);
@@ -127,7 +126,7 @@ void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const V
         });
     return;
   }
-  Kokkos::parallel_for("kpipe::nn::CrossEntropy::backward_input", RowPolicy(space, x.extent(0), Kokkos::AUTO),
+  for_each_team("kpipe::nn::CrossEntropy::backward_input", space, x.extent(0),
                        KOKKOS_LAMBDA(const Row& team) {
                          const int i = team.league_rank();
                          const T* const row = &x(i, 0);
@@ -145,11 +144,21 @@ void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const V
                        });
 }
 
-template void cross_entropy_forward(const ExecSpace&, In2<float>, const View1<const Token>&, const View1<float>&);
-template void cross_entropy_backward_input(const ExecSpace&, In2<float>, const View1<const Token>&, float,
-                                           const View2<float>&);
-template void cross_entropy_forward(const ExecSpace&, In2<double>, const View1<const Token>&, const View1<double>&);
-template void cross_entropy_backward_input(const ExecSpace&, In2<double>, const View1<const Token>&, double,
-                                           const View2<double>&);
+template void cross_entropy_forward<float, KernelPath::host>(const ExecSpace&, In2<float>, const View1<const Token>&,
+                                                         const View1<float>&);
+template void cross_entropy_backward_input<float, KernelPath::host>(const ExecSpace&, In2<float>, const View1<const Token>&,
+                                                                float, const View2<float>&);
+template void cross_entropy_forward<float, KernelPath::device>(const ExecSpace&, In2<float>, const View1<const Token>&,
+                                                         const View1<float>&);
+template void cross_entropy_backward_input<float, KernelPath::device>(const ExecSpace&, In2<float>, const View1<const Token>&,
+                                                                float, const View2<float>&);
+template void cross_entropy_forward<double, KernelPath::host>(const ExecSpace&, In2<double>, const View1<const Token>&,
+                                                         const View1<double>&);
+template void cross_entropy_backward_input<double, KernelPath::host>(const ExecSpace&, In2<double>, const View1<const Token>&,
+                                                                double, const View2<double>&);
+template void cross_entropy_forward<double, KernelPath::device>(const ExecSpace&, In2<double>, const View1<const Token>&,
+                                                         const View1<double>&);
+template void cross_entropy_backward_input<double, KernelPath::device>(const ExecSpace&, In2<double>, const View1<const Token>&,
+                                                                double, const View2<double>&);
 
 }  // namespace kpipe::nn

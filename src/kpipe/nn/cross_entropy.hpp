@@ -6,12 +6,12 @@ namespace kpipe::nn {
 
 // Softmax cross-entropy over logits[N, V] with targets[N].
 // losses[i] = logsumexp(logits[i]) - logits[i, targets[i]]. One pass per row, max-subtracted.
-template <class T>
+template <class T, KernelPath P = default_kernel_path>
 void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets,
                            const View1<T>& losses);
 // dlogits[i] = scale * (softmax(logits[i]) - onehot(targets[i])); scale is dL/dlosses[i], the same for all
 // rows (1 / tokens in the mini-batch for a mean loss). dlogits may alias logits (in place).
-template <class T>
+template <class T, KernelPath P = default_kernel_path>
 void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets, T scale,
                                   const View2<T>& dlogits);
 

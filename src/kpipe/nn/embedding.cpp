@@ -2,8 +2,12 @@
 
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/math.hpp"
 
 namespace kpipe::nn {
+
+// Token ids come from data the user supplied: checked in the kernel, where the table is read.
+KOKKOS_INLINE_FUNCTION bool valid_token(Token t, Token vocab) { return t >= 0 && t < vocab; }
 
 // The rows must be whole sequences of `seq` tokens, each position having a row in the position table.
 static void check_sequences(std::int64_t rows, int seq, std::int64_t positions) {
@@ -19,14 +23,16 @@ void forward(const ExecSpace& space, const Embedding<T>& emb, const View1<const 
   check_sequences(tokens.extent(0), seq, emb.position.extent(0));
   const auto token = emb.token;
   const auto position = emb.position;
+  const Token vocab = Token(token.extent(0));
   Kokkos::parallel_for("kpipe::nn::Embedding::forward", range2(space, out.extent(0), out.extent(1)),
                        KOKKOS_LAMBDA(std::int64_t i, std::int64_t c) {
-                         out(i, c) = token(tokens(i), c) + position(i % seq, c);
+                         const Token t = tokens(i);
+                         out(i, c) = valid_token(t, vocab) ? token(t, c) + position(i % seq, c) : math::log(T(-1));
                        });
 }
 
 // dout[B*T, C] -> dtoken[V, C] +=, dposition[T_max, C] +=
-template <class T>
+template <class T, KernelPath P>
 void backward_weight(const ExecSpace& space, const Embedding<T>& emb, const View1<const Token>& tokens, int seq,
                      In2<T> dout) {
   check_sequences(tokens.extent(0), seq, emb.position.extent(0));
@@ -38,12 +44,14 @@ void backward_weight(const ExecSpace& space, const Embedding<T>& emb, const View
   // neighbouring channels on a CPU, see core/elementwise.hpp) and adds the rows in order, so no two work
   // items touch the same element and the sum is the same whatever the block (no atomics).
   const std::int64_t channels = dout.extent(1);
-  constexpr int width = column_block;
+  const Token vocab = Token(dtoken.extent(0));
+  constexpr int width = column_block<P>;
   Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token", range(space, (channels + width - 1) / width),
                        KOKKOS_LAMBDA(std::int64_t block) {
                          const std::int64_t c0 = block * width;
                          const int n = channels - c0 < width ? int(channels - c0) : width;
                          for (std::int64_t i = 0; i < rows; ++i) {
+                           if (!valid_token(tokens(i), vocab)) continue;
                            T* KOKKOS_RESTRICT target = &dtoken(tokens(i), c0);
                            const T* KOKKOS_RESTRICT source = &dout(i, c0);
                            for (int j = 0; j < n; ++j) target[j] += source[j];
@@ -58,13 +66,15 @@ void backward_weight(const ExecSpace& space, const Embedding<T>& emb, const View
                        });
 }
 
-template void forward(const ExecSpace&, const Embedding<float>&, const View1<const Token>&, int,
-                      const View2<float>&);
-template void backward_weight(const ExecSpace&, const Embedding<float>&, const View1<const Token>&, int,
-                              In2<float>);
-template void forward(const ExecSpace&, const Embedding<double>&, const View1<const Token>&, int,
-                      const View2<double>&);
-template void backward_weight(const ExecSpace&, const Embedding<double>&, const View1<const Token>&, int,
-                              In2<double>);
+template void forward(const ExecSpace&, const Embedding<float>&, const View1<const Token>&, int, const View2<float>&);
+template void backward_weight<float, KernelPath::host>(const ExecSpace&, const Embedding<float>&, const View1<const Token>&,
+                                                   int, In2<float>);
+template void backward_weight<float, KernelPath::device>(const ExecSpace&, const Embedding<float>&, const View1<const Token>&,
+                                                   int, In2<float>);
+template void forward(const ExecSpace&, const Embedding<double>&, const View1<const Token>&, int, const View2<double>&);
+template void backward_weight<double, KernelPath::host>(const ExecSpace&, const Embedding<double>&, const View1<const Token>&,
+                                                   int, In2<double>);
+template void backward_weight<double, KernelPath::device>(const ExecSpace&, const Embedding<double>&, const View1<const Token>&,
+                                                   int, In2<double>);
 
 }  // namespace kpipe::nn

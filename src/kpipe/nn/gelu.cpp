@@ -18,10 +18,10 @@ template <class T> KOKKOS_INLINE_FUNCTION T gelu(T v) {
 }
 
 // x[N, F] -> y[N, F]
-template <class T> void gelu_forward(const ExecSpace& space, In2<T> x, const View2<T>& y) {
+template <class T, KernelPath P> void gelu_forward(const ExecSpace& space, In2<T> x, const View2<T>& y) {
   const View1<const T> xf(x.data(), x.span());  // whole LayoutRight allocations: flat is the same data
   const View1<T> yf(y.data(), y.span());
-  for_each_block("kpipe::nn::gelu_forward", space, std::int64_t(xf.extent(0)),
+  for_each_block<P>("kpipe::nn::gelu_forward", space, std::int64_t(xf.extent(0)),
                  KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
                    const T* KOKKOS_RESTRICT xp = xf.data();
                    T* KOKKOS_RESTRICT yp = yf.data();
@@ -29,9 +29,10 @@ template <class T> void gelu_forward(const ExecSpace& space, In2<T> x, const Vie
                  });
 }
 
-template <class T> void bias_gelu_forward(const ExecSpace& space, In1<T> bias, const View2<T>& f, const View2<T>& g) {
+template <class T, KernelPath P>
+void bias_gelu_forward(const ExecSpace& space, In1<T> bias, const View2<T>& f, const View2<T>& g) {
   const View1<const T> b = bias;
-  for_each_row_span("kpipe::nn::bias_gelu_forward", space, f.extent(0), f.extent(1),
+  for_each_row_span<P>("kpipe::nn::bias_gelu_forward", space, f.extent(0), f.extent(1),
                     KOKKOS_LAMBDA(std::int64_t i, std::int64_t j0, std::int64_t j1) {
                       const T* KOKKOS_RESTRICT bp = b.data();
                       T* KOKKOS_RESTRICT fp = &f(i, 0);
@@ -46,11 +47,12 @@ template <class T> void bias_gelu_forward(const ExecSpace& space, In1<T> bias, c
 
 // (x[N, F], dy[N, F]) -> dx[N, F]: the exact derivative of the tanh form,
 // dy/dx = (1 + t)/2 + x/2 (1 - t^2) u' = s + 2 x s (1 - s) u',  u' = k (1 + 3 a x^2).
-template <class T> void gelu_backward_input(const ExecSpace& space, In2<T> x, In2<T> dy, const View2<T>& dx) {
+template <class T, KernelPath P>
+void gelu_backward_input(const ExecSpace& space, In2<T> x, In2<T> dy, const View2<T>& dx) {
   const T k = gelu_k, a = gelu_a;
   const View1<const T> xf(x.data(), x.span()), dyf(dy.data(), dy.span());
   const View1<T> dxf(dx.data(), dx.span());
-  for_each_block("kpipe::nn::gelu_backward_input", space, std::int64_t(xf.extent(0)),
+  for_each_block<P>("kpipe::nn::gelu_backward_input", space, std::int64_t(xf.extent(0)),
                  KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
                    const T* KOKKOS_RESTRICT xp = xf.data();
                    const T* dyp = dyf.data();  // may be dx itself (in place): no restrict on this pair
@@ -69,11 +71,17 @@ template <class T> void gelu_backward_input(const ExecSpace& space, In2<T> x, In
                  });
 }
 
-template void gelu_forward(const ExecSpace&, In2<float>, const View2<float>&);
-template void bias_gelu_forward(const ExecSpace&, In1<float>, const View2<float>&, const View2<float>&);
-template void gelu_backward_input(const ExecSpace&, In2<float>, In2<float>, const View2<float>&);
-template void gelu_forward(const ExecSpace&, In2<double>, const View2<double>&);
-template void bias_gelu_forward(const ExecSpace&, In1<double>, const View2<double>&, const View2<double>&);
-template void gelu_backward_input(const ExecSpace&, In2<double>, In2<double>, const View2<double>&);
+template void gelu_forward<float, KernelPath::host>(const ExecSpace&, In2<float>, const View2<float>&);
+template void bias_gelu_forward<float, KernelPath::host>(const ExecSpace&, In1<float>, const View2<float>&, const View2<float>&);
+template void gelu_backward_input<float, KernelPath::host>(const ExecSpace&, In2<float>, In2<float>, const View2<float>&);
+template void gelu_forward<float, KernelPath::device>(const ExecSpace&, In2<float>, const View2<float>&);
+template void bias_gelu_forward<float, KernelPath::device>(const ExecSpace&, In1<float>, const View2<float>&, const View2<float>&);
+template void gelu_backward_input<float, KernelPath::device>(const ExecSpace&, In2<float>, In2<float>, const View2<float>&);
+template void gelu_forward<double, KernelPath::host>(const ExecSpace&, In2<double>, const View2<double>&);
+template void bias_gelu_forward<double, KernelPath::host>(const ExecSpace&, In1<double>, const View2<double>&, const View2<double>&);
+template void gelu_backward_input<double, KernelPath::host>(const ExecSpace&, In2<double>, In2<double>, const View2<double>&);
+template void gelu_forward<double, KernelPath::device>(const ExecSpace&, In2<double>, const View2<double>&);
+template void bias_gelu_forward<double, KernelPath::device>(const ExecSpace&, In1<double>, const View2<double>&, const View2<double>&);
+template void gelu_backward_input<double, KernelPath::device>(const ExecSpace&, In2<double>, In2<double>, const View2<double>&);
 
 }  // namespace kpipe::nn

@@ -40,12 +40,19 @@ void backward_weight(const ExecSpace& space, const Head<T>& head, In2<T> x, cons
   backward_weight(space, head.ln, x, s.mean, s.rstd, g.dh);
 }
 
-template <class T> double loss_sum(const ExecSpace& space, const HeadStash<T>& s) {
+template <class T>
+void loss_sum(const ExecSpace& space, const HeadStash<T>& s, const Kokkos::View<double, MemSpace>& into) {
   const auto losses = s.losses;
-  double sum = 0;
   Kokkos::parallel_reduce("kpipe::nn::Head::loss_sum", range(space, losses.extent(0)),
-                          KOKKOS_LAMBDA(std::int64_t i, double& acc) { acc += double(losses(i)); }, sum);
-  return sum;
+                          KOKKOS_LAMBDA(std::int64_t i, double& acc) { acc += double(losses(i)); }, into);
+}
+
+template <class T> double loss_sum(const ExecSpace& space, const HeadStash<T>& s) {
+  const Kokkos::View<double, MemSpace> sum("kpipe::nn::Head::loss_sum");
+  loss_sum(space, s, sum);
+  double result = 0;
+  Kokkos::deep_copy(result, sum);  // waits for the reduction
+  return result;
 }
 
 template HeadStash<float> allocate_stash(const Head<float>&, std::int64_t);
@@ -57,6 +64,7 @@ template void backward_input(const ExecSpace&, const Head<float>&, In2<float>, c
 template void backward_weight(const ExecSpace&, const Head<float>&, In2<float>, const HeadStash<float>&,
                               const HeadGrads<float>&);
 template double loss_sum(const ExecSpace&, const HeadStash<float>&);
+template void loss_sum(const ExecSpace&, const HeadStash<float>&, const Kokkos::View<double, MemSpace>&);
 template HeadStash<double> allocate_stash(const Head<double>&, std::int64_t);
 template HeadGrads<double> allocate_grads(const Head<double>&, std::int64_t);
 template void forward(const ExecSpace&, const Head<double>&, In2<double>, const View1<const Token>&,
@@ -66,5 +74,6 @@ template void backward_input(const ExecSpace&, const Head<double>&, In2<double>,
 template void backward_weight(const ExecSpace&, const Head<double>&, In2<double>, const HeadStash<double>&,
                               const HeadGrads<double>&);
 template double loss_sum(const ExecSpace&, const HeadStash<double>&);
+template void loss_sum(const ExecSpace&, const HeadStash<double>&, const Kokkos::View<double, MemSpace>&);
 
 }  // namespace kpipe::nn

@@ -38,5 +38,8 @@ void backward_weight(const ExecSpace& space, const Head<T>& head, In2<T> x, cons
 
 // Sum of the per-token losses, in double, in a fixed order.
 template <class T> double loss_sum(const ExecSpace& space, const HeadStash<T>& stash);
+// The same sum left in `into` (device memory) without waiting for it: a GPU's stream keeps going.
+template <class T>
+void loss_sum(const ExecSpace& space, const HeadStash<T>& stash, const Kokkos::View<double, MemSpace>& into);
 
 }  // namespace kpipe::nn

@@ -5,14 +5,14 @@
 
 namespace kpipe::nn {
 
-// Every kernel here gives one team to one row. On a CPU the team is one thread walking its row; on a GPU
-// the team's threads split the row's columns, so loads are coalesced and the row stays in cache between the
-// short passes over it. Team reductions combine in a fixed order, so the results are reproducible.
-using RowPolicy = Kokkos::TeamPolicy<ExecSpace>;
-using RowTeam = RowPolicy::member_type;
+// The device path gives one team to one row: the team's threads split the row's columns, so loads are
+// coalesced and the row stays in cache between the short passes over it. The host path gives a row to one
+// thread, each pass a vectorized loop. Team reductions combine in a fixed order, so the results are
+// reproducible either way.
+using RowTeam = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
 // x[N, C] -> y[N, C], mean[N], rstd[N]
-template <class T>
+template <class T, KernelPath P>
 void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const View2<T>& y, const View1<T>& mean,
              const View1<T>& rstd) {
   const auto gamma = ln.gamma;
@@ -20,7 +20,7 @@ void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const Vie
   const T eps = ln.eps;
   const int cols = int(x.extent(1));
   const T inv_cols = T(1) / T(cols);
-  if constexpr (host_kernels) {
+  if constexpr (P == KernelPath::host) {
     // One thread per row; the same three sweeps as below, each a vectorized loop over raw pointers.
     Kokkos::parallel_for("kpipe::nn::LayerNorm::forward", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
       const T* KOKKOS_RESTRICT xr = &x(i, 0);
@@ -40,9 +40,8 @@ void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const Vie
     });
     return;
   }
-  Kokkos::parallel_for(
-      "kpipe::nn::LayerNorm::forward", RowPolicy(space, x.extent(0), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const RowTeam& team) {
+  for_each_team(
+      "kpipe::nn::LayerNorm::forward", space, x.extent(0), KOKKOS_LAMBDA(const RowTeam& team) {
         const auto i = team.league_rank();
         // Float keeps 24 bits: summing raw values of size |mean| >> std would lose the small deviations, so
         // the sum runs over x - x(i, 0), and the variance is taken about the mean in a second pass over the
@@ -71,13 +70,13 @@ void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const Vie
 }
 
 // dy[N, C] -> dx[N, C]: dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma.
-template <class T>
+template <class T, KernelPath P>
 void backward_input(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In1<T> mean, In1<T> rstd, In2<T> dy,
                     const View2<T>& dx, bool accumulate) {
   const auto gamma = ln.gamma;
   const int cols = int(x.extent(1));
   const T inv_cols = T(1) / T(cols);
-  if constexpr (host_kernels) {
+  if constexpr (P == KernelPath::host) {
     Kokkos::parallel_for(
         "kpipe::nn::LayerNorm::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
           const T* KOKKOS_RESTRICT xr = &x(i, 0);
@@ -95,9 +94,8 @@ void backward_input(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In
         });
     return;
   }
-  Kokkos::parallel_for(
-      "kpipe::nn::LayerNorm::backward_input", RowPolicy(space, x.extent(0), Kokkos::AUTO),
-      KOKKOS_LAMBDA(const RowTeam& team) {
+  for_each_team(
+      "kpipe::nn::LayerNorm::backward_input", space, x.extent(0), KOKKOS_LAMBDA(const RowTeam& team) {
         const auto i = team.league_rank();
         const T mu = mean(i);
         const T r = rstd(i);
@@ -124,7 +122,7 @@ void backward_input(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In
 }
 
 // dgamma[C] += sum_rows dy xhat, dbeta[C] += sum_rows dy
-template <class T>
+template <class T, KernelPath P>
 void backward_weight(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In1<T> mean, In1<T> rstd,
                      In2<T> dy) {
   const auto dgamma = ln.dgamma;
@@ -132,7 +130,7 @@ void backward_weight(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, I
   const std::int64_t rows = x.extent(0), cols = x.extent(1);
   // Column sums, rows in order: reproducible without atomics. On a GPU one thread per column (coalesced);
   // on a CPU a block of columns per work item, walked row by row (contiguous); see core/elementwise.hpp.
-  constexpr int width = column_block;
+  constexpr int width = column_block<P>;
   Kokkos::parallel_for("kpipe::nn::LayerNorm::backward_weight", range(space, (cols + width - 1) / width),
                        KOKKOS_LAMBDA(std::int64_t block) {
                          const std::int64_t c0 = block * width;
@@ -155,17 +153,30 @@ void backward_weight(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, I
                        });
 }
 
-template void forward(const ExecSpace&, const LayerNorm<float>&, In2<float>, const View2<float>&,
-                      const View1<float>&, const View1<float>&);
-template void backward_input(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>, In1<float>,
-                             In2<float>, const View2<float>&, bool);
-template void backward_weight(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>, In1<float>,
-                              In2<float>);
-template void forward(const ExecSpace&, const LayerNorm<double>&, In2<double>, const View2<double>&,
-                      const View1<double>&, const View1<double>&);
-template void backward_input(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>, In1<double>,
-                             In2<double>, const View2<double>&, bool);
-template void backward_weight(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>, In1<double>,
-                              In2<double>);
+// Both paths, float (training) and double (gradient checks).
+template void forward<float, KernelPath::host>(const ExecSpace&, const LayerNorm<float>&, In2<float>, const View2<float>&,
+                                           const View1<float>&, const View1<float>&);
+template void backward_input<float, KernelPath::host>(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>, In1<float>,
+                                                  In2<float>, const View2<float>&, bool);
+template void backward_weight<float, KernelPath::host>(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>,
+                                                   In1<float>, In2<float>);
+template void forward<float, KernelPath::device>(const ExecSpace&, const LayerNorm<float>&, In2<float>, const View2<float>&,
+                                           const View1<float>&, const View1<float>&);
+template void backward_input<float, KernelPath::device>(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>, In1<float>,
+                                                  In2<float>, const View2<float>&, bool);
+template void backward_weight<float, KernelPath::device>(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>,
+                                                   In1<float>, In2<float>);
+template void forward<double, KernelPath::host>(const ExecSpace&, const LayerNorm<double>&, In2<double>, const View2<double>&,
+                                           const View1<double>&, const View1<double>&);
+template void backward_input<double, KernelPath::host>(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>, In1<double>,
+                                                  In2<double>, const View2<double>&, bool);
+template void backward_weight<double, KernelPath::host>(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>,
+                                                   In1<double>, In2<double>);
+template void forward<double, KernelPath::device>(const ExecSpace&, const LayerNorm<double>&, In2<double>, const View2<double>&,
+                                           const View1<double>&, const View1<double>&);
+template void backward_input<double, KernelPath::device>(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>, In1<double>,
+                                                  In2<double>, const View2<double>&, bool);
+template void backward_weight<double, KernelPath::device>(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>,
+                                                   In1<double>, In2<double>);
 
 }  // namespace kpipe::nn

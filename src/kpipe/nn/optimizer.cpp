@@ -26,11 +26,11 @@ double clip_factor(double global_norm, double max_norm) {
   return max_norm > 0 && global_norm > max_norm ? max_norm / (global_norm + 1e-6) : 1.0;
 }
 
-template <class T> double sum_squares(const ExecSpace& space, In1<T> x) {
+template <class T, KernelPath P> double sum_squares(const ExecSpace& space, In1<T> x) {
   double total = 0;
-  if constexpr (host_kernels) {
+  if constexpr (P == KernelPath::host) {
     // Blocks of contiguous elements, each a vectorized lane sum in double; blocks added in order.
-    const std::int64_t n = x.extent(0), block = elementwise_block;
+    const std::int64_t n = x.extent(0), block = elementwise_block<P>;
     const T* const data = x.data();
     Kokkos::parallel_reduce(
         "kpipe::nn::sum_squares", range(space, (n + block - 1) / block),
@@ -64,7 +64,7 @@ static void check_lengths(const char* what, std::size_t params, std::size_t grad
                                             what, params, grads, state_a, state_b, mask));
 }
 
-template <class T>
+template <class T, KernelPath P>
 void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step, double grad_scale,
                   const View1<T>& params, In1<T> grads, const View1<T>& m, const View1<T>& v,
                   const View1<const std::uint8_t>& decay_mask) {
@@ -79,7 +79,7 @@ void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr,
   const T inv_bias2 = 1.0 / (1.0 - std::pow(cfg.beta2, double(step)));
   const T decay = lr * cfg.weight_decay;
   const View1<const T> g_all = grads;
-  for_each_block("kpipe::nn::adamw_update", space, std::int64_t(params.extent(0)),
+  for_each_block<P>("kpipe::nn::adamw_update", space, std::int64_t(params.extent(0)),
                  KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
                    T* KOKKOS_RESTRICT pp = params.data();
                    T* KOKKOS_RESTRICT mp = m.data();
@@ -115,17 +115,25 @@ void sgd_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, d
   });
 }
 
-template double sum_squares<float>(const ExecSpace&, In1<float>);
-template void adamw_update(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
-                           const View1<float>&, In1<float>, const View1<float>&, const View1<float>&,
-                           const View1<const std::uint8_t>&);
+template double sum_squares<float, KernelPath::host>(const ExecSpace&, In1<float>);
+template void adamw_update<float, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
+                                               const View1<float>&, In1<float>, const View1<float>&, const View1<float>&,
+                                               const View1<const std::uint8_t>&);
+template double sum_squares<float, KernelPath::device>(const ExecSpace&, In1<float>);
+template void adamw_update<float, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
+                                               const View1<float>&, In1<float>, const View1<float>&, const View1<float>&,
+                                               const View1<const std::uint8_t>&);
 template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<float>&, In1<float>,
                          const View1<float>&, const View1<const std::uint8_t>&);
-template double sum_squares<double>(const ExecSpace&, In1<double>);
-template void adamw_update(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
-                           const View1<double>&, In1<double>, const View1<double>&, const View1<double>&,
-                           const View1<const std::uint8_t>&);
-template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<double>&,
-                         In1<double>, const View1<double>&, const View1<const std::uint8_t>&);
+template double sum_squares<double, KernelPath::host>(const ExecSpace&, In1<double>);
+template void adamw_update<double, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
+                                               const View1<double>&, In1<double>, const View1<double>&, const View1<double>&,
+                                               const View1<const std::uint8_t>&);
+template double sum_squares<double, KernelPath::device>(const ExecSpace&, In1<double>);
+template void adamw_update<double, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
+                                               const View1<double>&, In1<double>, const View1<double>&, const View1<double>&,
+                                               const View1<const std::uint8_t>&);
+template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<double>&, In1<double>,
+                         const View1<double>&, const View1<const std::uint8_t>&);
 
 }  // namespace kpipe::nn

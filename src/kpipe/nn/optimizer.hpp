@@ -19,12 +19,12 @@ double clip_factor(double global_norm, double max_norm);
 
 // Sum of squares of x, accumulated in double (a stage sums these per layer, in global layer order, so that
 // the global norm does not depend on the partition).
-template <class T> double sum_squares(const ExecSpace& space, In1<T> x);
+template <class T, KernelPath P = default_kernel_path> double sum_squares(const ExecSpace& space, In1<T> x);
 
 // One AdamW step (decoupled weight decay, bias correction), step is 1-based:
 //   g = grad_scale * grads; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
 //   params -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps) + lr * wd * decay_mask * params
-template <class T>
+template <class T, KernelPath P = default_kernel_path>
 void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step, double grad_scale,
                   const View1<T>& params, In1<T> grads, const View1<T>& m, const View1<T>& v,
                   const View1<const std::uint8_t>& decay_mask);

@@ -3,6 +3,7 @@
 // so that a View2<float> argument binds to In2<float> without spelling out the template argument.
 #include <type_traits>
 
+#include "kpipe/core/kernel_path.hpp"
 #include "kpipe/core/tensor.hpp"
 
 namespace kpipe::nn {

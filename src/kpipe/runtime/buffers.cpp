@@ -22,7 +22,7 @@ template <class T> void Buffers<T>::begin_async_step() {
   // delivered by its end.
   std::vector<Send> active;
   for (auto& s : sends_)
-    if (s.request.active() || s.detached.data() != nullptr) active.push_back(std::move(s));
+    if (s.transfer.active() || s.detached.data() != nullptr) active.push_back(std::move(s));
   sends_ = std::move(active);
 }
 
@@ -67,17 +67,17 @@ template <class T> void Buffers<T>::move_in_gradient(int chunk, int microbatch) 
 }
 
 template <class T>
-comm::Request& Buffers<T>::add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after) {
+comm::Transfer& Buffers<T>::add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after) {
   sends_.push_back({chunk, slot_[chunk][microbatch % microbatches_], gradient, delivered_after, {}, {}});
-  return sends_.back().request;
+  return sends_.back().transfer;
 }
 
 // Only the schedule decides when a buffer comes back, never how fast a peer happened to be, so the number
 // of buffers allocated is the same on every run.
-template <class T> void Buffers<T>::reclaim(std::size_t done, const std::function<void(comm::Request&)>& wait) {
+template <class T> void Buffers<T>::reclaim(std::size_t done, const std::function<void(comm::Transfer&)>& wait) {
   for (auto& s : sends_) {
-    if (s.request.active() && s.delivered_after <= done) wait(s.request);
-    if (!s.request.active() && s.detached.data() != nullptr) {
+    if (s.transfer.active() && s.delivered_after <= done) wait(s.transfer);
+    if (!s.transfer.active() && s.detached.data() != nullptr) {
       spares_.push_back(s.detached);
       s.detached = View2<T>();
     }
@@ -90,7 +90,7 @@ template <class T> void Buffers<T>::retire(int chunk, int microbatch) {
   const int slot = slot_[chunk][microbatch % microbatches_];
   auto& owner = *chunks_[chunk];
   for (auto& s : sends_) {
-    if (s.chunk != chunk || s.slot != slot || s.detached.data() != nullptr || !s.request.active()) continue;
+    if (s.chunk != chunk || s.slot != slot || s.detached.data() != nullptr || !s.transfer.active()) continue;
     View2<T> spare = take_spare();
     if (s.gradient)
       owner.swap_input_grad(slot, spare);

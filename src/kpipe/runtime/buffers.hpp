@@ -34,11 +34,11 @@ template <class T> class Buffers {
   void move_in_activation(int chunk, int microbatch);
   void move_in_gradient(int chunk, int microbatch);
 
-  // A send of the slot's output (activation) or input gradient starts: the request to hand the transport.
-  comm::Request& add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after);
+  // A send of the slot's output (activation) or input gradient starts: where the transport's Transfer goes.
+  comm::Transfer& add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after);
   // After position `done`: waits (through `wait`, which returns at once there) on the sends delivered by
   // then, and their detached buffers become spares.
-  void reclaim(std::size_t done, const std::function<void(comm::Request&)>& wait);
+  void reclaim(std::size_t done, const std::function<void(comm::Transfer&)>& wait);
   // The micro-batch is done on the chunk: its slot goes back to the pool, a send still reading from it
   // taking its buffer along (a spare takes its place in the slot).
   void retire(int chunk, int microbatch);
@@ -52,7 +52,7 @@ template <class T> class Buffers {
     int chunk, slot;
     bool gradient;
     std::size_t delivered_after;
-    comm::Request request;
+    comm::Transfer transfer;
     View2<T> detached;  // empty while the send reads from its slot
   };
   std::vector<model::Chunk<T>*> chunks_;

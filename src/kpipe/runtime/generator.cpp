@@ -27,7 +27,7 @@ Generator<T>::Generator(Trainer<T>& trainer, const data::Tokenizer& tokenizer) :
             trainer.chunk(c).rows());
     slots_.push_back(trainer.chunk(c).acquire());
   }
-  transport_ = comm::make_transport(trainer.grid().pipeline);
+  transport_ = &trainer.transport();
   host_tokens_ = Kokkos::View<Token*, HostSpace>("kpipe::runtime::Generator::host_tokens", model.seq_len);
 }
 
@@ -69,15 +69,17 @@ Token Generator<T>::next(const std::vector<Token>& context, const SamplingOption
     if (v > 0) {
       const int prev = s.rank_of(v - 1);
       if (prev == grid.stage) {
-        Kokkos::deep_copy(space_, chunk.input(slot), trainer_->chunk(c - 1).output(slots_[c - 1]));
+        const int from = s.chunk_of(v - 1);  // V placement: not always chunk c - 1
+        Kokkos::deep_copy(space_, chunk.input(slot), trainer_->chunk(from).output(slots_[from]));
       } else {
-        comm::Request r;
-        transport_->recv(chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, v, r);
-        if (!transport_->wait(r, timeout_s)) timeout("activation", prev);
+        comm::Transfer r = transport_->recv(space_, chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, v);
+        if (!transport_->wait(space_, r, timeout_s)) timeout("activation", prev);
       }
     }
     chunk.forward(space_, slot);
-    space_.fence();
+    // The host reads the logits next; on a stream-ordered transport (NCCL) this is also where a receive that
+    // never comes shows, within the bound, instead of a fence that would wait forever.
+    if (!transport_->synchronize(space_, timeout_s)) timeout("activation", v > 0 ? s.rank_of(v - 1) : grid.stage);
     if (v == last_stage) {
       const auto logits = chunk.layer_output(slot, trainer_->desc().layers.back().index);
       const auto row = Kokkos::subview(logits, std::int64_t(length) - 1, Kokkos::ALL);
@@ -86,9 +88,9 @@ Token Generator<T>::next(const std::vector<Token>& context, const SamplingOption
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = double(host(i));
       token = sample_token(values, allowed_, options, position);
     } else if (s.rank_of(v + 1) != grid.stage) {
-      comm::Request r;
-      transport_->send(chunk.output(slot).data(), chunk.output(slot).span() * sizeof(T), s.rank_of(v + 1), v + 1, r);
-      if (!transport_->wait(r, timeout_s)) timeout("delivery of an activation", s.rank_of(v + 1));
+      comm::Transfer r =
+          transport_->send(space_, chunk.output(slot).data(), chunk.output(slot).span() * sizeof(T), s.rank_of(v + 1), v + 1);
+      if (!transport_->wait(space_, r, timeout_s)) timeout("delivery of an activation", s.rank_of(v + 1));
     }
   }
   // The sampled token goes from the last stage to every rank of the pipeline (the first stage needs it next).

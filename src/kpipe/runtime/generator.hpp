@@ -47,7 +47,7 @@ template <class T> class Generator {
   Trainer<T>* trainer_;
   std::vector<bool> allowed_;  // per id of the model's vocabulary
   std::vector<int> slots_;     // one per chunk
-  std::unique_ptr<comm::Transport> transport_;
+  comm::Transport* transport_;  // the trainer's: stage-to-stage on the pipeline communicator
   Kokkos::View<Token*, HostSpace> host_tokens_;
   ExecSpace space_;
 };

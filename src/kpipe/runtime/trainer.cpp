@@ -21,7 +21,9 @@
 #include "kpipe/runtime/gradient_reduction.hpp"
 #include "kpipe/runtime/weight_versions.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
+#include "kpipe/runtime/placement.hpp"
 #include "kpipe/schedule/configured.hpp"
+#include "kpipe/schedule/stream_order.hpp"
 #include "kpipe/schedule/text.hpp"
 
 namespace kpipe::runtime {
@@ -42,12 +44,13 @@ comm::Bound bound(const Config& c, std::int64_t step, const char* what) {
 
 // Where one step stands on this rank (the buffers are the Buffers' business).
 template <class T> struct Trainer<T>::StepState {
-  std::vector<comm::Request> recv;                // per action index
+  std::vector<comm::Transfer> recv;               // per action index
   std::vector<bool> posted;                       // per action index
   std::vector<double> loss_sums;                  // per global micro-batch (last stage only)
   int shift = 0;                                  // asynchronous: steps the lists' step run is shifted by
   std::vector<double> update_squares;             // asynchronous: per chunk, its last update's squared norm
   double lr = 0;                                  // asynchronous: the last update's
+  std::vector<std::size_t> timed;                 // per ActionClock index: the compute action's timeline entry
   double busy = 0;
   double start = 0;  // when the step began
 };
@@ -74,6 +77,37 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
             "version (the versions in flight are not saved)",
             config.checkpoint.dir, pc.schedule);
     rules_ = AsyncRules::of(config);
+    // Stream-ordered transports (NCCL) need every transfer's order proved per pair of ranks for the
+    // whole run; the asynchronous lists' messages cross step boundaries, which that proof does not cover.
+    require(default_transport(pc.transport) == "mpi" && std::getenv("KPIPE_TEST_TRANSPORT") == nullptr,
+            "pipeline.transport = \"{}\" with pipeline.schedule = \"{}\": asynchronous schedules run over MPI "
+            "only in this version", pc.transport, pc.schedule);
+  }
+  // The transport ("auto" resolved as runtime/placement.hpp does without looking at the node). NCCL runs
+  // transfers in stream order exactly where the lists put them: every replica's schedule goes through the
+  // pass that arranges its receives for that, and what runs (the pipelines' messages and the ordered
+  // reduction's running sums together) must be proved to match in order per pair of ranks and to be free of
+  // deadlocks under NCCL's blocking semantics (schedule/stream_order.hpp). The running sums go on the stream
+  // where that proof holds; where a sum on the stream would close a cycle (a replica's blocked send holding
+  // up its own pipeline), they go by MPI from the host, proved for that instead.
+  // Test hook: KPIPE_TEST_TRANSPORT=mpi-stream-ordered runs MPI with NCCL's semantics
+  // (comm/stream_ordered_mpi.hpp), so that CPU tests run the NCCL path end to end.
+  std::string transport = default_transport(pc.transport);
+  if (const char* kind = std::getenv("KPIPE_TEST_TRANSPORT")) transport = kind;
+  std::string sums = transport;  // what the replicas' gradient sums travel by
+  if (transport == "nccl" || transport == "mpi-stream-ordered") {
+    replicated_ = schedule::order_for_streams(replicated_);
+    schedule::validate(replicated_);
+    if (replicated_.ordered) {
+      try {
+        schedule::validate_stream_order(replicated_, schedule::SumTransport::stream);
+      } catch (const InputError&) {
+        schedule::validate_stream_order(replicated_, schedule::SumTransport::mpi);
+        sums = "mpi";
+      }
+    } else {
+      schedule::validate_stream_order(replicated_);
+    }
   }
   schedule_ = replicated_.replicas.at(grid.replica);
   actions_ = schedule_.actions[grid.stage];
@@ -109,34 +143,68 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   }
   action_seconds_.assign(chunks_.size(), {});
   action_count_.assign(chunks_.size(), {});
-  transport_ = comm::make_transport(grid.pipeline);
-  reduction_ = std::make_unique<GradientReduction<T>>(grid_, replicated_, pc.recv_timeout_s,
+  transport_ = comm::make_transport(transport, grid.pipeline, pc.recv_timeout_s);
+  reduction_ = std::make_unique<GradientReduction<T>>(grid_, replicated_, sums, pc.recv_timeout_s,
                                                       [this](const Action& a) { timeout(a, actions_.size()); });
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
-  memory::Scope scope(memory::Category::workspaces);
-  host_inputs_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_inputs"), rows);
-  host_targets_ = Kokkos::View<Token*, HostSpace>(uninitialized("kpipe::runtime::Trainer::host_targets"), rows);
+  memory::Scope scope(memory::Category::workspaces);  // memory/plan.cpp counts these three
+  // Asynchronous schedules: a step forwards up to m + p - 1 consecutive micro-batches (the first one, its
+  // warm-up too), each with its own row.
+  staging_rows_ = asynchronous_ ? local_microbatches_ + pc.pipeline_size - 1 : local_microbatches_;
+  host_inputs_ = decltype(host_inputs_)(uninitialized("kpipe::runtime::Trainer::host_inputs"), staging_rows_, rows);
+  host_targets_ = decltype(host_targets_)(uninitialized("kpipe::runtime::Trainer::host_targets"), staging_rows_, rows);
+  loss_sums_ = Kokkos::View<double*, MemSpace>("kpipe::runtime::Trainer::loss_sums", tc.microbatches);
 }
 
 template <class T> Trainer<T>::~Trainer() = default;
 
 template <class T> int Trainer<T>::message_buffers() const { return buffers_->message_buffers(); }
 
-template <class T> void Trainer<T>::load_tokens(int c, int slot, std::int64_t step, int microbatch) {
-  auto& chunk = *chunks_[c];
-  if (asynchronous_) {
-    data::fill_train_windows(corpus_->train, config_.train.seed, rules_.sampler_step(microbatch),
-                             rules_.first_sequence(microbatch), sequences_per_microbatch_, config_.model.seq_len,
-                             host_inputs_.data(), host_targets_.data());
-  } else {
-    const int global_mb = global_microbatch(microbatch);
-    data::fill_train_windows(corpus_->train, config_.train.seed, step, global_mb * sequences_per_microbatch_,
-                             sequences_per_microbatch_, config_.model.seq_len, host_inputs_.data(),
-                             host_targets_.data());
+// Every micro-batch's windows of the step into the staging rows, where a chunk on this rank reads tokens.
+template <class T> void Trainer<T>::stage_tokens(std::int64_t step) {
+  if (std::none_of(chunks_.begin(), chunks_.end(), [](const auto& c) { return c->first() || c->last(); })) return;
+  for (int mb = 0; mb < local_microbatches_; ++mb)
+    data::fill_train_windows(corpus_->train, config_.train.seed, step, global_microbatch(mb) * sequences_per_microbatch_,
+                             sequences_per_microbatch_, config_.model.seq_len, &host_inputs_(mb, 0),
+                             &host_targets_(mb, 0));
+}
+
+// Asynchronous schedules: the windows of the micro-batches this step forwards (rows micro-batch mod
+// staging_rows_: a step forwards at most m + p - 1 consecutive micro-batches), each drawn as async_rules.hpp
+// says.
+template <class T> void Trainer<T>::stage_async_tokens(const StepState& st, std::size_t begin, std::size_t end) {
+  for (std::size_t i = begin; i < end; ++i) {
+    const Action a = action_at(st, i);
+    if (a.op != Op::forward || !(chunks_[a.chunk]->first() || chunks_[a.chunk]->last())) continue;
+    const int row = a.microbatch % staging_rows_;
+    data::fill_train_windows(corpus_->train, config_.train.seed, rules_.sampler_step(a.microbatch),
+                             rules_.first_sequence(a.microbatch), sequences_per_microbatch_, config_.model.seq_len,
+                             &host_inputs_(row, 0), &host_targets_(row, 0));
   }
-  if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
-  if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
-  space_.fence();  // the host buffers are refilled for the next micro-batch
+}
+
+// Staging row `row` into the slot's token buffers, queued on the stream (no wait: the row is not refilled
+// before the step's final fence).
+template <class T> void Trainer<T>::load_tokens(int c, int slot, int row) {
+  auto& chunk = *chunks_[c];
+  if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), Kokkos::subview(host_inputs_, row, Kokkos::ALL));
+  if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), Kokkos::subview(host_targets_, row, Kokkos::ALL));
+}
+
+// The compute actions' spans, now that the stream has run them (ActionClock), into the timeline and the means.
+template <class T> void Trainer<T>::read_action_times(StepState& st) {
+  const auto spans = clock_.read();
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    TimedAction& entry = timeline_[st.timed[k]];
+    entry.start = spans[k].start;
+    entry.end = spans[k].end;
+    const double seconds = spans[k].end - spans[k].start;
+    st.busy += seconds;
+    if (step_ > 0) {  // the first step allocates the stash: not representative
+      action_seconds_[entry.action.chunk][int(entry.action.op)] += seconds;
+      ++action_count_[entry.action.chunk][int(entry.action.op)];
+    }
+  }
 }
 
 // A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which the
@@ -151,14 +219,14 @@ template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
   if (st.posted[i]) return;
   const View2<T> buffer = buffers_->receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient);
   const auto message = schedule::message_of(schedule_, grid_.stage, a);
-  transport_->recv(buffer.data(), buffer.span() * sizeof(T), a.peer, schedule::message_tag(schedule_, message),
-                   st.recv[i]);
+  st.recv[i] = transport_->recv(space_, buffer.data(), buffer.span() * sizeof(T), a.peer,
+                                schedule::message_tag(schedule_, message));
   st.posted[i] = true;
 }
 
 template <class T> void Trainer<T>::wait_receive(StepState& st, std::size_t i) {
   post_receive(st, i);
-  if (!transport_->wait(st.recv[i], config_.pipeline.recv_timeout_s))
+  if (!transport_->wait(space_, st.recv[i], config_.pipeline.recv_timeout_s))
     timeout(action_at(st, i), i);
 }
 
@@ -184,9 +252,17 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
   const T loss_scale = asynchronous_ ? T(rules_.loss_scale())
                                      : T(1.0 / (double(config_.train.batch) * config_.model.seq_len));
 
-  // Receives the coming actions need, posted now so that they arrive while this one runs.
-  for (std::size_t k : plan_.post_before[i]) post_receive(st, k);
+  const auto& list = actions_;
+  // Receives the coming actions need, posted now so that they arrive while this one runs. (Not on a
+  // stream-ordered transport: a receive posted ahead would hold the stream until its data arrived.)
+  if (!transport_->stream_ordered())
+    for (std::size_t k : plan_.post_before[i]) post_receive(st, k);
   const double start = now();
+  // Consecutive messages go out as one group (NCCL: a pair of ranks sending to each other cannot deadlock;
+  // schedule/stream_order.hpp proves the groups safe). MPI posts never block: the calls do nothing there.
+  const bool comm_action = schedule::is_comm(a.op);
+  if (comm_action && (i == 0 || !schedule::is_comm(list[i - 1].op))) transport_->begin_group();
+  const std::size_t timed = schedule::is_compute(a.op) ? clock_.begin(space_) : 0;
   switch (a.op) {
     case Op::recv_activation:
     case Op::recv_gradient: wait_receive(st, i); break;
@@ -195,10 +271,10 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       auto& chunk = *chunks_[c];
       const int slot = buffers_->slot(c, mb);
       const View2<T>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
-      space_.fence();  // the buffer is complete before MPI reads it
-      comm::Request& request = buffers_->add_send(c, mb, a.op == Op::send_gradient, plan_.delivered_after[i]);
-      transport_->send(buffer.data(), buffer.span() * sizeof(T), a.peer,
-                       schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a)), request);
+      // The transport orders the send after the kernels queued so far (they complete the buffer).
+      buffers_->add_send(c, mb, a.op == Op::send_gradient, plan_.delivered_after[i]) =
+          transport_->send(space_, buffer.data(), buffer.span() * sizeof(T), a.peer,
+                           schedule::message_tag(schedule_, schedule::message_of(schedule_, grid_.stage, a)));
       break;
     }
     case Op::forward: {
@@ -212,10 +288,11 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       buffers_->move_in_activation(c, mb);
       if (local_prev >= 0)  // the previous virtual stage is ours too: its output, kept in its slot, is our input
         Kokkos::deep_copy(space_, chunk.input(slot), chunks_[local_prev]->output(buffers_->slot(local_prev, mb)));
-      if (chunk.first() || chunk.last()) load_tokens(c, slot, step_, mb);
+      if (chunk.first() || chunk.last()) load_tokens(c, slot, asynchronous_ ? mb % staging_rows_ : mb);
       chunk.forward(space_, slot);
-      if (chunk.last())
-        st.loss_sums[asynchronous_ ? mb % local_microbatches_ : global_microbatch(mb)] = chunk.loss_sum(space_, slot);
+      if (chunk.last())  // left on the device: read once at the step's end
+        chunk.loss_sum(space_, slot,
+                       Kokkos::subview(loss_sums_, asynchronous_ ? mb % local_microbatches_ : global_microbatch(mb)));
       peak_stash_ = std::max(peak_stash_, ++stash_);
       break;
     }
@@ -247,11 +324,8 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       --stash_;
       break;
     }
-    case Op::recv_sum: reduction_->receive(*chunks_[c], a); break;
-    case Op::send_sum:
-      space_.fence();  // the weight gradients are complete before MPI reads them
-      reduction_->send(*chunks_[c], a);
-      break;
+    case Op::recv_sum: reduction_->receive(space_, *chunks_[c], a); break;
+    case Op::send_sum: reduction_->send(space_, *chunks_[c], a); break;  // after the W's queued so far
     case Op::step:  // after the list: see step() (asynchronous: the step's end, see async_step())
       return;
     case Op::update: {
@@ -269,7 +343,8 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       break;
     }
   }
-  if (schedule::is_comm(a.op)) {
+  if (comm_action && (i + 1 == list.size() || !schedule::is_comm(list[i + 1].op))) transport_->end_group();
+  if (comm_action) {  // host time of posting (and, for receives, of waiting)
     const auto& chunk = *chunks_[c];
     timeline_.push_back({a, start - st.start, now() - st.start, chunk.rows() * chunk.channels() * std::int64_t(sizeof(T))});
   }
@@ -277,19 +352,14 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     const auto& grads = chunks_[c]->params().grads();
     timeline_.push_back({a, start - st.start, now() - st.start, std::int64_t(grads.span() * sizeof(T))});
   }
-  if (schedule::is_compute(a.op)) {
-    space_.fence();
-    const double seconds = now() - start;
-    timeline_.push_back({a, start - st.start, start - st.start + seconds, 0});
-    st.busy += seconds;
-    if (step_ > 0) {  // the first step allocates the stash: not representative
-      action_seconds_[c][int(a.op)] += seconds;
-      ++action_count_[c][int(a.op)];
-    }
+  if (schedule::is_compute(a.op)) {  // no fence: the span is read from the stream at the step's end
+    clock_.end(space_, timed);
+    timeline_.push_back({a, 0, 0, 0});
+    st.timed.push_back(timeline_.size() - 1);
   }
   if (observer_ && schedule::is_compute(a.op)) observer_(a, buffers_->slot(c, mb));
-  buffers_->reclaim(i, [&](comm::Request& request) {
-    if (!transport_->wait(request, config_.pipeline.recv_timeout_s)) timeout(Action{}, i);
+  buffers_->reclaim(i, [&](comm::Transfer& transfer) {
+    if (!transport_->wait(space_, transfer, config_.pipeline.recv_timeout_s)) timeout(Action{}, i);
   });
   if (plan_.last_touch[i]) buffers_->retire(c, mb);
 }
@@ -328,8 +398,9 @@ template <class T> StepStats Trainer<T>::async_step() {
   require(step_ < config_.train.steps, "train.steps = {}: an asynchronous run cannot go past its last step (it drains "
           "the pipeline there)", config_.train.steps);
   const auto wait = [&](std::size_t position) {
-    return [this, position](comm::Request& request) {
-      if (!transport_->wait(request, config_.pipeline.recv_timeout_s)) timeout(Action{Op::step, 0, 0, -1}, position);
+    return [this, position](comm::Transfer& transfer) {
+      if (!transport_->wait(space_, transfer, config_.pipeline.recv_timeout_s))
+        timeout(Action{Op::step, 0, 0, -1}, position);
     };
   };
   buffers_->reclaim(std::numeric_limits<std::size_t>::max(), wait(0));  // the previous step's last sends
@@ -341,13 +412,19 @@ template <class T> StepStats Trainer<T>::async_step() {
   st.shift = source.shift;
   st.update_squares.assign(chunks_.size(), 0.0);
   timeline_.clear();
+  stage_async_tokens(st, begin, end);
+  clock_.start(space_);
   buffers_->begin_async_step();
-  st.recv.assign(actions_.size(), comm::Request{});
+  st.recv.assign(actions_.size(), comm::Transfer{});
   st.posted.assign(actions_.size(), false);
   st.loss_sums.assign(local_microbatches_, 0.0);
+  Kokkos::deep_copy(space_, loss_sums_, 0.0);  // micro-batches whose loss is elsewhere count 0
   for (std::size_t i = begin; i < end; ++i) run_action(st, i);
+  read_action_times(st);  // waits for the stream to finish the step's last compute action
+  Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(st.loss_sums.data(),
+                                                                                             st.loss_sums.size()),
+                    Kokkos::subview(loss_sums_, std::make_pair(0, local_microbatches_)));
   const double pipeline_end = now();
-  space_.fence();
 
   StepStats stats;
   stats.pipeline_seconds = pipeline_end - start;
@@ -381,19 +458,28 @@ template <class T> StepStats Trainer<T>::step() {
   StepState st;
   st.start = start;
   timeline_.clear();
+  stage_tokens(step_);
+  clock_.start(space_);
   buffers_->begin_step();
-  st.recv.assign(list.size(), comm::Request{});
+  st.recv.assign(list.size(), comm::Transfer{});
   st.posted.assign(list.size(), false);
   st.loss_sums.assign(config_.train.microbatches, 0.0);
+  Kokkos::deep_copy(space_, loss_sums_, 0.0);  // micro-batches whose loss is elsewhere count 0
   for (std::size_t i = 0; i < list.size(); ++i) run_action(st, i);
-  buffers_->reclaim(list.size(), [&](comm::Request& request) {
-    if (!transport_->wait(request, config_.pipeline.recv_timeout_s)) timeout(Action{}, list.size());
+  buffers_->reclaim(list.size(), [&](comm::Transfer& transfer) {
+    if (!transport_->wait(space_, transfer, config_.pipeline.recv_timeout_s)) timeout(Action{}, list.size());
   });
+  // Stream-ordered transfers: the host learns here, with a bound, that the stream got through them.
+  if (transport_->stream_ordered() && !transport_->synchronize(space_, config_.pipeline.recv_timeout_s))
+    timeout(Action{}, list.size());
+  read_action_times(st);  // waits for the stream to finish the step's last compute action
+  Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(st.loss_sums.data(),
+                                                                                             st.loss_sums.size()),
+                    loss_sums_);
   const double pipeline_end = now();
-  space_.fence();
   std::vector<model::Chunk<T>*> chunks;
   for (auto& chunk : chunks_) chunks.push_back(chunk.get());
-  reduction_->finish(chunks, step_);
+  reduction_->finish(space_, chunks, step_);
 
   StepStats stats;
   stats.pipeline_seconds = pipeline_end - start;
@@ -487,34 +573,36 @@ template <class T> double Trainer<T>::evaluate() {
   // Above the pipeline's tags: an asynchronous run may have sends of its last step still under way.
   const int eval_tag = schedule::message_tags(schedule_);
   for (std::int64_t w = grid_.replica * mb; w < windows; w += std::int64_t(mb) * grid_.data_parallel) {
-    data::fill_validation_windows(corpus_->validation, w, mb, seq, host_inputs_.data(), host_targets_.data());
+    data::fill_validation_windows(corpus_->validation, w, mb, seq, &host_inputs_(0, 0), &host_targets_(0, 0));
     for (int v = 0; v < vstages; ++v) {
       if (schedule_.rank_of(v) != grid_.stage) continue;
       const int c = schedule_.chunk_of(v);
       auto& chunk = *chunks_[c];
       const int slot = slots[c];
-      if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), host_inputs_);
-      if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), host_targets_);
+      load_tokens(c, slot, 0);  // staging row 0 holds the window (refilled after the bounded fence below)
       if (v > 0) {
         const int prev = schedule_.rank_of(v - 1);
         if (prev == grid_.stage) {
           const int from = schedule_.chunk_of(v - 1);
           Kokkos::deep_copy(space_, chunk.input(slot), chunks_[from]->output(slots[from]));
         } else {
-          comm::Request r;
-          transport_->recv(chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T), prev, eval_tag + v, r);
-          if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::recv_activation, 0, c, prev}, 0);
+          comm::Transfer r = transport_->recv(space_, chunk.input(slot).data(), chunk.input(slot).span() * sizeof(T),
+                                              prev, eval_tag + v);
+          if (!transport_->wait(space_, r, config_.pipeline.recv_timeout_s))
+            timeout(Action{Op::recv_activation, 0, c, prev}, 0);
         }
       }
       chunk.forward(space_, slot);
-      space_.fence();
+      // A fence, bounded: on a stream-ordered transport (NCCL) a receive that never comes holds the stream.
+      if (!transport_->synchronize(space_, config_.pipeline.recv_timeout_s))
+        timeout(Action{Op::recv_activation, 0, c, v > 0 ? schedule_.rank_of(v - 1) : grid_.stage}, 0);
       if (chunk.last())
         loss_sum += chunk.loss_sum(space_, slot);
       else if (schedule_.rank_of(v + 1) != grid_.stage) {
-        comm::Request r;
-        transport_->send(chunk.output(slot).data(), chunk.output(slot).span() * sizeof(T), schedule_.rank_of(v + 1),
-                         eval_tag + v + 1, r);
-        if (!transport_->wait(r, config_.pipeline.recv_timeout_s)) timeout(Action{Op::send_activation, 0, c, -1}, 0);
+        comm::Transfer r = transport_->send(space_, chunk.output(slot).data(), chunk.output(slot).span() * sizeof(T),
+                                            schedule_.rank_of(v + 1), eval_tag + v + 1);
+        if (!transport_->wait(space_, r, config_.pipeline.recv_timeout_s))
+          timeout(Action{Op::send_activation, 0, c, -1}, 0);
       }
     }
   }

@@ -18,6 +18,7 @@
 #include "kpipe/model/chunk.hpp"
 #include "kpipe/model/desc.hpp"
 #include "kpipe/runtime/async_rules.hpp"
+#include "kpipe/runtime/action_clock.hpp"
 #include "kpipe/schedule/buffers.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/schedule.hpp"
@@ -72,6 +73,9 @@ template <class T> class Trainer {
   const data::Corpus& corpus() const { return *corpus_; }  // its tokenizer is what the model's ids mean
   const comm::ProcessGrid& grid() const { return grid_; }
   const schedule::Schedule& schedule() const { return schedule_; }  // this replica's, lowered
+  // Stage-to-stage transfers on the pipeline communicator (what pipeline.transport chose), for work that
+  // follows the same layout outside a step (generation).
+  comm::Transport& transport() { return *transport_; }
   const schedule::Replicated& replicated() const { return replicated_; }  // every replica's
   const std::vector<schedule::Action>& actions() const { return actions_; }  // what this rank runs
   const schedule::BufferPlan& buffer_plan() const { return plan_; }
@@ -116,7 +120,10 @@ template <class T> class Trainer {
   void run_action(StepState& st, std::size_t index);
   void post_receive(StepState& st, std::size_t index);
   void wait_receive(StepState& st, std::size_t index);
-  void load_tokens(int chunk, int slot, std::int64_t step, int microbatch);
+  void stage_tokens(std::int64_t step);
+  void stage_async_tokens(const StepState& st, std::size_t begin, std::size_t end);
+  void load_tokens(int chunk, int slot, int staging_row);
+  void read_action_times(StepState& st);
   void optimizer_step(StepStats& stats);
   [[noreturn]] void timeout(const schedule::Action& a, std::size_t index) const;
 
@@ -144,6 +151,7 @@ template <class T> class Trainer {
   ExecSpace space_;
   std::int64_t step_ = 0;
   int local_microbatches_;       // per replica
+  int staging_rows_ = 0;         // host rows of tokens staged per step
   int sequences_per_microbatch_;
   int stash_ = 0, peak_stash_ = 0;
   std::vector<std::array<double, 4>> action_seconds_;  // [chunk] F, B, I, W, summed over the steps after the first
@@ -152,7 +160,12 @@ template <class T> class Trainer {
   std::vector<TimedAction> timeline_;
   ActionObserver observer_;
   double test_stall_seconds_ = 0;  // test hook KPIPE_TEST_STALL="rank:seconds": that rank sleeps before step 0
-  Kokkos::View<Token*, HostSpace> host_inputs_, host_targets_;
+  // Tokens of every micro-batch of a step ([micro-batch, row]), filled at the step's start and copied to the
+  // device as each F needs them: no copy waits for the stream, and the next step refills them after the
+  // step's final fence.
+  Kokkos::View<Token**, Kokkos::LayoutRight, PinnedSpace> host_inputs_, host_targets_;
+  ActionClock clock_;
+  Kokkos::View<double*, MemSpace> loss_sums_;  // per global micro-batch, on the device until the step's end
 };
 
 // Per-layer sums of squared gradients of a store, in global layer order.

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite against Kokkos 4.6 with the OpenMP backend (../shared's kokkos-openmp toolchain), 2
+# threads per test process, the install consumer included (kpipe's package config must find that Kokkos).
+set -euo pipefail
+job=20-openmp
+source "$(dirname "$0")/../lib.sh"
+cd "$repo"
+if ! prefix=$(toolchain kokkos-openmp); then
+  echo "$job: skipped: no $shared/toolchains/kokkos-openmp.tar.gz (set KPIPE_SHARED_DIR)"
+  exit 0
+fi
+echo "$job: whole test suite against Kokkos 4.6 OpenMP with 2 threads per rank, install consumer included"
+build=build-ci/openmp
+timed cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" -DKPIPE_ENABLE_TESTS=ON \
+  -DKPIPE_ENABLE_APPS=ON -DKPIPE_ENABLE_BENCHMARKS=ON -DKPIPE_TEST_THREADS=2 >/dev/null
+
+timed cmake --build "$build" -j "$(nproc)"
+OMP_NUM_THREADS=2 OMP_PROC_BIND=false timed ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The CUDA build (../shared's kokkos-cuda toolchain: Kokkos 4.6, CUDA sm_90, nvcc_wrapper) with NCCL:
+# library, apps, tests and benchmarks compile and link, with warnings in kpipe's own code as errors, and the
+# NCCL transport is really in the binaries. Nothing CUDA runs here (no GPU): scripts/gpu-check.sh does that.
+set -euo pipefail
+job=30-cuda
+source "$(dirname "$0")/../lib.sh"
+cd "$repo"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ ! -x "$cuda/bin/nvcc" ]; then
+  echo "$job: skipped: no nvcc in $cuda (set CUDA_HOME)"
+  exit 0
+fi
+if ! prefix=$(toolchain kokkos-cuda); then
+  echo "$job: skipped: no $shared/toolchains/kokkos-cuda.tar.gz (set KPIPE_SHARED_DIR)"
+  exit 0
+fi
+echo "$job: CUDA build (Kokkos 4.6, sm_90, NCCL): library, apps, tests, benchmarks compile and link, no warnings in kpipe's code"
+export PATH="$cuda/bin:$PATH"
+build=build-ci/cuda
+timed cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper" \
+  -DCMAKE_PREFIX_PATH="$prefix" -DKPIPE_ENABLE_NCCL=ON -DKPIPE_WARNINGS_AS_ERRORS=ON -DKPIPE_ENABLE_TESTS=ON \
+  -DKPIPE_ENABLE_APPS=ON -DKPIPE_ENABLE_BENCHMARKS=ON >/dev/null
+timed cmake --build "$build" -j "$(nproc)"
+# The NCCL transport is compiled in (not only libnccl on the link line): its symbols are in the binaries.
+for program in apps/kpipe-train tests/kpipe_test_mpi; do
+  readelf -d "$build/$program" | grep -q 'NEEDED.*libnccl' || { echo "$job: $program does not load libnccl"; exit 1; }
+  nm -C "$build/$program" | grep -q 'ncclCommInitRankConfig' || { echo "$job: $program has no NCCL transport"; exit 1; }
+done
+echo "$job: kpipe-train and the MPI tests load libnccl and call ncclCommInitRankConfig"

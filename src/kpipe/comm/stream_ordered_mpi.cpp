@@ -1,0 +1,78 @@
+#include "kpipe/comm/stream_ordered_mpi.hpp"
+
+#include <chrono>
+#include <climits>
+#include <stdexcept>
+#include <thread>
+
+#include "kpipe/comm/bounded.hpp"
+
+namespace kpipe::comm {
+
+namespace {
+constexpr int the_tag = 0;  // NCCL has no tags: messages between a pair match in posting order
+int count_of(std::size_t n) {
+  if (n > std::size_t(INT_MAX)) throw std::length_error("message larger than INT_MAX elements");
+  return int(n);
+}
+}  // namespace
+
+Transfer StreamOrderedMpiTransport::send(const ExecSpace& space, const void* data, std::size_t bytes, int peer, int) {
+  space.fence();  // the "stream" reached the send
+  group_.emplace_back();
+  MPI_Issend(data, count_of(bytes), MPI_BYTE, peer, the_tag, comm_, &group_.back());
+  if (!in_group_) complete_group();
+  return Transfer();
+}
+
+Transfer StreamOrderedMpiTransport::recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int) {
+  space.fence();
+  group_.emplace_back();
+  MPI_Irecv(data, count_of(bytes), MPI_BYTE, peer, the_tag, comm_, &group_.back());
+  if (!in_group_) complete_group();
+  return Transfer();
+}
+
+void StreamOrderedMpiTransport::begin_group() { in_group_ = true; }
+
+void StreamOrderedMpiTransport::end_group() {
+  in_group_ = false;
+  complete_group();
+}
+
+void StreamOrderedMpiTransport::complete_group() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  for (long spins = 0; !failed_ && !group_.empty(); ++spins) {
+    int done = 0;
+    MPI_Testall(int(group_.size()), group_.data(), &done, MPI_STATUSES_IGNORE);
+    if (done) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      failed_ = true;  // as an aborted NCCL communicator: the requests are abandoned, the job ends
+      break;
+    }
+    if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  group_.clear();
+}
+
+// Collectives bounded like every other (comm/bounded.hpp).
+Transfer StreamOrderedMpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                                                   const std::string& what) {
+  space.fence();
+  allreduce(data, count_of(count), type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, comm_, {timeout_s_, what});
+  return Transfer();
+}
+
+Transfer StreamOrderedMpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type,
+                                              int root, const std::string& what) {
+  space.fence();
+  bcast(data, count_of(count), type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE, root, comm_, {timeout_s_, what});
+  return Transfer();
+}
+
+bool StreamOrderedMpiTransport::synchronize(const ExecSpace& space, double) {
+  space.fence();
+  return !failed_;
+}
+
+}  // namespace kpipe::comm
