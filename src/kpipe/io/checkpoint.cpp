@@ -25,6 +25,7 @@
 #include "kpipe/io/checkpoint_lock.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/version.hpp"
 
 namespace kpipe::io {
@@ -36,6 +37,8 @@ namespace {
 // Where a parameter's value and its two optimizer moments live in the file.
 constexpr const char* model_root = "/model/";
 constexpr const char* moment1_root = "/optimizer/moment1/";
+// Asynchronous runs: /weight_versions/<j>/<tensor> is the version j updates before the newest (/model/).
+std::string older_version_root(int older) { return fmt::format("/weight_versions/{}/", older); }
 constexpr const char* moment2_root = "/optimizer/moment2/";
 
 // Kinds of agreed failure.
@@ -121,9 +124,50 @@ void check_identity(const CheckpointReader& reader, const Expected* expected) {
                                         hash_hex(expected->manifest_hash)));
 }
 
+// An asynchronous run resumes only from a checkpoint of the same asynchronous run's layout: the versions in
+// flight, and which micro-batch reads which, are those of one schedule, pipeline size and micro-batch count
+// (another layout's run would not be the uninterrupted one's continuation). Then the older versions.
+template <class T>
+std::vector<std::vector<std::vector<T>>> read_older_versions(const runtime::Trainer<T>& trainer,
+                                                             const CheckpointReader& reader) {
+  const Config& now = trainer.config();
+  const Config then = checkpoint_config(reader.path());
+  const auto name = [](const Config& c) {
+    return c.pipeline.schedule + (c.pipeline.vertical_sync == 1 && c.pipeline.schedule == "pipedream" ? " --vertical-sync" : "");
+  };
+  require(schedule::is_asynchronous_name(then.pipeline.schedule) && then.pipeline.schedule_file.empty(),
+          "checkpoint.resume = '{}': a checkpoint of a synchronous run (pipeline.schedule = \"{}\"): an asynchronous "
+          "run (\"{}\") resumes only from an asynchronous run's checkpoint, which holds the weight versions in flight",
+          reader.path(), then.pipeline.schedule, name(now));
+  require(name(then) == name(now) && then.pipeline.pipeline_size == now.pipeline.pipeline_size &&
+              then.train.microbatches == now.train.microbatches,
+          "checkpoint.resume = '{}': written by \"{}\" on pipeline.pipeline_size = {} with train.microbatches = {}; "
+          "an asynchronous run resumes only with the same schedule, pipeline size and micro-batches (the versions "
+          "in flight are theirs), not \"{}\", {}, {}",
+          reader.path(), name(then), then.pipeline.pipeline_size, then.train.microbatches, name(now),
+          now.pipeline.pipeline_size, now.train.microbatches);
+  std::vector<std::vector<std::vector<T>>> older(trainer.chunks());
+  // A checkpoint of a run's last step holds no older version: its pipeline was drained (a longer run
+  // from it starts its asynchronous pipeline anew from the newest weights).
+  if (reader.number("step") >= then.train.steps) return older;
+  for (int c = 0; c < trainer.chunks(); ++c) {
+    const auto& store = trainer.chunk(c).params();
+    for (int j = 1; j <= trainer.older_versions(c); ++j) {
+      std::vector<T> values;
+      if (reader.find(older_version_root(j) + store.slots().front().path())) values.resize(store.size());
+      for (const auto& slot : store.slots())
+        if (!values.empty())
+          reader.read_tensor(older_version_root(j) + slot.path(), slot.spec->shape, values.data() + slot.offset);
+      older[c].push_back(std::move(values));
+    }
+  }
+  return older;
+}
+
 template <class T>
 LoadedCheckpoint load(runtime::Trainer<T>& trainer, const std::string& path, const Expected* expected) {
   LoadedCheckpoint loaded;
+  std::vector<std::vector<std::vector<T>>> older;  // asynchronous runs: per chunk, the older versions
   const double timeout = trainer.config().pipeline.recv_timeout_s;
   collectively(trainer.grid().world, timeout, fmt::format("loading checkpoint '{}'", path), [&] {
     const CheckpointReader reader(checkpoint_file_of(path));
@@ -143,6 +187,7 @@ LoadedCheckpoint load(runtime::Trainer<T>& trainer, const std::string& path, con
       copy_to_device(moment1, store.moment1());
       copy_to_device(moment2, store.moment2());
     }
+    if (trainer.asynchronous()) older = read_older_versions(trainer, reader);
     // Every tensor of the model was found; a checkpoint with more is of a larger model.
     std::int64_t model_tensors = 0;
     for (const auto& layer : trainer.desc().layers) model_tensors += std::int64_t(layer.params.size());
@@ -152,6 +197,7 @@ LoadedCheckpoint load(runtime::Trainer<T>& trainer, const std::string& path, con
             tensors, model_tensors, trainer.desc().config.n_layers);
   });
   trainer.set_next_step(loaded.step);
+  if (trainer.asynchronous()) trainer.resume_asynchronous(older);
   return loaded;
 }
 
@@ -394,6 +440,15 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
       writer.add_tensor(model_root + tensor, slot.spec->shape, values.data() + slot.offset);
       writer.add_tensor(moment1_root + tensor, slot.spec->shape, moment1.data() + slot.offset);
       writer.add_tensor(moment2_root + tensor, slot.spec->shape, moment2.data() + slot.offset);
+    }
+    // Asynchronous runs: the older versions the micro-batches in flight read (resume forwards them again).
+    for (int j = 1; j <= trainer.older_versions(c); ++j) {
+      std::vector<T> values = trainer.older_version(c, j);
+      if (values.empty()) continue;  // read by no micro-batch in flight (near the run's end)
+      buffers.push_back(std::move(values));
+      const auto& version = buffers.back();
+      for (const auto& slot : store.slots())
+        writer.add_tensor(older_version_root(j) + slot.path(), slot.spec->shape, version.data() + slot.offset);
     }
   }
   for (const auto& layer : trainer.desc().layers) tensors += std::int64_t(layer.params.size());

@@ -23,6 +23,8 @@
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/runtime/placement.hpp"
 #include "kpipe/schedule/configured.hpp"
+#include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/validate.hpp"
 #include "kpipe/schedule/stream_order.hpp"
 #include "kpipe/schedule/text.hpp"
 
@@ -72,10 +74,6 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   replicated_ = schedule::configured_schedule(config);
   asynchronous_ = replicated_.replicas.front().asynchronous();
   if (asynchronous_) {
-    require(config.checkpoint.dir.empty() && config.checkpoint.resume.empty(),
-            "checkpoint.dir = '{}' with pipeline.schedule = \"{}\": asynchronous runs are not checkpointed in this "
-            "version (the versions in flight are not saved)",
-            config.checkpoint.dir, pc.schedule);
     rules_ = AsyncRules::of(config);
     // Stream-ordered transports (NCCL) need every transfer's order proved per pair of ranks for the
     // whole run; the asynchronous lists' messages cross step boundaries, which that proof does not cover.
@@ -211,7 +209,15 @@ template <class T> void Trainer<T>::read_action_times(StepState& st) {
 // forward (activation) or backward (gradient) that uses it swaps into the slot. So a receive in flight holds
 // one [N, C] buffer, never a whole stash slot.
 template <class T> Action Trainer<T>::action_at(const StepState& st, std::size_t i) const {
-  return st.shift == 0 ? actions_[i] : schedule::shifted(actions_[i], schedule_, st.shift, 0);
+  Action a = st.shift == 0 ? actions_[i] : schedule::shifted(actions_[i], schedule_, st.shift, 0);
+  // A resumed run's lists number micro-batches and versions from the resume; versions below the run's
+  // first are the initial weights (the rule's max(0, ...)).
+  if (base_microbatch_ == 0 && base_version_ == 0) return a;
+  if (a.op == Op::step) return a;
+  a.microbatch += int(base_microbatch_);
+  if (a.op == Op::update) a.version += base_version_;
+  else if (schedule::is_compute(a.op)) a.version = std::max(0, a.version + base_version_);
+  return a;
 }
 
 template <class T> void Trainer<T>::post_receive(StepState& st, std::size_t i) {
@@ -379,6 +385,56 @@ template <class T> void Trainer<T>::bind_newest() const {
   for (const auto& versions : versions_) versions->bind(versions->newest());
 }
 
+template <class T> int Trainer<T>::older_versions(int c) const {
+  // After the run's last step the pipeline is drained: nothing in flight, only the newest version.
+  if (!asynchronous_ || step_ >= config_.train.steps) return 0;
+  return schedule::versions_bound(schedule_.updates, schedule_.ranks, schedule_.virtual_stage(grid_.stage, c)) - 1;
+}
+
+template <class T> std::vector<T> Trainer<T>::older_version(int c, int older) const {
+  const auto& versions = *versions_.at(c);
+  const int version = std::max(0, versions.newest() - older);
+  return versions.holds(version) ? versions.host_copy(version) : std::vector<T>();
+}
+
+template <class T> void Trainer<T>::resume_asynchronous(const std::vector<std::vector<std::vector<T>>>& older) {
+  const auto& pc = config_.pipeline;
+  resume_step_ = step_;
+  base_microbatch_ = step_ * local_microbatches_;
+  base_version_ = int(step_) * schedule::versions_per_step(schedule_.updates, local_microbatches_);
+  const std::int64_t remaining = config_.train.steps - step_;
+  if (remaining > 0) {
+    // The lists of the rest of the run, beginning with the micro-batches in flight at the step boundary:
+    // validated as every schedule is (their first reads are of the versions held at the start).
+    const int steps = int(std::min<std::int64_t>(schedule::Horizon{pc.pipeline_size, local_microbatches_}.steps(),
+                                                 remaining));
+    schedule::Schedule s = schedule::lower(
+        schedule::asynchronous(schedule_.updates, pc.pipeline_size, local_microbatches_, {steps, true}));
+    schedule::validate(s);
+    replicated_ = schedule::Replicated{{s}, false, 1};
+    schedule_ = s;
+    actions_ = schedule_.actions[grid_.stage];
+    plan_ = schedule::plan_buffers(schedule_, grid_.stage, actions_);
+    step_ranges_ = schedule::step_ranges(actions_);
+  }
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    // A drained run's checkpoint (no older versions): the newest stands for them all.
+    std::vector<T> newest;
+    if (older.at(c).empty()) {
+      newest.resize(chunks_[c]->params().values().extent(0));
+      Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(newest.data(), newest.size()),
+                        chunks_[c]->params().values());
+    }
+    std::vector<std::pair<int, const T*>> held;
+    for (int j = 1; j <= older_versions(int(c)); ++j)
+      if (older[c].empty() || !older[c].at(j - 1).empty())
+        held.push_back({base_version_ - j, older[c].empty() ? newest.data() : older[c][j - 1].data()});
+    versions_[c]->restart(base_version_, held);
+    in_flight_[c].clear();
+    next_forward_[c] = base_microbatch_;
+  }
+}
+
 template <class T> bool Trainer<T>::steady_step(std::int64_t step) const {
   if (!asynchronous_ || config_.train.steps < template_step_ + 2) return true;
   return step >= template_step_ && step + 1 < config_.train.steps;
@@ -405,7 +461,8 @@ template <class T> StepStats Trainer<T>::async_step() {
   };
   buffers_->reclaim(std::numeric_limits<std::size_t>::max(), wait(0));  // the previous step's last sends
   const double start = now();
-  const auto source = schedule::step_source(int(step_ranges_.size()), template_step_, config_.train.steps, int(step_));
+  const auto source = schedule::step_source(int(step_ranges_.size()), template_step_,
+                                            int(config_.train.steps - resume_step_), int(step_ - resume_step_));
   const auto [begin, end] = step_ranges_.at(source.step);
   StepState st;
   st.start = start;

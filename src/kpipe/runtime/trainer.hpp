@@ -95,6 +95,22 @@ template <class T> class Trainer {
     int forward, backward;
   };
   const std::vector<VersionsRead>& versions_read() const { return versions_read_; }
+  // Checkpoints of asynchronous runs (docs/checkpoint-format.md): at a step boundary chunk `c` holds, besides
+  // the newest version (its parameters), the versions `older` = 1 .. older_versions(c) updates before it
+  // that the micro-batches in flight read (schedule::versions_bound() - 1 of them; early in a run, before
+  // that many updates, the initial weights stand for the missing ones, as the rule's max(0, ...) says).
+  bool asynchronous() const { return asynchronous_; }
+  int older_versions(int chunk) const;
+  // Host copy of the version `older` updates back; empty when no micro-batch in flight reads it (near the
+  // run's end, when fewer micro-batches remain than the pipeline holds).
+  std::vector<T> older_version(int chunk, int older) const;
+  // Resuming at step boundary `step` (set_next_step first) from the parameters loaded as the newest version
+  // and older[c][j - 1] = version j updates back (none: a drained run's checkpoint, every micro-batch reads
+  // the newest version until the updates of the resumed run; it continues as a new asynchronous run would)
+  // : the remaining steps run the validated `resumed` lists,
+  // which forward again the micro-batches in flight on the versions they read, so the run continues bit for
+  // bit as the uninterrupted one.
+  void resume_asynchronous(const std::vector<std::vector<std::vector<T>>>& older);
   // Whether step `step` is one of the run's steady state (asynchronous schedules: past the warm-up, before
   // the last step's drain, when the run has such steps; synchronous ones: every step), for the figures
   // that compare with the simulator's steady state.
@@ -148,6 +164,10 @@ template <class T> class Trainer {
   std::vector<std::map<std::int64_t, int>> in_flight_;  // per chunk: micro-batch -> version its forward read
   std::vector<std::int64_t> next_forward_;               // per chunk: the next micro-batch to forward
   std::vector<VersionsRead> versions_read_;
+  // A resumed asynchronous run: its first step, and what its lists' micro-batches and versions (numbered
+  // from the resume) are offset by to be the run's.
+  std::int64_t resume_step_ = 0, base_microbatch_ = 0;
+  int base_version_ = 0;
   ExecSpace space_;
   std::int64_t step_ = 0;
   int local_microbatches_;       // per replica

@@ -60,6 +60,35 @@ template <class T> void WeightVersions<T>::commit(int produced, const Needed& ne
   peak_ = std::max(peak_, int(held_.size()));
 }
 
+template <class T> void WeightVersions<T>::restart(int newest, const std::vector<std::pair<int, const T*>>& older) {
+  for (auto& entry : held_) free_.push_back(entry.second);
+  held_.clear();
+  View1<T> copy = take();
+  Kokkos::deep_copy(space_, copy, params_->values());
+  held_[newest] = copy;
+  newest_ = bound_ = newest;
+  for (const auto& [version, values] : older) {
+    if (held_.count(version)) continue;
+    View1<T> buffer = take();
+    const Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> host(values, buffer.extent(0));
+    Kokkos::deep_copy(space_, buffer, host);
+    held_[version] = buffer;
+  }
+  space_.fence();
+  peak_ = std::max(peak_, int(held_.size()));
+}
+
+template <class T> std::vector<T> WeightVersions<T>::host_copy(int version) const {
+  const auto it = held_.find(version);
+  if (it == held_.end())
+    throw std::logic_error("WeightVersions: version " + std::to_string(version) + " is not held (newest " +
+                           std::to_string(newest_) + ")");
+  std::vector<T> values(it->second.extent(0));
+  Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(values.data(), values.size()),
+                    it->second);
+  return values;
+}
+
 template class WeightVersions<float>;
 template class WeightVersions<double>;
 

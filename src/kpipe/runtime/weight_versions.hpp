@@ -30,6 +30,13 @@ template <class T> class WeightVersions {
   void commit(int produced, const Needed& needed);
   void release(const Needed& needed);  // versions not needed, the newest excepted, go back to the pool
 
+  // Resuming: every version goes back to the pool; the parameters as they are now are version `newest`, and
+  // each (version, host values) of `older` is held (a version given twice is held once).
+  void restart(int newest, const std::vector<std::pair<int, const T*>>& older);
+  bool holds(int version) const { return held_.count(version) > 0; }
+  // Host copy of a held version.
+  std::vector<T> host_copy(int version) const;
+
   int held() const { return int(held_.size()); }
   int peak() const { return peak_; }           // most versions held at once
   int allocated() const { return allocated_; }  // buffers in the pool's care (held or free)
