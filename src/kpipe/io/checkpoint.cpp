@@ -155,6 +155,12 @@ std::vector<std::vector<std::vector<T>>> read_older_versions(const runtime::Trai
     for (int j = 1; j <= trainer.older_versions(c); ++j) {
       std::vector<T> values;
       if (reader.find(older_version_root(j) + store.slots().front().path())) values.resize(store.size());
+      // Absent: no micro-batch in flight read it, as the checkpoint's run was near its end; a run with more
+      // steps would forward more of them.
+      require(!values.empty() || then.train.steps == now.train.steps,
+              "train.steps = {}: checkpoint.resume = '{}' is of step {} of a run of {} steps, near its end, where "
+              "the pipeline keeps fewer weight versions; resume it with train.steps = {}",
+              now.train.steps, reader.path(), reader.number("step"), then.train.steps, then.train.steps);
       for (const auto& slot : store.slots())
         if (!values.empty())
           reader.read_tensor(older_version_root(j) + slot.path(), slot.spec->shape, values.data() + slot.offset);
