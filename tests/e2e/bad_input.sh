@@ -70,7 +70,6 @@ expect world-size-overflow "pipeline.data_parallel = 6700417" -- "$train" --pipe
 expect 2bw-microbatches "train.microbatches = 1" "pipeline.pipeline_size = 2" "2bw" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --microbatches 1 --schedule 2bw
 expect vertical-sync-sync "pipeline.vertical_sync = 1" "1f1b" -- "$train" --vertical-sync 1
 expect async-data-parallel "pipeline.data_parallel = 2" "pipedream" -- "${mpiexec[@]}" -n 2 "$train" --data-parallel 2 --microbatches 2 --schedule pipedream
-expect async-checkpoint "checkpoint.dir" "pipedream" -- "$train" --schedule pipedream --checkpoint-dir "$work/ck"
 
 expect bad-transport "pipeline.transport" "carrier" -- "$train" --transport carrier
 expect kokkos-option "--kokkos-num-threads" "pipeline.threads_per_rank" -- "$train" --kokkos-num-threads=2

@@ -87,7 +87,8 @@ struct SaveResult {
   std::string warning;  // ok, but something after publication failed (pruning)
 };
 
-// Writes the trainer's state as step-<next_step>.h5 in dir: written as a temporary file by every rank
+// Writes the trainer's state as step-<next_step>.h5 in dir (an asynchronous trainer's older weight versions
+// in flight too, /weight_versions/<j>/...): written as a temporary file by every rank
 // (io/checkpoint_file.hpp), published by a rename only once every rank's bytes are on storage, then
 // `latest` is updated and this run's checkpoints beyond checkpoint.keep are removed, oldest first. A
 // failure anywhere (disk full, I/O error, non-finite state) publishes nothing: `latest` and every older
@@ -100,7 +101,9 @@ struct LoadedCheckpoint {
   std::string run_id;
 };
 
-// Loads a checkpoint (a file, or a checkpoint.dir's latest) into the trainer and sets its next step.
+// Loads a checkpoint (a file, or a checkpoint.dir's latest) into the trainer and sets its next step; an
+// asynchronous trainer also gets the older weight versions in flight and resumes its lists there (same
+// schedule, pipeline size and micro-batches only: InputError otherwise).
 // Throws CorruptCheckpoint or InputError on every rank alike.
 template <class T> LoadedCheckpoint load_checkpoint(runtime::Trainer<T>& trainer, const std::string& path);
 
