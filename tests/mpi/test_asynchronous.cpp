@@ -16,14 +16,12 @@
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/versions.hpp"
 
+#include "support/mpi_world.hpp"
+
 namespace kpipe {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_size;
 
 const data::Corpus& corpus() {
   static const data::Corpus c = data::synthetic_corpus(5, 40000, 0.1);

@@ -15,22 +15,16 @@
 #include "kpipe/io/checkpoint_file.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
+#include "support/mpi_world.hpp"
+
 namespace kpipe {
 namespace {
 
+using test::world_size;
+
 namespace fs = std::filesystem;
 
-int world_rank() {
-  int r = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  return r;
-}
-
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_rank;
 
 Config config(int pipeline_size, const std::string& schedule, int chunks) {
   Config c;

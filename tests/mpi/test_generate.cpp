@@ -9,14 +9,12 @@
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/runtime/generator.hpp"
 
+#include "support/mpi_world.hpp"
+
 namespace kpipe {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_size;
 
 Config generation_config(int vocab) {
   Config c;

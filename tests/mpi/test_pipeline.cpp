@@ -14,28 +14,14 @@
 #include "kpipe/runtime/trainer.hpp"
 #include "kpipe/schedule/validate.hpp"
 
+#include "support/mpi_world.hpp"
+
 namespace kpipe {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_size;
 
-Config small_config(int n_layers, int microbatches) {
-  Config c;
-  c.model.seq_len = 16;
-  c.model.d_model = 32;
-  c.model.n_heads = 2;
-  c.model.n_layers = n_layers;
-  c.train.batch = 8;
-  c.train.microbatches = microbatches;
-  c.train.steps = 3;
-  c.train.eval_batches = 2;
-  c.optim.warmup_steps = 1;
-  return c;
-}
+Config small_config(int n_layers, int microbatches) { return test::small_config(n_layers, microbatches, 3); }
 
 const data::Corpus& corpus() {
   static const data::Corpus c = data::synthetic_corpus(5, 40000, 0.1);

@@ -15,26 +15,15 @@
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
+#include "support/mpi_world.hpp"
+
 namespace kpipe {
 namespace {
 
-int world_size() {
-  int n = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &n);
-  return n;
-}
+using test::world_size;
 
 Config small_config(int n_layers, int microbatches) {
-  Config c;
-  c.model.seq_len = 16;
-  c.model.d_model = 32;
-  c.model.n_heads = 2;
-  c.model.n_layers = n_layers;
-  c.train.batch = 8;
-  c.train.microbatches = microbatches;
-  c.train.steps = 2;
-  c.train.eval_batches = 2;
-  c.optim.warmup_steps = 1;
+  Config c = test::small_config(n_layers, microbatches, 2);
   c.pipeline.recv_timeout_s = 60;  // a deadlock shows as a timeout, not a hung test
   return c;
 }

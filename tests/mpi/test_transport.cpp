@@ -10,19 +10,13 @@
 #include "kpipe/build_config.hpp"
 #include "kpipe/comm/transport.hpp"
 
+#include "support/mpi_world.hpp"
+
 namespace kpipe::comm {
 namespace {
 
-int world_rank() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank;
-}
-int world_size() {
-  int size = 1;
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  return size;
-}
+using test::world_rank;
+using test::world_size;
 
 View1<float> filled(std::size_t n, float first) {
   View1<float> v("v", n);

@@ -14,7 +14,7 @@ namespace kpipe::nn {
 namespace {
 
 // One attention layer's buffers for a shape, with random q|k|v input.
-template <class T> struct Attention {
+template <class T, KernelPath P = default_kernel_path> struct Attention {
   AttentionShape shape;
   View2<T> qkv, out;
   AttentionStash<T> stash;
@@ -29,9 +29,9 @@ template <class T> struct Attention {
     // Wide enough that the softmax is far from uniform.
     test::fill_uniform(qkv, seed, -2.0, 2.0);
   }
-  void forward() { attention_forward(ExecSpace(), shape, qkv, stash, work, out); }
+  void forward() { attention_forward<T, P>(ExecSpace(), shape, qkv, stash, work, out); }
   void backward(const View2<T>& dout, const View2<T>& dqkv) {
-    attention_backward_input(ExecSpace(), shape, stash, work, dout, dqkv);
+    attention_backward_input<T, P>(ExecSpace(), shape, stash, work, dout, dqkv);
   }
 };
 
@@ -201,11 +201,8 @@ void record_gemm_region(const char* name) {
   if (region.rfind("KokkosBlas::gemm", 0) == 0) gemm_regions.push_back(region);
 }
 
-TEST(Attention, ProductsRunOnTheVendorBlas) {
-#if !defined(KOKKOSKERNELS_ENABLE_TPL_BLAS) && !defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
-  GTEST_SKIP() << "Kokkos Kernels was built without a vendor BLAS";
-#endif
-  Attention<double> a(long_seq);
+void run_host_path_products() {
+  Attention<double, KernelPath::host> a(long_seq);
   View2<double> dout("dout", long_seq.rows(), long_seq.channels());
   View2<double> dqkv("dqkv", long_seq.rows(), 3 * long_seq.channels());
   gemm_regions.clear();
@@ -216,6 +213,18 @@ TEST(Attention, ProductsRunOnTheVendorBlas) {
   // 3 row blocks of T = 131, two products per head forward and four backward.
   EXPECT_EQ(gemm_regions.size(), std::size_t(long_seq.batch * long_seq.heads * 3 * (2 + 4)));
   for (const auto& region : gemm_regions) EXPECT_NE(region.find("TPL"), std::string::npos) << region;
+}
+
+// The host path's products (the device path's batched kernels call no gemm): also in device-path builds.
+TEST(Attention, ProductsRunOnTheVendorBlas) {
+#if !defined(KOKKOSKERNELS_ENABLE_TPL_BLAS)
+  GTEST_SKIP() << "Kokkos Kernels was built without a host vendor BLAS";
+#endif
+  if constexpr (!path_available(KernelPath::host)) {
+    GTEST_SKIP() << "no host path in a build whose tensors live in device memory";
+  } else {
+    run_host_path_products();
+  }
 }
 
 TEST(Attention, FlopsCountBothFullProducts) {
