@@ -201,7 +201,10 @@ startup_outcome() {
 }
 case_startup_batch() {
   submit startup-batch --ntasks=2 --cpus-per-task=1 -- "${model[@]}" --steps $steps || return
-  wait_for 60 "running job" is_running || return
+  # RUNNING is reported a moment before the batch script's process exists, and Slurm drops a signal sent to a
+  # batch step that has none yet (seen under load): wait for the script's first line, written after its traps
+  # are set and before srun starts kpipe-train.
+  wait_for 60 "running batch script" output_has "job $job run 0:" || return
   scancel --signal=USR1 --batch "$job"
   wait_for 240 "end of the requeued job" ended_for_good || return
   startup_outcome
