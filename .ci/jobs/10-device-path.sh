@@ -23,4 +23,8 @@ timed cmake --build "$build" -j "$(nproc)"
 # (every schedule and layout against one rank, bit for bit) on 1, 2 and 4 ranks. Not kpipe_test_runtime:
 # its tests are learning runs (hundreds of steps of the small preset), which the device path's team kernels
 # make too slow for 2 cores, and which test no kernel path the tests above do not.
-OMP_PROC_BIND=false timed ctest --test-dir "$build" -L 'unit|mpi' -E '^kpipe_test_runtime$' --output-on-failure -j "$(nproc)"
+# Also left out: the two MPI tests that are about the schedule, not the kernels, and take most of the time on
+# team kernels (recomputation on every layout: 320 s of the np1 run on a loaded machine; the stash count).
+# The same layouts' bit-identity with and without the device path is what the remaining tests check.
+OMP_PROC_BIND=false GTEST_FILTER='-Pipeline.RecomputationMatchesOneRankBitForBit:Pipeline.MeasuredPeakStashEqualsTheValidatorsCount' \
+  timed ctest --test-dir "$build" -L 'unit|mpi' -E '^kpipe_test_runtime$' --output-on-failure -j "$(nproc)"
