@@ -24,11 +24,14 @@ build=build-ci/cuda
 timed cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-DNDEBUG \
   -DCMAKE_CXX_COMPILER="$prefix/bin/nvcc_wrapper" \
   -DCMAKE_PREFIX_PATH="$prefix" -DKPIPE_ENABLE_NCCL=ON -DKPIPE_WARNINGS_AS_ERRORS=ON -DKPIPE_ENABLE_TESTS=ON \
-  -DKPIPE_ENABLE_APPS=ON -DKPIPE_ENABLE_BENCHMARKS=ON >/dev/null
+  -DKPIPE_ENABLE_APPS=ON -DKPIPE_ENABLE_BENCHMARKS=ON "${unity_build[@]}" >/dev/null
 timed cmake --build "$build" -j "$(nproc)"
 # The NCCL transport is compiled in (not only libnccl on the link line): its symbols are in the binaries.
+# The listings are read whole before grep: with pipefail, grep -q quitting at the first match would make nm
+# die of SIGPIPE and the check fail on a binary that passes.
 for program in apps/kpipe-train tests/kpipe_test_mpi; do
-  readelf -d "$build/$program" | grep -q 'NEEDED.*libnccl' || { echo "$job: $program does not load libnccl"; exit 1; }
-  nm -C "$build/$program" | grep -q 'ncclCommInitRankConfig' || { echo "$job: $program has no NCCL transport"; exit 1; }
+  dynamic=$(readelf -d "$build/$program") symbols=$(nm -C "$build/$program")
+  grep -q 'NEEDED.*libnccl' <<<"$dynamic" || { echo "$job: $program does not load libnccl"; exit 1; }
+  grep -q 'ncclCommInitRankConfig' <<<"$symbols" || { echo "$job: $program has no NCCL transport"; exit 1; }
 done
 echo "$job: kpipe-train and the MPI tests load libnccl and call ncclCommInitRankConfig"

@@ -89,7 +89,7 @@ submit() {
 field() { scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
 ended() { case $(field "$1" JobState) in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;; esac; return 1; }
 # Ended for good: after its requeued run, or without a requeue (the script did not ask for one).
-ended_for_good() { ended "$job" && { [ "$(field "$job" Restarts)" -ge 1 ] || ! output | grep -q "requeueing job"; }; }
+ended_for_good() { ended "$job" && { [ "$(field "$job" Restarts)" -ge 1 ] || ! output_has "requeueing job"; }; }
 # wait_for SECONDS WHAT COMMAND...: poll COMMAND every 0.2 s; a failure after SECONDS.
 wait_for() {
   local limit=$1 what=$2 t0=$SECONDS
@@ -105,12 +105,14 @@ wait_for() {
 ended_or_requeued() { ended "$job" || [ "$(field "$job" Restarts)" -ge 1 ]; }
 is_running() { [ "$(field "$job" JobState)" = RUNNING ]; }
 no_job_processes() { [ -z "$(cluster_processes)" ]; }
-steps_done() { [ -f "$1" ] && grep -c '"step"' "$1" || echo 0; }
+# grep -c prints 0 and fails where nothing matches: count once, whatever grep's status.
+steps_done() { local n=; [ -f "$1" ] && n=$(grep -c '"step"' "$1" || true); echo "${n:-0}"; }
 at_least_steps() { [ "$(steps_done "$1")" -ge "$2" ]; }
 losses() { sed -n 's/.*"loss":\([^,}]*\).*"step":\([0-9]*\).*/\2 \1/p' "$@"; }
 final_checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$1"; }
 output() { cat "$dir/kpipe-$job.out" 2>/dev/null; }
-output_has() { output | grep -qF -- "$1"; }
+# grep reads the file itself: under pipefail, `output | grep -q` fails when cat dies of SIGPIPE on a long log.
+output_has() { grep -qF -- "$1" "$dir/kpipe-$job.out" 2>/dev/null; }
 expect_state() {  # expect_state STATE RESTARTS
   local state restarts
   state=$(field "$job" JobState) restarts=$(field "$job" Restarts)
@@ -187,7 +189,7 @@ case_usr1() {
 # USR1 while the job starts. Where it lands (the batch shell before srun, srun, or kpipe-train before its
 # first step) depends on timing; the outcome must not: requeued, resumed, the same final weights.
 startup_outcome() {
-  if output | grep -q "signal 10 after step"; then
+  if output_has "signal 10 after step"; then
     local stopped
     stopped=$(output | sed -n 's/.*signal 10 after step \([0-9]*\): checkpointed.*/\1/p' | head -n 1)
     echo "  kpipe-train checkpointed after step $stopped"
@@ -235,7 +237,7 @@ case_timelimit() {
   local stopped
   stopped=$(output | sed -n 's/.*signal 10 after step \([0-9]*\): checkpointed.*/\1/p' | head -n 1)
   [ -n "$stopped" ] || fail "no checkpoint on the warning signal"
-  output | grep -q "DUE TO TIME LIMIT" && fail "the time limit killed the job before it checkpointed"
+  output_has "DUE TO TIME LIMIT" && fail "the time limit killed the job before it checkpointed"
   expect_output "requeueing job $job"
   expect_output "resumed from checkpoint $dir/checkpoints/$(printf 'step-%08d.h5' "${stopped:-0}")"
   [ "$(field "$job" Restarts)" = 1 ] || fail "restarts: $(field "$job" Restarts)"
@@ -252,7 +254,7 @@ case_scancel() {
   # Longer than a requeue would take to show (cred_expire 5 s + a scheduling pass).
   sleep 10
   expect_state CANCELLED 0
-  output | grep -q "requeueing" && fail "a plain scancel requeued the job"
+  output_has "requeueing" && fail "a plain scancel requeued the job"
   [ "$(field "$job" JobState)" = CANCELLED ] && [ "$(field "$job" Restarts)" = 0 ] &&
     echo "  ended as CANCELLED after $(steps_done "$dir/metrics-$job-0.jsonl") steps, not requeued"
 }
