@@ -180,12 +180,12 @@ template <class Start> void run_bounded(MPI_Comm comm, const Bound& bound, const
                       head, world_rank_of(comm, 0)));
 }
 
-int checked_count(std::size_t bytes) {
-  if (bytes > std::size_t(INT_MAX)) throw std::length_error("kpipe::comm: more than 2 GiB in one collective");
-  return int(bytes);
-}
-
 }  // namespace
+
+int mpi_count(std::size_t n) {
+  if (n > std::size_t(INT_MAX)) throw std::length_error("kpipe::comm: more than INT_MAX elements in one MPI call");
+  return int(n);
+}
 
 double grace_seconds(double timeout_s) { return std::clamp(timeout_s / 2, 0.5, 10.0); }
 
@@ -225,13 +225,13 @@ std::string bcast(std::string text, int root, MPI_Comm comm, const Bound& bound)
   long long size = (long long)text.size();
   bcast(&size, 1, MPI_LONG_LONG, root, comm, bound);
   text.resize(std::size_t(size));
-  bcast(text.data(), checked_count(text.size()), MPI_CHAR, root, comm, bound);
+  bcast(text.data(), mpi_count(text.size()), MPI_CHAR, root, comm, bound);
   return text;
 }
 
 std::string gatherv(const std::string& mine, int root, MPI_Comm comm, const Bound& bound, std::vector<int>* counts) {
   const int size = size_of(comm), rank = rank_in(comm);
-  const int count = checked_count(mine.size());
+  const int count = mpi_count(mine.size());
   std::vector<int> all_counts(std::size_t(rank == root ? size : 0)), offsets(all_counts.size());
   run_bounded(comm, bound, [&] {
     MPI_Request request;
@@ -245,7 +245,7 @@ std::string gatherv(const std::string& mine, int root, MPI_Comm comm, const Boun
       offsets[r] = int(total);
       total += all_counts[r];
     }
-    all.resize(std::size_t(checked_count(std::size_t(total))));
+    all.resize(std::size_t(mpi_count(std::size_t(total))));
   }
   run_bounded(comm, bound, [&] {
     MPI_Request request;
@@ -259,7 +259,7 @@ std::string gatherv(const std::string& mine, int root, MPI_Comm comm, const Boun
 
 std::string allgatherv(const std::string& mine, MPI_Comm comm, const Bound& bound, std::vector<int>* counts) {
   const int size = size_of(comm);
-  const int count = checked_count(mine.size());
+  const int count = mpi_count(mine.size());
   std::vector<int> all_counts(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
   run_bounded(comm, bound, [&] {
     MPI_Request request;
@@ -271,7 +271,7 @@ std::string allgatherv(const std::string& mine, MPI_Comm comm, const Bound& boun
     offsets[r] = int(total);
     total += all_counts[r];
   }
-  std::string all(std::size_t(checked_count(std::size_t(total))), '\0');
+  std::string all(std::size_t(mpi_count(std::size_t(total))), '\0');
   run_bounded(comm, bound, [&] {
     MPI_Request request;
     MPI_Iallgatherv(mine.data(), count, MPI_CHAR, all.data(), all_counts.data(), offsets.data(), MPI_CHAR, comm,

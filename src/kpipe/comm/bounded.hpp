@@ -45,6 +45,9 @@ template <class T> MPI_Datatype mpi_type() {
   else static_assert(std::is_same_v<T, float>, "no MPI type for this type");
 }
 
+// MPI counts are int: a larger count throws instead of wrapping.
+int mpi_count(std::size_t n);
+
 void allreduce(void* data, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const Bound& bound);
 void bcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm, const Bound& bound);
 void barrier(MPI_Comm comm, const Bound& bound);

@@ -1,26 +1,22 @@
 #include "kpipe/comm/stream_ordered_mpi.hpp"
 
 #include <chrono>
-#include <climits>
 #include <stdexcept>
 #include <thread>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/mpi_scalar.hpp"
 
 namespace kpipe::comm {
 
 namespace {
 constexpr int the_tag = 0;  // NCCL has no tags: messages between a pair match in posting order
-int count_of(std::size_t n) {
-  if (n > std::size_t(INT_MAX)) throw std::length_error("message larger than INT_MAX elements");
-  return int(n);
-}
 }  // namespace
 
 Transfer StreamOrderedMpiTransport::send(const ExecSpace& space, const void* data, std::size_t bytes, int peer, int) {
   space.fence();  // the "stream" reached the send
   group_.emplace_back();
-  MPI_Issend(data, count_of(bytes), MPI_BYTE, peer, the_tag, comm_, &group_.back());
+  MPI_Issend(data, mpi_count(bytes), MPI_BYTE, peer, the_tag, comm_, &group_.back());
   if (!in_group_) complete_group();
   return Transfer();
 }
@@ -28,7 +24,7 @@ Transfer StreamOrderedMpiTransport::send(const ExecSpace& space, const void* dat
 Transfer StreamOrderedMpiTransport::recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int) {
   space.fence();
   group_.emplace_back();
-  MPI_Irecv(data, count_of(bytes), MPI_BYTE, peer, the_tag, comm_, &group_.back());
+  MPI_Irecv(data, mpi_count(bytes), MPI_BYTE, peer, the_tag, comm_, &group_.back());
   if (!in_group_) complete_group();
   return Transfer();
 }
@@ -59,14 +55,14 @@ void StreamOrderedMpiTransport::complete_group() {
 Transfer StreamOrderedMpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
                                                    const std::string& what) {
   space.fence();
-  allreduce(data, count_of(count), type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE, MPI_SUM, comm_, {timeout_s_, what});
+  allreduce(data, mpi_count(count), mpi_type_of(type), MPI_SUM, comm_, {timeout_s_, what});
   return Transfer();
 }
 
 Transfer StreamOrderedMpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type,
                                               int root, const std::string& what) {
   space.fence();
-  bcast(data, count_of(count), type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE, root, comm_, {timeout_s_, what});
+  bcast(data, mpi_count(count), mpi_type_of(type), root, comm_, {timeout_s_, what});
   return Transfer();
 }
 

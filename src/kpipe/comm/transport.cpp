@@ -1,7 +1,6 @@
 #include "kpipe/comm/transport.hpp"
 
 #include <chrono>
-#include <climits>
 #include <deque>
 #include <functional>
 #include <stdexcept>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/mpi_scalar.hpp"
 #include "kpipe/comm/nccl_transport.hpp"
 #include "kpipe/comm/stream_ordered_mpi.hpp"
 #include "kpipe/core/stream_event.hpp"
@@ -16,13 +16,6 @@
 namespace kpipe::comm {
 
 namespace {
-
-int count_of(std::size_t n) {
-  if (n > std::size_t(INT_MAX)) throw std::length_error("message larger than INT_MAX elements");
-  return int(n);
-}
-
-MPI_Datatype mpi_type(Scalar type) { return type == Scalar::f32 ? MPI_FLOAT : MPI_DOUBLE; }
 
 using DeviceBytes = Kokkos::View<char*, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 using PinnedBytes = Kokkos::View<char*, PinnedSpace>;
@@ -48,14 +41,14 @@ bool Transport::synchronize(const ExecSpace& space, double /*timeout_s*/) {
 Transfer MpiTransport::send(const ExecSpace& space, const void* data, std::size_t bytes, int peer, int tag) {
   space.fence();  // the buffer is complete before MPI reads it
   auto s = std::make_shared<MpiState>();
-  MPI_Isend(data, count_of(bytes), MPI_BYTE, peer, tag, comm_, &s->request);
+  MPI_Isend(data, mpi_count(bytes), MPI_BYTE, peer, tag, comm_, &s->request);
   return Transfer(s);
 }
 
 Transfer MpiTransport::recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int tag) {
   space.fence();  // no queued work still reads the buffer MPI is about to write
   auto s = std::make_shared<MpiState>();
-  MPI_Irecv(data, count_of(bytes), MPI_BYTE, peer, tag, comm_, &s->request);
+  MPI_Irecv(data, mpi_count(bytes), MPI_BYTE, peer, tag, comm_, &s->request);
   return Transfer(s);
 }
 
@@ -63,14 +56,14 @@ Transfer MpiTransport::recv(const ExecSpace& space, void* data, std::size_t byte
 Transfer MpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
                                       const std::string& what) {
   space.fence();
-  allreduce(data, count_of(count), mpi_type(type), MPI_SUM, comm_, {timeout_s_, what});
+  allreduce(data, mpi_count(count), mpi_type_of(type), MPI_SUM, comm_, {timeout_s_, what});
   return Transfer();
 }
 
 Transfer MpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
                                  const std::string& what) {
   space.fence();
-  bcast(data, count_of(count), mpi_type(type), root, comm_, {timeout_s_, what});
+  bcast(data, mpi_count(count), mpi_type_of(type), root, comm_, {timeout_s_, what});
   return Transfer();
 }
 
@@ -211,7 +204,7 @@ Transfer StagedMpiTransport::send(const ExecSpace& space, const void* data, std:
   auto s = impl_->stage(space, data, bytes, /*to_host=*/true, /*to_device=*/false);
   MPI_Comm comm = comm_;
   s->post = [comm, peer, tag](StagedState& t) {
-    MPI_Isend(t.pinned.data(), count_of(t.bytes), MPI_BYTE, peer, tag, comm, &t.request);
+    MPI_Isend(t.pinned.data(), mpi_count(t.bytes), MPI_BYTE, peer, tag, comm, &t.request);
   };
   impl_->queue(s);
   return Transfer(s);
@@ -219,7 +212,7 @@ Transfer StagedMpiTransport::send(const ExecSpace& space, const void* data, std:
 
 Transfer StagedMpiTransport::recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int tag) {
   auto s = impl_->stage(space, data, bytes, /*to_host=*/false, /*to_device=*/true);
-  MPI_Irecv(s->pinned.data(), count_of(bytes), MPI_BYTE, peer, tag, comm_, &s->request);
+  MPI_Irecv(s->pinned.data(), mpi_count(bytes), MPI_BYTE, peer, tag, comm_, &s->request);
   s->handed_to_mpi = true;
   return Transfer(s);
 }
@@ -232,7 +225,7 @@ Transfer StagedMpiTransport::all_reduce_sum(const ExecSpace& space, void* data, 
   MPI_Comm comm = comm_;
   const Bound bound{timeout_s_, what};
   s->post = [comm, count, type, bound](StagedState& t) {
-    allreduce(t.pinned.data(), count_of(count), mpi_type(type), MPI_SUM, comm, bound);
+    allreduce(t.pinned.data(), mpi_count(count), mpi_type_of(type), MPI_SUM, comm, bound);
   };
   impl_->queue(s);
   return Transfer(s);
@@ -244,7 +237,7 @@ Transfer StagedMpiTransport::broadcast(const ExecSpace& space, void* data, std::
   MPI_Comm comm = comm_;
   const Bound bound{timeout_s_, what};
   s->post = [comm, count, type, root, bound](StagedState& t) {
-    bcast(t.pinned.data(), count_of(count), mpi_type(type), root, comm, bound);
+    bcast(t.pinned.data(), mpi_count(count), mpi_type_of(type), root, comm, bound);
   };
   impl_->queue(s);
   return Transfer(s);

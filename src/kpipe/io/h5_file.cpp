@@ -384,6 +384,15 @@ bool has_attribute(hid_t object, const std::string& name) {
   return H5Aexists(object, name.c_str()) > 0;
 }
 
+void write_format(hid_t root, const std::string& format, std::int64_t version) {
+  write_attribute(root, "format", format);
+  write_attribute(root, "format_version", version);
+}
+
+bool has_format(hid_t root, const std::string& format, const std::string& label) {
+  return has_attribute(root, "format") && read_string_attribute(root, "format", label) == format;
+}
+
 std::string read_string_attribute(hid_t object, const std::string& name, const std::string& label) {
   QuietErrors quiet;
   require(has_attribute(object, name), "{}: no attribute '{}'", label, name);

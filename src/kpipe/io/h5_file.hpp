@@ -154,6 +154,9 @@ void write_attribute(hid_t object, const std::string& name, const std::string& v
 void write_attribute(hid_t object, const std::string& name, std::int64_t value);
 void write_u64_attribute(hid_t object, const std::string& name, std::uint64_t value);
 bool has_attribute(hid_t object, const std::string& name);
+// What a kpipe file is, in its root group: attributes "format" (its kind) and "format_version".
+void write_format(hid_t root, const std::string& format, std::int64_t version);
+bool has_format(hid_t root, const std::string& format, const std::string& label);
 std::string read_string_attribute(hid_t object, const std::string& name, const std::string& label);
 std::int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& label);
 std::uint64_t read_u64_attribute(hid_t object, const std::string& name, const std::string& label);

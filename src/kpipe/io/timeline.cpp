@@ -18,12 +18,12 @@ namespace kpipe::io {
 
 namespace {
 
-constexpr const char* format_name = "kpipe-timeline";
-constexpr std::int64_t format_version = 1;
+constexpr const char* timeline_format = "kpipe-timeline";
+constexpr std::int64_t timeline_format_version = 1;
 constexpr const char* op_names =
     "F,B,I,W,S,send_activation,recv_activation,send_gradient,recv_gradient,send_sum,recv_sum";
 constexpr int last_op = int(schedule::Op::recv_sum);
-constexpr int packed_row = 9;  // step, rank, op, microbatch, chunk, peer, start, end, bytes
+constexpr int packed_interval = 9;  // step, rank, op, microbatch, chunk, peer, start, end, bytes
 
 const char* category(schedule::Op op) {
   switch (op) {
@@ -42,8 +42,7 @@ TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info
   require_writable(path, fmt::format("output.timeline = '{}'", path));
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
-  h5::write_attribute(root, "format", std::string(format_name));
-  h5::write_attribute(root, "format_version", format_version);
+  h5::write_format(root, timeline_format, timeline_format_version);
   h5::write_attribute(root, "ranks", std::int64_t(info.ranks));
   h5::write_attribute(root, "pipeline_size", std::int64_t(info.pipeline_size));
   h5::write_attribute(root, "data_parallel", std::int64_t(info.data_parallel));
@@ -103,8 +102,8 @@ void TimelineWriter::append(const std::vector<TimelineRow>& rows) {
 TimelineFile read_timeline(const std::string& path) {
   const h5::Handle file = h5::open_file(path);
   const hid_t root = file.get();
-  require(h5::has_attribute(root, "format") && h5::read_string_attribute(root, "format", path) == format_name,
-          "{}: not a kpipe timeline (attribute format != {})", path, format_name);
+  require(h5::has_format(root, timeline_format, path), "{}: not a kpipe timeline (attribute format != {})", path,
+          timeline_format);
   TimelineFile t;
   t.info.ranks = int(h5::read_int_attribute(root, "ranks", path));
   t.info.pipeline_size = int(h5::read_int_attribute(root, "pipeline_size", path));
@@ -252,7 +251,7 @@ template <class T> void TimelineRecorder<T>::record(std::int64_t step) {
                                  {timeout_s_, fmt::format("gathering the timeline of step {}", step)});
   if (!writer_) return;
   std::vector<TimelineRow> rows;
-  for (std::size_t k = 0; k + packed_row <= all.size(); k += packed_row) {
+  for (std::size_t k = 0; k + packed_interval <= all.size(); k += packed_interval) {
     const double* v = all.data() + k;
     TimelineRow row;
     row.step = std::int64_t(v[0]);

@@ -21,10 +21,10 @@ namespace kpipe::io {
 
 namespace {
 
-constexpr const char* format_name = "kpipe-activation-trace";
-constexpr std::int64_t format_version = 1;
-constexpr int packed_row = 4 + stats_columns;  // layer, kind, step, microbatch, statistics
-constexpr int packed_header = 6;               // layer, kind, step, microbatch, rows, cols
+constexpr const char* trace_format = "kpipe-activation-trace";
+constexpr std::int64_t trace_format_version = 1;
+constexpr int packed_statistics = 4 + stats_columns;  // layer, kind, step, microbatch, statistics
+constexpr int packed_header = 6;                      // layer, kind, step, microbatch, rows, cols
 
 std::string layer_path(int layer) { return fmt::format("layers/{:02d}", layer); }
 
@@ -171,8 +171,7 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info) : path_
   require_writable(path, fmt::format("output.trace = '{}'", path));
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
-  h5::write_attribute(root, "format", std::string(format_name));
-  h5::write_attribute(root, "format_version", format_version);
+  h5::write_format(root, trace_format, trace_format_version);
   h5::write_attribute(root, "every", info.every);
   h5::write_attribute(root, "layers", info.layers);
   h5::write_attribute(root, "microbatches", std::int64_t(info.microbatches));
@@ -220,8 +219,8 @@ void TraceWriter::append(std::vector<TraceRow> rows, const std::vector<TraceTens
 TraceFile read_trace(const std::string& path) {
   const h5::Handle file = h5::open_file(path);
   const hid_t root = file.get();
-  require(h5::has_attribute(root, "format") && h5::read_string_attribute(root, "format", path) == format_name,
-          "{}: not a kpipe activation trace (attribute format != {})", path, format_name);
+  require(h5::has_format(root, trace_format, path), "{}: not a kpipe activation trace (attribute format != {})", path,
+          trace_format);
   TraceFile trace;
   trace.info.every = h5::read_int_attribute(root, "every", path);
   trace.info.layers = h5::read_string_attribute(root, "layers", path);
@@ -353,7 +352,7 @@ template <class T> void ActivationTracer<T>::end_step() {
   tensors_.clear();
   if (!writer_) return;
   std::vector<TraceRow> rows;
-  for (std::size_t k = 0; k + packed_row <= all_rows.size(); k += packed_row) {
+  for (std::size_t k = 0; k + packed_statistics <= all_rows.size(); k += packed_statistics) {
     const double* v = all_rows.data() + k;
     rows.push_back({int(v[0]), TraceKind(int(v[1])), std::int64_t(v[2]), int(v[3]), {v[4], v[5], v[6], v[7], v[8], v[9]}});
   }

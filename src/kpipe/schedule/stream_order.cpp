@@ -17,10 +17,6 @@ struct Position {
   std::size_t index = 0;
 };
 
-std::string where(const Schedule& s, int rank, std::size_t index) {
-  return fmt::format("schedule rank {} position {} ({})", rank, index, to_token(s.actions[rank][index], s.chunks));
-}
-
 // For every message action, its partner at the other end: the k-th send from a to b pairs with the k-th
 // receive at b from a. Throws where the two sequences disagree.
 std::vector<std::vector<Position>> pair_in_order(const Schedule& s) {
@@ -41,17 +37,15 @@ std::vector<std::vector<Position>> pair_in_order(const Schedule& s) {
       const auto& in = receives[b][a];
       for (std::size_t k = 0; k < out.size() || k < in.size(); ++k) {
         if (k >= in.size())
-          throw InputError(fmt::format("{}: send {} to rank {} has no receive number {} from rank {} there", where(s, a, out[k]),
-                                       k, b, k, a));
+          reject(s, a, out[k], fmt::format("send {} to rank {} has no receive number {} from rank {} there", k, b, k, a));
         if (k >= out.size())
-          throw InputError(fmt::format("{}: receive {} from rank {} has no send number {} to rank {} there", where(s, b, in[k]),
-                                       k, a, k, b));
+          reject(s, b, in[k], fmt::format("receive {} from rank {} has no send number {} to rank {} there", k, a, k, b));
         const Message sent = message_of(s, a, s.actions[a][out[k]]), got = message_of(s, b, s.actions[b][in[k]]);
         if (sent.gradient != got.gradient || sent.microbatch != got.microbatch || sent.dst_vstage != got.dst_vstage)
           throw InputError(fmt::format(
               "{}: NCCL matches messages between two ranks in posting order (it has no tags): this is receive {} from "
               "rank {}, but rank {}'s send {} to rank {} is {} (position {}); order the receives as the sends",
-              where(s, b, in[k]), k, a, a, k, b, to_token(s.actions[a][out[k]], s.chunks), out[k]));
+              position_text(s, b, in[k]), k, a, a, k, b, to_token(s.actions[a][out[k]], s.chunks), out[k]));
         partner[a][out[k]] = {b, in[k]};
         partner[b][in[k]] = {a, out[k]};
       }

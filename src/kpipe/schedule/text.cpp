@@ -198,6 +198,15 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
 
 }  // namespace
 
+std::string position_text(const Schedule& s, int rank, std::size_t position) {
+  return fmt::format("schedule rank {} position {} ({})", rank, position,
+                     to_token(s.actions[rank][position], s.chunks, s.asynchronous()));
+}
+
+void reject(const Schedule& s, int rank, std::size_t position, const std::string& why) {
+  throw InputError(fmt::format("{}: {}", position_text(s, rank, position), why));
+}
+
 std::string to_token(const Action& a, int chunks, bool versions) {
   if (a.op == Op::step) return "S";
   std::string token = fmt::format("{}{}", compute_letter(a.op), a.microbatch);

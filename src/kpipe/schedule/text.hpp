@@ -28,6 +28,11 @@ namespace kpipe::schedule {
 std::string to_token(const Action& a, int chunks, bool versions = false);
 std::string to_text(const Schedule& s);
 
+// How the validators and passes name an action they reject: "schedule rank 1 position 4 (B2)"; reject()
+// throws InputError with that and the reason.
+std::string position_text(const Schedule& s, int rank, std::size_t position);
+[[noreturn]] void reject(const Schedule& s, int rank, std::size_t position, const std::string& why);
+
 // The reverse of to_text. microbatches / chunks of 0 are taken from the largest index used (asynchronous:
 // micro-batches per step, the indices spanning every step); given ones bound the indices. Errors throw InputError naming the line and token ("schedule line 2 token 5 'X1': ...").
 // The result is not validated: call validate().

@@ -26,15 +26,6 @@ struct Seen {
         send_gradient(n) {}
 };
 
-std::string where(const Schedule& s, int rank, std::size_t position) {
-  return fmt::format("schedule rank {} position {} ({})", rank, position,
-                     to_token(s.actions[rank][position], s.chunks, s.asynchronous()));
-}
-
-[[noreturn]] void fail_at(const Schedule& s, int rank, std::size_t position, const std::string& why) {
-  throw InputError(fmt::format("{}: {}", where(s, rank, position), why));
-}
-
 std::string of_mb(const Schedule& s, const Action& a) {
   return s.chunks > 1 ? fmt::format("micro-batch {} chunk {}", a.microbatch, a.chunk)
                       : fmt::format("micro-batch {}", a.microbatch);
@@ -55,16 +46,16 @@ void check_shape(const Schedule& s) {
       if (a.op == Op::step) continue;
       if (is_reduction(a.op)) {  // its group and replica are checked with the replicas (reduction.hpp)
         if (a.chunk < 0 || a.chunk >= s.chunks)
-          fail_at(s, r, i, fmt::format("chunk {} out of range ({} chunks)", a.chunk, s.chunks));
-        if (a.microbatch < 0 || a.peer < 0) fail_at(s, r, i, "negative reduction group or replica");
+          reject(s, r, i, fmt::format("chunk {} out of range ({} chunks)", a.chunk, s.chunks));
+        if (a.microbatch < 0 || a.peer < 0) reject(s, r, i, "negative reduction group or replica");
         continue;
       }
       if (a.microbatch < 0 || a.microbatch >= s.microbatch_count())
-        fail_at(s, r, i, fmt::format("micro-batch {} out of range ({} micro-batches)", a.microbatch, s.microbatch_count()));
+        reject(s, r, i, fmt::format("micro-batch {} out of range ({} micro-batches)", a.microbatch, s.microbatch_count()));
       if (a.chunk < 0 || a.chunk >= s.chunks)
-        fail_at(s, r, i, fmt::format("chunk {} out of range ({} chunks)", a.chunk, s.chunks));
+        reject(s, r, i, fmt::format("chunk {} out of range ({} chunks)", a.chunk, s.chunks));
       if (is_comm(a.op) && (a.peer < 0 || a.peer >= s.ranks))
-        fail_at(s, r, i, fmt::format("rank {} out of range ({} ranks)", a.peer, s.ranks));
+        reject(s, r, i, fmt::format("rank {} out of range ({} ranks)", a.peer, s.ranks));
     }
   }
 }
@@ -75,14 +66,14 @@ void check_peer(const Schedule& s, int rank, std::size_t position, int neighbour
   const int here = s.virtual_stage(rank, a.chunk);
   const char* what = a.op == Op::send_activation || a.op == Op::recv_gradient ? "next" : "previous";
   if (neighbour_vstage < 0 || neighbour_vstage >= s.virtual_stages())
-    fail_at(s, rank, position, fmt::format("virtual stage {} has no {} virtual stage", here, what));
+    reject(s, rank, position, fmt::format("virtual stage {} has no {} virtual stage", here, what));
   const int expected = s.rank_of(neighbour_vstage);
   if (expected == rank)
-    fail_at(s, rank, position,
+    reject(s, rank, position,
             fmt::format("virtual stages {} and {} are both on rank {}: the data is handed over locally, no message",
                         here, neighbour_vstage, rank));
   if (a.peer != expected)
-    fail_at(s, rank, position,
+    reject(s, rank, position,
             fmt::format("the {} virtual stage ({}) is on rank {}, not rank {}", what, neighbour_vstage, expected, a.peer));
 }
 
@@ -99,7 +90,7 @@ void check_rank(const Schedule& s, int r, bool lowered) {
       // A synchronous step ends the list; asynchronous lists hold a step boundary S per step (versions.cpp
       // counts them).
       if (i + 1 != list.size() && !s.asynchronous())
-        fail_at(s, r, i, "optimizer step before the end of the rank's actions");
+        reject(s, r, i, "optimizer step before the end of the rank's actions");
       continue;
     }
     if (a.op == Op::update) continue;  // versions.cpp checks updates
@@ -109,7 +100,7 @@ void check_rank(const Schedule& s, int r, bool lowered) {
     const bool grad_from_other_rank = k < last && s.rank_of(k + 1) != r;
     auto weight_gradient_in_order = [&] {
       if (a.microbatch < last_weight_mb[a.chunk])
-        fail_at(s, r, i,
+        reject(s, r, i,
                 fmt::format("gradient of micro-batch {} accumulated after micro-batch {}'s on chunk {} (gradients "
                             "accumulate in micro-batch order, for bit-reproducibility)",
                             a.microbatch, last_weight_mb[a.chunk], a.chunk));
@@ -117,18 +108,18 @@ void check_rank(const Schedule& s, int r, bool lowered) {
     };
     switch (a.op) {
       case Op::forward:
-        if (seen.forward[at]) fail_at(s, r, i, fmt::format("second forward of {}", of_mb(s, a)));
+        if (seen.forward[at]) reject(s, r, i, fmt::format("second forward of {}", of_mb(s, a)));
         if (lowered && from_other_rank && !seen.recv_activation[at])
-          fail_at(s, r, i, fmt::format("forward of {} without a receive of its activation from rank {} before it",
+          reject(s, r, i, fmt::format("forward of {} without a receive of its activation from rank {} before it",
                                        of_mb(s, a), s.rank_of(k - 1)));
         seen.forward[at] = 1;
         break;
       case Op::backward:
       case Op::backward_input:
-        if (!seen.forward[at]) fail_at(s, r, i, fmt::format("backward of {} before its forward", of_mb(s, a)));
-        if (seen.backward[at] || seen.input[at]) fail_at(s, r, i, fmt::format("second backward of {}", of_mb(s, a)));
+        if (!seen.forward[at]) reject(s, r, i, fmt::format("backward of {} before its forward", of_mb(s, a)));
+        if (seen.backward[at] || seen.input[at]) reject(s, r, i, fmt::format("second backward of {}", of_mb(s, a)));
         if (lowered && grad_from_other_rank && !seen.recv_gradient[at])
-          fail_at(s, r, i, fmt::format("backward of {} without a receive of its gradient from rank {} before it",
+          reject(s, r, i, fmt::format("backward of {} without a receive of its gradient from rank {} before it",
                                        of_mb(s, a), s.rank_of(k + 1)));
         if (a.op == Op::backward) {
           weight_gradient_in_order();
@@ -139,39 +130,39 @@ void check_rank(const Schedule& s, int r, bool lowered) {
         break;
       case Op::backward_weight:
         if (seen.backward[at])
-          fail_at(s, r, i, fmt::format("weight gradient of {} after its full backward B", of_mb(s, a)));
+          reject(s, r, i, fmt::format("weight gradient of {} after its full backward B", of_mb(s, a)));
         if (!seen.input[at])
-          fail_at(s, r, i, fmt::format("weight gradient of {} before its input gradient (I)", of_mb(s, a)));
-        if (seen.weight[at]) fail_at(s, r, i, fmt::format("second weight gradient of {}", of_mb(s, a)));
+          reject(s, r, i, fmt::format("weight gradient of {} before its input gradient (I)", of_mb(s, a)));
+        if (seen.weight[at]) reject(s, r, i, fmt::format("second weight gradient of {}", of_mb(s, a)));
         weight_gradient_in_order();
         seen.weight[at] = 1;
         break;
       case Op::send_activation:
         check_peer(s, r, i, k + 1);
-        if (!seen.forward[at]) fail_at(s, r, i, fmt::format("send of the activation of {} before its forward", of_mb(s, a)));
-        if (seen.send_activation[at]) fail_at(s, r, i, fmt::format("second send of the activation of {}", of_mb(s, a)));
+        if (!seen.forward[at]) reject(s, r, i, fmt::format("send of the activation of {} before its forward", of_mb(s, a)));
+        if (seen.send_activation[at]) reject(s, r, i, fmt::format("second send of the activation of {}", of_mb(s, a)));
         seen.send_activation[at] = 1;
         break;
       case Op::recv_activation:
         check_peer(s, r, i, k - 1);
         if (seen.forward[at])
-          fail_at(s, r, i, fmt::format("receive of the activation of {} after its forward", of_mb(s, a)));
+          reject(s, r, i, fmt::format("receive of the activation of {} after its forward", of_mb(s, a)));
         if (seen.recv_activation[at])
-          fail_at(s, r, i, fmt::format("second receive of the activation of {}", of_mb(s, a)));
+          reject(s, r, i, fmt::format("second receive of the activation of {}", of_mb(s, a)));
         seen.recv_activation[at] = 1;
         break;
       case Op::send_gradient:
         check_peer(s, r, i, k - 1);
         if (!seen.backward[at] && !seen.input[at])
-          fail_at(s, r, i, fmt::format("send of the gradient of {} before its backward", of_mb(s, a)));
-        if (seen.send_gradient[at]) fail_at(s, r, i, fmt::format("second send of the gradient of {}", of_mb(s, a)));
+          reject(s, r, i, fmt::format("send of the gradient of {} before its backward", of_mb(s, a)));
+        if (seen.send_gradient[at]) reject(s, r, i, fmt::format("second send of the gradient of {}", of_mb(s, a)));
         seen.send_gradient[at] = 1;
         break;
       case Op::recv_gradient:
         check_peer(s, r, i, k + 1);
         if (seen.backward[at] || seen.input[at])
-          fail_at(s, r, i, fmt::format("receive of the gradient of {} after its backward", of_mb(s, a)));
-        if (seen.recv_gradient[at]) fail_at(s, r, i, fmt::format("second receive of the gradient of {}", of_mb(s, a)));
+          reject(s, r, i, fmt::format("receive of the gradient of {} after its backward", of_mb(s, a)));
+        if (seen.recv_gradient[at]) reject(s, r, i, fmt::format("second receive of the gradient of {}", of_mb(s, a)));
         seen.recv_gradient[at] = 1;
         break;
       case Op::step:
@@ -213,9 +204,9 @@ void check_matching(const Schedule& s) {
       const Message m = message_of(s, r, a);
       const int at = grid.index(m.microbatch, m.dst_vstage);
       if (is_send(a.op) && !received[m.gradient][at])
-        fail_at(s, r, i, fmt::format("send to rank {} has no matching receive there", a.peer));
+        reject(s, r, i, fmt::format("send to rank {} has no matching receive there", a.peer));
       if (is_recv(a.op) && !sent[m.gradient][at])
-        fail_at(s, r, i, fmt::format("receive from rank {} has no matching send there", a.peer));
+        reject(s, r, i, fmt::format("receive from rank {} has no matching send there", a.peer));
     }
   }
 }

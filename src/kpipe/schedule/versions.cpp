@@ -15,10 +15,6 @@ namespace {
 
 bool reads_version(Op op) { return is_compute(op); }
 
-[[noreturn]] void fail_at(const Schedule& s, int rank, std::size_t position, const std::string& why) {
-  throw InputError(fmt::format("schedule rank {} position {} ({}): {}", rank, position,
-                               to_token(s.actions[rank][position], s.chunks, true), why));
-}
 
 }  // namespace
 
@@ -80,8 +76,8 @@ void validate_versions(const Schedule& s) {
       for (std::size_t i = 0; i < s.actions[r].size(); ++i) {
         const Action& a = s.actions[r][i];
         if (a.op == Op::update)
-          fail_at(s, r, i, "an update (U) in a synchronous schedule: its step S applies the gradients");
-        if (a.version != 0) fail_at(s, r, i, "a weight version in a synchronous schedule (one version, 0)");
+          reject(s, r, i, "an update (U) in a synchronous schedule: its step S applies the gradients");
+        if (a.version != 0) reject(s, r, i, "a weight version in a synchronous schedule (one version, 0)");
       }
     return;
   }
@@ -104,7 +100,7 @@ void validate_versions(const Schedule& s) {
           // whole number of steps.
           const int want = (steps_seen + 1) * m - 1;
           if (last_update != want || !applied_since.empty())
-            fail_at(s, r, i, fmt::format("step {} ends before the update of micro-batch {} on chunk {} (a step "
+            reject(s, r, i, fmt::format("step {} ends before the update of micro-batch {} on chunk {} (a step "
                                          "boundary holds its {} micro-batches' updates)",
                                          steps_seen, want, c, m));
           ++steps_seen;
@@ -113,18 +109,18 @@ void validate_versions(const Schedule& s) {
         if (a.chunk != c) continue;
         if (a.op == Op::update) {
           if (a.version != newest + 1)
-            fail_at(s, r, i, fmt::format("produces version {}, but the newest is {} (each update produces the next)",
+            reject(s, r, i, fmt::format("produces version {}, but the newest is {} (each update produces the next)",
                                          a.version, newest));
           const int count = a.microbatch - last_update;
           if (count <= 0 || int(applied_since.size()) != count)
-            fail_at(s, r, i, fmt::format("applies {} weight gradients, those of micro-batches {} to {} expected",
+            reject(s, r, i, fmt::format("applies {} weight gradients, those of micro-batches {} to {} expected",
                                          applied_since.size(), last_update + 1, a.microbatch));
           for (int j = 0; j < count; ++j)
             if (applied_since[j] != last_update + 1 + j)
-              fail_at(s, r, i, fmt::format("applies the gradient of micro-batch {} where {}'s was expected",
+              reject(s, r, i, fmt::format("applies the gradient of micro-batch {} where {}'s was expected",
                                            applied_since[j], last_update + 1 + j));
           if (s.updates == Updates::two_bw ? count != m || (a.microbatch + 1) % m != 0 : count != 1)
-            fail_at(s, r, i, s.updates == Updates::two_bw
+            reject(s, r, i, s.updates == Updates::two_bw
                                  ? fmt::format("2bw updates once per window of {} micro-batches (a step's)", m)
                                  : std::string("pipedream updates after every backward (one micro-batch each)"));
           applied_since.clear();
@@ -136,15 +132,15 @@ void validate_versions(const Schedule& s) {
         int& fv = forward_version[vstage][a.microbatch];
         if (a.op == Op::forward) {
           if (a.version > newest || a.version < oldest)
-            fail_at(s, r, i, fmt::format("reads version {}, which chunk {} does not hold (versions {} to {} so far)",
+            reject(s, r, i, fmt::format("reads version {}, which chunk {} does not hold (versions {} to {} so far)",
                                          a.version, c, oldest, newest));
           const int want = rule_version(s.updates, s.ranks, m, vstage, a.microbatch, resumed);
           if (a.version != want)
-            fail_at(s, r, i, fmt::format("reads version {}; the {} rule says {}", a.version, to_string(s.updates), want));
+            reject(s, r, i, fmt::format("reads version {}; the {} rule says {}", a.version, to_string(s.updates), want));
           fv = a.version;
         } else {
           if (fv != none && a.version != fv)
-            fail_at(s, r, i, fmt::format("backward of micro-batch {} reads version {}, its forward read version {} "
+            reject(s, r, i, fmt::format("backward of micro-batch {} reads version {}, its forward read version {} "
                                          "(weight stashing: the same)",
                                          a.microbatch, a.version, fv));
           if (is_weight_gradient(a.op)) applied_since.push_back(a.microbatch);
@@ -166,7 +162,7 @@ void validate_versions(const Schedule& s) {
         if (a.op != Op::forward) continue;
         const int first = forward_version[0][a.microbatch];
         if (first != a.version)
-          fail_at(s, r, i, fmt::format("vertical sync: stage 0 read version {} for micro-batch {}, this stage {}",
+          reject(s, r, i, fmt::format("vertical sync: stage 0 read version {} for micro-batch {}, this stage {}",
                                        first, a.microbatch, a.version));
       }
   for (int r = 0; r < s.ranks; ++r) {
