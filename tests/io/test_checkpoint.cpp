@@ -25,6 +25,7 @@
 #include "kpipe/io/h5_file.hpp"
 #include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/runtime/trainer.hpp"
+#include "support/corpus.hpp"
 #include "support/tiny_config.hpp"
 
 namespace kpipe {
@@ -32,16 +33,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Config tiny_config() { return test::tiny_config(6); }
-
-const data::Corpus& corpus() {
-  static const data::Corpus c = data::synthetic_corpus(3, 8000, 0.1);
-  return c;
-}
-
 // A trainer on MPI_COMM_SELF that owns its grid.
 struct SelfRun {
-  explicit SelfRun(const Config& c) : grid(comm::make_grid(MPI_COMM_SELF, 1, 1)), trainer(c, corpus(), grid) {}
+  explicit SelfRun(const Config& c) : grid(comm::make_grid(MPI_COMM_SELF, 1, 1)), trainer(c, test::corpus(), grid) {}
   ~SelfRun() { comm::free_grid(grid); }
   comm::ProcessGrid grid;
   runtime::Trainer<float> trainer;
@@ -129,7 +123,7 @@ void rewrite_root_attribute(const std::string& file, const std::string& name, co
 
 TEST(Checkpoint, RoundTripRestoresEveryTensorTheMomentsAndTheStep) {
   test::TempDir tmp;
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   SelfRun a(c);
   a.trainer.step();
   a.trainer.step();
@@ -149,7 +143,7 @@ TEST(Checkpoint, RoundTripRestoresEveryTensorTheMomentsAndTheStep) {
 
 TEST(Checkpoint, NonFiniteStateIsNeverWritten) {
   test::TempDir tmp;
-  SelfRun a(tiny_config());
+  SelfRun a(test::tiny_config(6));
   a.trainer.step();
   const auto moment = a.trainer.chunk(0).params().moment2();
   Kokkos::deep_copy(Kokkos::subview(moment, 5), std::numeric_limits<float>::infinity());
@@ -163,7 +157,7 @@ TEST(Checkpoint, NonFiniteStateIsNeverWritten) {
 
 TEST(Checkpoint, OneFileShowsTheWholeModelByNameWithChecksums) {
   test::TempDir tmp;
-  const std::string path = saved_after(tiny_config(), 1, tmp.path("ck"));
+  const std::string path = saved_after(test::tiny_config(6), 1, tmp.path("ck"));
   EXPECT_TRUE(fs::is_regular_file(path));
   const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   ASSERT_GE(file, 0);
@@ -194,7 +188,7 @@ TEST(Checkpoint, OneFileShowsTheWholeModelByNameWithChecksums) {
 
 TEST(Checkpoint, FlippedTensorBytesAreNamed) {
   test::TempDir tmp;
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   const std::string path = saved_after(c, 1, tmp.path("ck"));
   // Find the stored bytes of one tensor in the file by their value, and flip one of them.
   SelfRun probe(c);
@@ -221,7 +215,7 @@ TEST(Checkpoint, FlippedTensorBytesAreNamed) {
 TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
   test::TempDir tmp;
   // Bytes: the default corpus's tokenizer.
-  const std::string bytes_path = saved_after(tiny_config(), 1, tmp.path("bytes"));
+  const std::string bytes_path = saved_after(test::tiny_config(6), 1, tmp.path("bytes"));
   const data::Tokenizer bytes = io::read_checkpoint_tokenizer(tmp.path("bytes"));
   EXPECT_EQ(bytes.kind(), data::TokenizerKind::bytes);
   EXPECT_EQ(io::CheckpointReader(bytes_path).find("/tokenizer/model"), nullptr);
@@ -238,7 +232,7 @@ TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
   bpe.tokenizer = data::train_bpe(text, options);
   bpe.train = bpe.tokenizer.encode(text.substr(0, 50000));
   bpe.validation = bpe.tokenizer.encode(text.substr(50000));
-  Config c = tiny_config();
+  Config c = test::tiny_config(6);
   data::fit_vocabulary(c.model, bpe);
   std::string path;
   {
@@ -295,7 +289,7 @@ TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
 
 TEST(Checkpoint, MetadataRewrittenThroughHdf5IsRefusedNamingTheAttribute) {
   test::TempDir tmp;
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   SelfRun a(c);
   for (int s = 0; s < 3; ++s) a.trainer.step();
   Dir dir(tmp.path("ck"));
@@ -324,7 +318,7 @@ TEST(Checkpoint, MetadataRewrittenThroughHdf5IsRefusedNamingTheAttribute) {
 
 TEST(Checkpoint, FlippedBitsInTheMetadataAreDetected) {
   test::TempDir tmp;
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   const std::string path = saved_after(c, 1, tmp.path("ck"));
   const std::string original = read_file(path);
   // The config text is stored twice: as the attribute h5py shows, and inside the manifest. A bit flipped in
@@ -348,7 +342,7 @@ TEST(Checkpoint, FlippedBitsInTheMetadataAreDetected) {
 
 TEST(Checkpoint, NoBitFlipAnywhereLoadsADifferentState) {
   test::TempDir tmp;
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   const std::string path = saved_after(c, 2, tmp.path("ck"));
   const std::string original = read_file(path);
   SelfRun reference(c);
@@ -377,7 +371,7 @@ TEST(Checkpoint, NoBitFlipAnywhereLoadsADifferentState) {
 
 TEST(Checkpoint, ADatasetCopiedInFromAnotherCheckpointIsRefusedNamingIt) {
   test::TempDir tmp;
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   SelfRun a(c);
   a.trainer.step();
   Dir dir(tmp.path("ck"));
@@ -402,7 +396,7 @@ TEST(Checkpoint, ADatasetCopiedInFromAnotherCheckpointIsRefusedNamingIt) {
 
 TEST(Checkpoint, AFileOfAnotherStepOrRunInPlaceIsRefused) {
   test::TempDir tmp;
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   SelfRun a(c);
   a.trainer.step();
   Dir dir(tmp.path("ck"));
@@ -437,7 +431,7 @@ TEST(Checkpoint, AFileOfAnotherStepOrRunInPlaceIsRefused) {
 
 TEST(Checkpoint, TruncatedFilesAreNamed) {
   test::TempDir tmp;
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   const std::string path = saved_after(c, 1, tmp.path("ck"));
   const std::string bytes = read_file(path);
   for (std::size_t keep : {bytes.size() / 2, std::size_t(3000), std::size_t(100)}) {
@@ -452,7 +446,7 @@ TEST(Checkpoint, TruncatedFilesAreNamed) {
 
 TEST(Checkpoint, ModelMismatchNamesTheTensorAndBothShapes) {
   test::TempDir tmp;
-  Config c = tiny_config();
+  Config c = test::tiny_config(6);
   const std::string path = saved_after(c, 1, tmp.path("ck"));
   Config wider = c;
   wider.model.d_model = 32;
@@ -481,7 +475,7 @@ TEST(Checkpoint, ModelMismatchNamesTheTensorAndBothShapes) {
 TEST(Checkpoint, KeepsThisRunsNewestKAndLatestNamesTheNewest) {
   test::TempDir tmp;
   const std::string dir = tmp.path("ck");
-  SelfRun run(tiny_config());
+  SelfRun run(test::tiny_config(6));
   Dir d(dir, 2);
   for (int s = 0; s < 4; ++s) {
     run.trainer.step();
@@ -501,7 +495,7 @@ TEST(Checkpoint, KeepsThisRunsNewestKAndLatestNamesTheNewest) {
 TEST(Checkpoint, AnotherRunsCheckpointsAreRefusedOrKeptNeverPruned) {
   test::TempDir tmp;
   const std::string dir = tmp.path("ck");
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   std::string first_run;
   {  // A first run wrote steps 5 and 6 here.
     SelfRun a(c);
@@ -543,7 +537,7 @@ TEST(Checkpoint, AnotherRunsCheckpointsAreRefusedOrKeptNeverPruned) {
 TEST(Checkpoint, ResumingContinuesTheRunItLoaded) {
   test::TempDir tmp;
   const std::string dir = tmp.path("ck");
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   std::string run_id;
   {
     SelfRun a(c);
@@ -598,7 +592,7 @@ TEST(Checkpoint, TheDirectoryIsCheckedBeforeAnyTraining) {
 TEST(Checkpoint, AnIncompleteCheckpointIsNeverLoaded) {
   test::TempDir tmp;
   const std::string dir = tmp.path("ck");
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   SelfRun a(c);
   a.trainer.step();
   Dir d(dir, 2);
@@ -623,7 +617,7 @@ TEST(Checkpoint, AnIncompleteCheckpointIsNeverLoaded) {
 TEST(Checkpoint, FallbackLoadsThePreviousCheckpointOfTheRun) {
   test::TempDir tmp;
   const std::string dir = tmp.path("ck");
-  const Config c = tiny_config();
+  const Config c = test::tiny_config(6);
   {
     SelfRun run(c);
     Dir d(dir);
@@ -665,7 +659,7 @@ TEST(Checkpoint, TheOldFormatIsRefusedNamingItsVersion) {
   CheckpointConfig resume;
   resume.dir = dir;
   resume.resume = "latest";
-  SelfRun run(tiny_config());
+  SelfRun run(test::tiny_config(6));
   std::string message = error_of([&] { io::resume_training(run.trainer, resume); });
   EXPECT_NE(message.find("format_version 1"), std::string::npos) << message;
   // A new run there is refused too (another run's checkpoints), never pruned.

@@ -15,6 +15,7 @@
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/io/h5_file.hpp"
 #include "kpipe/io/trace.hpp"
+#include "support/corpus.hpp"
 #include "support/tiny_config.hpp"
 
 namespace kpipe {
@@ -211,23 +212,16 @@ TEST(TraceFileErrors, NamesTheFile) {
   EXPECT_THROW(io::read_trace(dir.path("missing.h5")), InputError);
 }
 
-Config tiny_config() { return test::tiny_config(3); }
-
-const data::Corpus& corpus() {
-  static const data::Corpus c = data::synthetic_corpus(5, 20000, 0.1);
-  return c;
-}
-
 TEST(ActivationTracer, TracesEveryKthStepOfATrainingRun) {
   test::TempDir dir;
-  Config c = tiny_config();
+  Config c = test::tiny_config(3);
   c.output.trace = dir.path("run.h5");
   c.output.trace_every = 2;
   c.output.trace_layers = "0,layers/02,3";
   c.output.trace_full = 1;
   auto grid = comm::make_grid(MPI_COMM_SELF, 1, 1);
   {
-    runtime::Trainer<float> trainer(c, corpus(), grid);
+    runtime::Trainer<float> trainer(c, test::corpus(), grid);
     // A NaN in one weight of block 2 (layer 2): its output turns non-finite, the layers before stay clean.
     {
       auto& params = trainer.chunk(0).params();
@@ -268,11 +262,11 @@ TEST(ActivationTracer, TracesEveryKthStepOfATrainingRun) {
 
 TEST(ActivationTracer, StatisticsOfAHealthyRunAreFinite) {
   test::TempDir dir;
-  Config c = tiny_config();
+  Config c = test::tiny_config(3);
   c.output.trace = dir.path("healthy.h5");
   auto grid = comm::make_grid(MPI_COMM_SELF, 1, 1);
   {
-    runtime::Trainer<float> trainer(c, corpus(), grid);
+    runtime::Trainer<float> trainer(c, test::corpus(), grid);
     io::ActivationTracer<float> tracer(trainer, grid, c, io::trace_options(c));
     tracer.begin_step(0);
     EXPECT_FALSE(trainer.step().skipped);

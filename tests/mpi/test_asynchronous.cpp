@@ -16,17 +16,13 @@
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/versions.hpp"
 
+#include "support/corpus.hpp"
 #include "support/mpi_world.hpp"
 
 namespace kpipe {
 namespace {
 
 using test::world_size;
-
-const data::Corpus& corpus() {
-  static const data::Corpus c = data::synthetic_corpus(5, 40000, 0.1);
-  return c;
-}
 
 Config async_config(const std::string& schedule, int vertical_sync, int stages, int microbatches, int steps) {
   Config c;
@@ -64,10 +60,10 @@ TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
     const Config c = async_config(k.schedule, k.vertical_sync, p, k.microbatches, steps);
     SCOPED_TRACE(fmt::format("{} vertical_sync={} p={} m={} steps={}", k.schedule, k.vertical_sync, p, k.microbatches,
                              steps));
-    runtime::AsyncReference<float> reference(c, corpus());
+    runtime::AsyncReference<float> reference(c, test::corpus());
     auto grid = comm::make_grid(MPI_COMM_WORLD, p, 1);
     {
-      runtime::Trainer<float> trainer(c, corpus(), grid);
+      runtime::Trainer<float> trainer(c, test::corpus(), grid);
       for (int t = 0; t < steps; ++t) {
         const auto got = trainer.step();
         const auto want = reference.step();
@@ -101,7 +97,7 @@ TEST(Asynchronous, BadCombinationsExitWithOneLineNamingTheKey) {
     auto grid = comm::make_grid(MPI_COMM_WORLD, c.pipeline.pipeline_size, c.pipeline.data_parallel);
     std::string what = "(accepted)";
     try {
-      runtime::Trainer<float> trainer(c, corpus(), grid);
+      runtime::Trainer<float> trainer(c, test::corpus(), grid);
     } catch (const InputError& e) {
       what = e.what();
     }

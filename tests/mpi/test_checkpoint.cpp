@@ -15,6 +15,7 @@
 #include "kpipe/io/checkpoint_file.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
+#include "support/corpus.hpp"
 #include "support/mpi_world.hpp"
 
 namespace kpipe {
@@ -39,11 +40,6 @@ Config config(int pipeline_size, const std::string& schedule, int chunks) {
   c.pipeline.pipeline_size = pipeline_size;
   c.pipeline.schedule = schedule;
   c.pipeline.chunks = chunks;
-  return c;
-}
-
-const data::Corpus& corpus() {
-  static const data::Corpus c = data::synthetic_corpus(7, 20000, 0.1);
   return c;
 }
 
@@ -77,7 +73,7 @@ Segment run(const Config& c, MPI_Comm comm, const std::string& from, int steps, 
   auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
   Segment out;
   {
-    runtime::Trainer<float> trainer(c, corpus(), grid);
+    runtime::Trainer<float> trainer(c, test::corpus(), grid);
     if (!from.empty()) io::load_checkpoint(trainer, from);
     for (int s = 0; s < steps; ++s) out.losses.push_back(trainer.step().loss);
     if (!to.empty()) {

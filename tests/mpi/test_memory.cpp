@@ -18,17 +18,13 @@
 #include "kpipe/runtime/trainer.hpp"
 #include "kpipe/schedule/configured.hpp"
 
+#include "support/corpus.hpp"
 #include "support/mpi_world.hpp"
 
 namespace kpipe {
 namespace {
 
 using test::world_size;
-
-const data::Corpus& corpus() {
-  static const data::Corpus c = data::synthetic_corpus(9, 40000, 0.1);
-  return c;
-}
 
 Config config_for(const std::string& schedule, int pipeline, int replicas, const std::string& recompute) {
   Config c;
@@ -57,7 +53,7 @@ void expect_prediction_equals_measurement(const Config& c, const std::string& wh
   auto grid = comm::make_grid(MPI_COMM_WORLD, c.pipeline.pipeline_size, c.pipeline.data_parallel);
   {
     memory::Meter meter;
-    runtime::Trainer<float> trainer(c, corpus(), grid);
+    runtime::Trainer<float> trainer(c, test::corpus(), grid);
     for (int s = 0; s < 3; ++s) trainer.step();
     trainer.evaluate();
     const auto plan = memory::plan_rank(c, trainer.desc(), trainer.replicated(), grid.replica, grid.stage);
@@ -105,7 +101,7 @@ TEST(Memory, PredictionEqualsMeasurementForAsynchronousSchedules) {
     auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
     {
       memory::Meter meter;
-      runtime::Trainer<float> trainer(c, corpus(), grid);
+      runtime::Trainer<float> trainer(c, test::corpus(), grid);
       for (int s = 0; s < c.train.steps; ++s) trainer.step();
       trainer.evaluate();
       const auto plan = memory::plan_rank(c, trainer.desc(), trainer.replicated(), grid.replica, grid.stage);

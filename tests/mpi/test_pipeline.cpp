@@ -15,56 +15,19 @@
 #include "kpipe/schedule/validate.hpp"
 
 #include "support/mpi_world.hpp"
+#include "support/training_run.hpp"
 
 namespace kpipe {
 namespace {
 
 using test::world_size;
 
+using test::expect_identical;
+using test::train;
+using test::TrainingRun;
+
+// The small model for 3 steps.
 Config small_config(int n_layers, int microbatches) { return test::small_config(n_layers, microbatches, 3); }
-
-const data::Corpus& corpus() {
-  static const data::Corpus c = data::synthetic_corpus(5, 40000, 0.1);
-  return c;
-}
-
-struct RunResult {
-  std::vector<double> losses;
-  std::vector<double> grad_norms;
-  std::uint64_t checksum = 0;
-  double val_loss = 0;
-  int peak_stash = 0;
-  std::vector<int> predicted_stash;
-};
-
-RunResult train(const Config& c, MPI_Comm comm) {
-  auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
-  RunResult run;
-  {
-    runtime::Trainer<float> trainer(c, corpus(), grid);
-    for (int s = 0; s < c.train.steps; ++s) {
-      const auto stats = trainer.step();
-      run.losses.push_back(stats.loss);
-      run.grad_norms.push_back(stats.grad_norm);
-    }
-    run.checksum = trainer.param_checksum();
-    run.val_loss = trainer.evaluate();
-    run.peak_stash = trainer.peak_stash();
-    run.predicted_stash = schedule::peak_stash(trainer.schedule());
-  }
-  comm::free_grid(grid);
-  return run;
-}
-
-void expect_identical(const RunResult& got, const RunResult& want, const std::string& what) {
-  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
-  for (std::size_t s = 0; s < want.losses.size(); ++s) {
-    EXPECT_EQ(got.losses[s], want.losses[s]) << what << " step " << s;  // bit for bit
-    EXPECT_EQ(got.grad_norms[s], want.grad_norms[s]) << what << " step " << s;
-  }
-  EXPECT_EQ(got.checksum, want.checksum) << what;
-  EXPECT_EQ(got.val_loss, want.val_loss) << what;
-}
 
 TEST(Pipeline, EveryScheduleMatchesOneRankBitForBit) {
   const int p = world_size();
@@ -72,7 +35,7 @@ TEST(Pipeline, EveryScheduleMatchesOneRankBitForBit) {
     for (int m : {1, 4, 8}) {
       Config c = small_config(2, m);
       c.pipeline.schedule = schedule;
-      const RunResult reference = train(c, MPI_COMM_SELF);
+      const TrainingRun reference = train(c, MPI_COMM_SELF);
       c.pipeline.pipeline_size = p;
       expect_identical(train(c, MPI_COMM_WORLD), reference, schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m));
     }
@@ -82,7 +45,7 @@ TEST(Pipeline, InterleavedMatchesOneRankBitForBit) {
   const int p = world_size();
   for (int m : {4, 8}) {
     Config c = small_config(6, m);
-    const RunResult reference = train(c, MPI_COMM_SELF);
+    const TrainingRun reference = train(c, MPI_COMM_SELF);
     c.pipeline.pipeline_size = p;
     c.pipeline.schedule = "interleaved";
     c.pipeline.chunks = 2;
@@ -95,7 +58,7 @@ TEST(Pipeline, ZeroBubbleVMatchesOneRankBitForBit) {
   const int p = world_size();
   for (int m : {1, 4, 8}) {
     Config c = small_config(6, m);
-    const RunResult reference = train(c, MPI_COMM_SELF);
+    const TrainingRun reference = train(c, MPI_COMM_SELF);
     c.pipeline.pipeline_size = p;
     c.pipeline.schedule = "zb-v";
     c.pipeline.chunks = 2;
@@ -107,7 +70,7 @@ TEST(Pipeline, ZeroBubbleVMatchesOneRankBitForBit) {
 // that keeps everything.
 TEST(Pipeline, RecomputationMatchesOneRankBitForBit) {
   const int p = world_size();
-  const RunResult reference = train(small_config(6, 4), MPI_COMM_SELF);
+  const TrainingRun reference = train(small_config(6, 4), MPI_COMM_SELF);
   for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"})
     for (const std::string mode : {"attention", "mlp", "block"}) {
       if (mode != "block" && schedule != "zb-h1" && schedule != "1f1b") continue;  // every mode on two, block on all
@@ -123,7 +86,7 @@ TEST(Pipeline, RecomputationMatchesOneRankBitForBit) {
 TEST(Pipeline, BalancedPartitionMatchesOneRankBitForBit) {
   const int p = world_size();
   Config c = small_config(4, 4);
-  const RunResult reference = train(c, MPI_COMM_SELF);
+  const TrainingRun reference = train(c, MPI_COMM_SELF);
   c.pipeline.pipeline_size = p;
   c.pipeline.partition = "balanced";
   expect_identical(train(c, MPI_COMM_WORLD), reference, "balanced p=" + std::to_string(p));
@@ -137,7 +100,7 @@ TEST(Pipeline, MeasuredPeakStashEqualsTheValidatorsCount) {
     Config c = small_config(2, 8);
     c.pipeline.schedule = schedule;
     c.pipeline.pipeline_size = p;
-    const RunResult run = train(c, MPI_COMM_WORLD);
+    const TrainingRun run = train(c, MPI_COMM_WORLD);
     EXPECT_EQ(run.peak_stash, run.predicted_stash.at(rank)) << schedule << " rank " << rank;
     if (schedule == "gpipe") {
       EXPECT_EQ(run.peak_stash, 8);
@@ -166,7 +129,7 @@ TEST(Pipeline, DataParallelOrderedReductionMatchesOneRankBitForBit) {
         if ((schedule == "interleaved" || schedule == "zb-v") && group == 2) continue;
         Config c = small_config(6, 4 * replicas);
         c.train.batch = 8 * replicas;
-        const RunResult reference = train(c, MPI_COMM_SELF);
+        const TrainingRun reference = train(c, MPI_COMM_SELF);
         c.pipeline.schedule = schedule;
         c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
         c.pipeline.pipeline_size = p;
@@ -174,7 +137,7 @@ TEST(Pipeline, DataParallelOrderedReductionMatchesOneRankBitForBit) {
         c.pipeline.dp_reduction_group = group;
         const std::string what = schedule + " " + std::to_string(p) + " pipeline x " + std::to_string(replicas) +
                                  " data-parallel, groups of " + std::to_string(group);
-        const RunResult run = train(c, MPI_COMM_WORLD);
+        const TrainingRun run = train(c, MPI_COMM_WORLD);
         expect_identical(run, reference, what);
         EXPECT_EQ(run.peak_stash, run.predicted_stash.at(rank % p)) << what;
         if (schedule == "1f1b") {
@@ -191,11 +154,11 @@ TEST(Pipeline, DataParallelAllreduceTracksOneRankUpToRounding) {
     return;
   }
   Config c = small_config(2, 4);
-  const RunResult reference = train(c, MPI_COMM_SELF);
+  const TrainingRun reference = train(c, MPI_COMM_SELF);
   c.pipeline.pipeline_size = n / 2;
   c.pipeline.data_parallel = 2;
   c.pipeline.dp_reduction = "allreduce";
-  const RunResult run = train(c, MPI_COMM_WORLD);
+  const TrainingRun run = train(c, MPI_COMM_WORLD);
   // Replicas' sums are added in another association than one rank's running sum: equal up to rounding.
   for (std::size_t s = 0; s < reference.losses.size(); ++s)
     EXPECT_NEAR(run.losses[s], reference.losses[s], 1e-5 * std::abs(reference.losses[s])) << "step " << s;
@@ -216,7 +179,7 @@ TEST(Pipeline, BadLayoutsAreRejectedOnEveryRankBeforeWork) {
     c.pipeline.schedule = "interleaved";
     c.pipeline.chunks = 5;
     auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
-    EXPECT_THROW(runtime::Trainer<float>(c, corpus(), grid), InputError);
+    EXPECT_THROW(runtime::Trainer<float>(c, test::corpus(), grid), InputError);
     comm::free_grid(grid);
   }
   // A micro-batch count the interleaved schedule cannot take (not a multiple of the pipeline size).
@@ -227,7 +190,7 @@ TEST(Pipeline, BadLayoutsAreRejectedOnEveryRankBeforeWork) {
     c.pipeline.schedule = "interleaved";
     c.pipeline.chunks = 2;
     auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
-    EXPECT_THROW(runtime::Trainer<float>(c, corpus(), grid), InputError);
+    EXPECT_THROW(runtime::Trainer<float>(c, test::corpus(), grid), InputError);
     comm::free_grid(grid);
   }
 }

@@ -16,60 +16,39 @@
 #include "kpipe/runtime/trainer.hpp"
 
 #include "support/mpi_world.hpp"
+#include "support/training_run.hpp"
 
 namespace kpipe {
 namespace {
 
 using test::world_size;
 
-Config small_config(int n_layers, int microbatches) {
+using test::train;
+using test::TrainingRun;
+
+// The small model for 2 steps; a deadlock shows as a timeout, not a hung test.
+Config bounded_config(int n_layers, int microbatches) {
   Config c = test::small_config(n_layers, microbatches, 2);
-  c.pipeline.recv_timeout_s = 60;  // a deadlock shows as a timeout, not a hung test
+  c.pipeline.recv_timeout_s = 60;
   return c;
-}
-
-const data::Corpus& corpus() {
-  static const data::Corpus c = data::synthetic_corpus(5, 40000, 0.1);
-  return c;
-}
-
-struct Run {
-  std::vector<double> losses;
-  std::uint64_t checksum = 0;
-  double val_loss = 0;
-};
-
-Run train(const Config& c, MPI_Comm comm) {
-  auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
-  Run run;
-  {
-    runtime::Trainer<float> trainer(c, corpus(), grid);
-    for (int s = 0; s < c.train.steps; ++s) run.losses.push_back(trainer.step().loss);
-    run.checksum = trainer.param_checksum();
-    run.val_loss = trainer.evaluate();
-  }
-  comm::free_grid(grid);
-  return run;
 }
 
 // The layout over MPI with NCCL's semantics, against one rank over plain MPI.
 void expect_like_one_rank(Config c, int pipeline_size, int data_parallel, const std::string& what) {
-  const Run reference = train(c, MPI_COMM_SELF);
+  const TrainingRun reference = train(c, MPI_COMM_SELF);
   c.pipeline.pipeline_size = pipeline_size;
   c.pipeline.data_parallel = data_parallel;
   setenv("KPIPE_TEST_TRANSPORT", "mpi-stream-ordered", 1);
-  const Run run = train(c, MPI_COMM_WORLD);
+  const TrainingRun run = train(c, MPI_COMM_WORLD);
   unsetenv("KPIPE_TEST_TRANSPORT");
-  EXPECT_EQ(run.losses, reference.losses) << what;
-  EXPECT_EQ(run.checksum, reference.checksum) << what;
-  EXPECT_EQ(run.val_loss, reference.val_loss) << what;
+  test::expect_identical(run, reference, what);
 }
 
 TEST(StreamOrderedTransport, EveryScheduleMatchesOneRankBitForBit) {
   const int p = world_size();
   for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"})
     for (int m : {1, 4}) {
-      Config c = small_config(2, m);
+      Config c = bounded_config(2, m);
       c.pipeline.schedule = schedule;
       expect_like_one_rank(c, p, 1, schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m));
     }
@@ -79,7 +58,7 @@ TEST(StreamOrderedTransport, EveryScheduleMatchesOneRankBitForBit) {
 // the pass.
 TEST(StreamOrderedTransport, ChunkedSchedulesMatchOneRankBitForBit) {
   const int p = world_size();
-  Config c = small_config(6, 2 * p);
+  Config c = bounded_config(6, 2 * p);
   c.pipeline.schedule = "interleaved";
   c.pipeline.chunks = 2;
   expect_like_one_rank(c, p, 1, "interleaved v=2 p=" + std::to_string(p));
@@ -92,7 +71,7 @@ TEST(StreamOrderedTransport, ChunkedSchedulesMatchOneRankBitForBit) {
 TEST(StreamOrderedTransport, OrderedReplicaReductionMatchesOneRankBitForBit) {
   const int n = world_size();
   if (n == 1) GTEST_SKIP() << "two replicas need two ranks";
-  Config c = small_config(2, 4);
+  Config c = bounded_config(2, 4);
   c.pipeline.schedule = "1f1b";
   expect_like_one_rank(c, n / 2, 2, std::to_string(n / 2) + " pipeline x 2 data-parallel, ordered");
   // The running sums travel between the pipelines' messages (schedule/reduction.hpp), on the stream too.

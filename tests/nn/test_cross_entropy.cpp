@@ -10,7 +10,7 @@
 namespace kpipe::nn {
 namespace {
 
-constexpr int rows = 6, vocab = 7;
+constexpr int rows = 6, classes = 7;
 
 View1<Token> make_targets(std::vector<Token> values) {
   View1<Token> targets("targets", values.size());
@@ -36,7 +36,7 @@ std::vector<double> reference_losses(const View2<double>& logits, const std::vec
 }
 
 TEST(CrossEntropy, ForwardMatchesNaiveReference) {
-  View2<double> logits("logits", rows, vocab);
+  View2<double> logits("logits", rows, classes);
   View1<double> losses("losses", rows);
   test::fill_uniform(logits, 1, -3.0, 3.0);
   cross_entropy_forward(ExecSpace(), logits, make_targets(target_values), losses);
@@ -46,7 +46,7 @@ TEST(CrossEntropy, ForwardMatchesNaiveReference) {
 }
 
 TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
-  View2<double> logits("logits", rows, vocab), dlogits("dlogits", rows, vocab);
+  View2<double> logits("logits", rows, classes), dlogits("dlogits", rows, classes);
   View1<double> losses("losses", rows);
   test::fill_uniform(logits, 2, -3.0, 3.0);
   const auto targets = make_targets(target_values);
@@ -59,11 +59,11 @@ TEST(CrossEntropy, GradientMatchesFiniteDifferences) {
     return test::dot(losses, ones);
   };
   cross_entropy_backward_input(ExecSpace(), logits, targets, scale, dlogits);
-  test::expect_gradient("dlogits", logits, dlogits, loss, rows * vocab);
+  test::expect_gradient("dlogits", logits, dlogits, loss, rows * classes);
 }
 
 TEST(CrossEntropy, BackwardWorksInPlace) {
-  View2<double> logits("logits", rows, vocab), expected("expected", rows, vocab);
+  View2<double> logits("logits", rows, classes), expected("expected", rows, classes);
   test::fill_uniform(logits, 3, -3.0, 3.0);
   const auto targets = make_targets(target_values);
   cross_entropy_backward_input(ExecSpace(), logits, targets, 0.5, expected);
@@ -71,24 +71,24 @@ TEST(CrossEntropy, BackwardWorksInPlace) {
   auto want = Kokkos::create_mirror_view_and_copy(HostSpace(), expected);
   auto got = Kokkos::create_mirror_view_and_copy(HostSpace(), logits);
   for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < vocab; ++j) EXPECT_EQ(got(i, j), want(i, j)) << i << ", " << j;
+    for (int j = 0; j < classes; ++j) EXPECT_EQ(got(i, j), want(i, j)) << i << ", " << j;
 }
 
 // Softmax is shift-invariant: logits around 1000 (exp overflows even double) give the same loss and
 // gradient as the same logits around 0.
 template <class T> void expect_large_logits_are_stable(double tolerance) {
-  View2<T> small("small", rows, vocab), large("large", rows, vocab), dsmall("dsmall", rows, vocab),
-      dlarge("dlarge", rows, vocab);
+  View2<T> small("small", rows, classes), large("large", rows, classes), dsmall("dsmall", rows, classes),
+      dlarge("dlarge", rows, classes);
   View1<T> loss_small("loss_small", rows), loss_large("loss_large", rows);
   test::fill_uniform(small, 4, -3.0, 3.0);
   auto hs = Kokkos::create_mirror_view_and_copy(HostSpace(), small);
   auto hl = Kokkos::create_mirror_view(large);
   for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < vocab; ++j) hl(i, j) = hs(i, j) + T(1000);
+    for (int j = 0; j < classes; ++j) hl(i, j) = hs(i, j) + T(1000);
   Kokkos::deep_copy(large, hl);
   // Shifting by 1000 rounds the logits in float; compare with the rounded values shifted back.
   for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < vocab; ++j) hs(i, j) = hl(i, j) - T(1000);
+    for (int j = 0; j < classes; ++j) hs(i, j) = hl(i, j) - T(1000);
   Kokkos::deep_copy(small, hs);
   const auto targets = make_targets(target_values);
   cross_entropy_forward(ExecSpace(), small, targets, loss_small);
@@ -102,7 +102,7 @@ template <class T> void expect_large_logits_are_stable(double tolerance) {
   for (int i = 0; i < rows; ++i) {
     ASSERT_TRUE(std::isfinite(ll(i))) << "row " << i;
     EXPECT_NEAR(ll(i), ls(i), tolerance) << "row " << i;
-    for (int j = 0; j < vocab; ++j) {
+    for (int j = 0; j < classes; ++j) {
       ASSERT_TRUE(std::isfinite(gl(i, j))) << i << ", " << j;
       EXPECT_NEAR(gl(i, j), gs(i, j), tolerance) << i << ", " << j;
     }
@@ -113,15 +113,15 @@ TEST(CrossEntropy, LargeLogitsDoNotOverflowDouble) { expect_large_logits_are_sta
 TEST(CrossEntropy, LargeLogitsDoNotOverflowFloat) { expect_large_logits_are_stable<float>(1e-3); }
 
 TEST(CrossEntropy, FloatIsCloseToDouble) {
-  View2<double> logits("logits", rows, vocab), dlogits("dlogits", rows, vocab);
-  View2<float> logits_f("logits_f", rows, vocab), dlogits_f("dlogits_f", rows, vocab);
+  View2<double> logits("logits", rows, classes), dlogits("dlogits", rows, classes);
+  View2<float> logits_f("logits_f", rows, classes), dlogits_f("dlogits_f", rows, classes);
   View1<double> losses("losses", rows);
   View1<float> losses_f("losses_f", rows);
   test::fill_uniform(logits, 5, -3.0, 3.0);
   auto hd = Kokkos::create_mirror_view_and_copy(HostSpace(), logits);
   auto hf = Kokkos::create_mirror_view(logits_f);
   for (int i = 0; i < rows; ++i)
-    for (int j = 0; j < vocab; ++j) hf(i, j) = float(hd(i, j));
+    for (int j = 0; j < classes; ++j) hf(i, j) = float(hd(i, j));
   Kokkos::deep_copy(logits_f, hf);
   const auto targets = make_targets(target_values);
   cross_entropy_forward(ExecSpace(), logits, targets, losses);
@@ -134,22 +134,22 @@ TEST(CrossEntropy, FloatIsCloseToDouble) {
   auto gf = Kokkos::create_mirror_view_and_copy(HostSpace(), dlogits_f);
   for (int i = 0; i < rows; ++i) {
     EXPECT_NEAR(lf(i), ld(i), 1e-5) << "row " << i;
-    for (int j = 0; j < vocab; ++j) EXPECT_NEAR(gf(i, j), gd(i, j), 1e-6) << i << ", " << j;
+    for (int j = 0; j < classes; ++j) EXPECT_NEAR(gf(i, j), gd(i, j), 1e-6) << i << ", " << j;
   }
 }
 
 TEST(CrossEntropy, OutOfRangeTargetGivesNaNLoss) {
-  View2<double> logits("logits", 2, vocab);
+  View2<double> logits("logits", 2, classes);
   View1<double> losses("losses", 2);
   test::fill_uniform(logits, 6);
-  cross_entropy_forward(ExecSpace(), logits, make_targets({vocab, 2}), losses);
+  cross_entropy_forward(ExecSpace(), logits, make_targets({classes, 2}), losses);
   auto got = Kokkos::create_mirror_view_and_copy(HostSpace(), losses);
   EXPECT_TRUE(std::isnan(got(0)));
   EXPECT_TRUE(std::isfinite(got(1)));
 }
 
 TEST(CrossEntropy, RejectsMismatchedShapes) {
-  View2<double> logits("logits", rows, vocab), dlogits("dlogits", rows, vocab + 1);
+  View2<double> logits("logits", rows, classes), dlogits("dlogits", rows, classes + 1);
   View1<double> losses("losses", rows - 1);
   const auto targets = make_targets(target_values);
   EXPECT_THROW(cross_entropy_forward(ExecSpace(), logits, targets, losses), InputError);

@@ -10,15 +10,11 @@
 #include "kpipe/runtime/async_reference.hpp"
 #include "kpipe/runtime/trainer.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
+#include "support/corpus.hpp"
 #include "support/tiny_config.hpp"
 
 namespace kpipe {
 namespace {
-
-const data::Corpus& synthetic() {
-  static const data::Corpus c = data::synthetic_corpus(3, 20000, 0.1);
-  return c;
-}
 
 Config async_config(const std::string& schedule, int stages, int microbatches, int steps) {
   Config c = test::tiny_config(steps);
@@ -34,7 +30,7 @@ Config async_config(const std::string& schedule, int stages, int microbatches, i
 TEST(AsyncReference, OneStagePipeDreamIsPlainTrainingWithOneMicroBatchPerStep) {
   const int m = 3, steps = 3;
   const Config a = async_config("pipedream", 1, m, steps);
-  runtime::AsyncReference<float> reference(a, synthetic());
+  runtime::AsyncReference<float> reference(a, test::corpus());
   std::vector<double> async_losses;
   for (int t = 0; t < steps; ++t) {
     const auto r = reference.step();
@@ -49,7 +45,7 @@ TEST(AsyncReference, OneStagePipeDreamIsPlainTrainingWithOneMicroBatchPerStep) {
   plain.optim.warmup_steps = a.optim.warmup_steps * m;
   auto grid = comm::make_grid(MPI_COMM_SELF, 1, 1);
   {
-    runtime::Trainer<float> trainer(plain, synthetic(), grid);
+    runtime::Trainer<float> trainer(plain, test::corpus(), grid);
     for (int k = 0; k < steps * m; ++k) EXPECT_EQ(trainer.step().loss, async_losses[k]) << "micro-batch " << k;
     EXPECT_EQ(trainer.param_checksum(), reference.param_checksum());
   }
@@ -62,7 +58,7 @@ TEST(AsyncReference, ReadsTheRulesVersionsAndHoldsTheTheorysCount) {
     c.model.n_layers = 2;  // 4 layers: embedding, 2 blocks, head
     c.pipeline.vertical_sync = vertical;
     SCOPED_TRACE(fmt::format("{} vertical_sync={}", name, vertical));
-    runtime::AsyncReference<float> reference(c, synthetic());
+    runtime::AsyncReference<float> reference(c, test::corpus());
     for (int t = 0; t < 3; ++t) reference.step();
     const auto updates = schedule::updates_of(name, vertical == 1);
     for (int s = 0; s < 4; ++s) {
@@ -79,7 +75,7 @@ TEST(AsyncReference, StalenessChangesTheResult) {
   auto checksum = [](const std::string& name, int stages, int vertical) {
     Config c = async_config(name, stages, 4, 2);
     c.pipeline.vertical_sync = vertical;
-    runtime::AsyncReference<float> reference(c, synthetic());
+    runtime::AsyncReference<float> reference(c, test::corpus());
     reference.step();
     reference.step();
     return reference.param_checksum();

@@ -14,6 +14,8 @@
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
+#include "support/corpus.hpp"
+
 namespace kpipe {
 namespace {
 
@@ -48,11 +50,6 @@ Config quick_config() {
   return c;
 }
 
-const data::Corpus& synthetic() {
-  static const data::Corpus c = data::synthetic_corpus(3, 60000, 0.1);
-  return c;
-}
-
 TEST(Training, SmallPresetLearnsRealTextBelowItsUnigramEntropy) {
   const std::string path = "/usr/share/common-licenses/GPL-3";  // on every Debian system
   std::ifstream file(path, std::ios::binary);
@@ -73,9 +70,9 @@ TEST(Training, SmallPresetLearnsRealTextBelowItsUnigramEntropy) {
 TEST(Training, MicrobatchingGivesTheSameStepWithinFloatTolerance) {
   Config c = quick_config();
   c.train.microbatches = 1;
-  const auto one = train(c, synthetic());
+  const auto one = train(c, test::corpus());
   c.train.microbatches = 4;
-  const auto four = train(c, synthetic());
+  const auto four = train(c, test::corpus());
   for (std::size_t s = 0; s < one.losses.size(); ++s)
     EXPECT_NEAR(four.losses[s], one.losses[s], 2e-5 * one.losses[s]) << "step " << s;
   ASSERT_EQ(one.params.size(), four.params.size());
@@ -88,12 +85,12 @@ TEST(Training, MicrobatchingGivesTheSameStepWithinFloatTolerance) {
 
 TEST(Training, SameSeedSameChecksumOtherSeedOtherChecksum) {
   Config c = quick_config();
-  const auto a = train(c, synthetic());
-  const auto b = train(c, synthetic());
+  const auto a = train(c, test::corpus());
+  const auto b = train(c, test::corpus());
   EXPECT_EQ(a.checksum, b.checksum);
   EXPECT_EQ(a.losses, b.losses);
   c.train.seed += 1;
-  EXPECT_NE(train(c, synthetic()).checksum, a.checksum);
+  EXPECT_NE(train(c, test::corpus()).checksum, a.checksum);
 }
 
 TEST(Training, SgdWithMomentumAlsoLearns) {
@@ -101,7 +98,7 @@ TEST(Training, SgdWithMomentumAlsoLearns) {
   c.train.steps = 30;
   c.optim.kind = "sgd";
   c.optim.lr = 0.5;
-  const auto r = train(c, synthetic());
+  const auto r = train(c, test::corpus());
   EXPECT_LT(r.losses.back(), r.losses.front() - 0.5);
 }
 

@@ -15,19 +15,10 @@
 #include "kpipe/schedule/validate.hpp"
 #include "kpipe/schedule/versions.hpp"
 
+#include "support/validation_error.hpp"
+
 namespace kpipe::schedule {
 namespace {
-
-std::string error_of(const Schedule& s) {
-  try {
-    validate(s);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(valid)";
-}
-
-std::string error_of(const std::string& text) { return error_of(parse(text)); }
 
 constexpr Updates all_rules[] = {Updates::pipedream, Updates::vertical_sync, Updates::two_bw};
 
@@ -43,8 +34,8 @@ TEST(Asynchronous, PipeDreamWithTwoRanksIsOneFOneBWithAnUpdateAfterEveryBackward
             "updates pipedream\n"
             "F0@0 F1@0 B0@0 U0@1 F2@1 B1@0 U1@2 S F3@2 B2@1 U2@3 B3@2 U3@4 S\n"
             "F0@0 B0@0 U0@1 F1@1 B1@1 U1@2 S F2@2 B2@2 U2@3 F3@3 B3@3 U3@4 S\n");
-  EXPECT_EQ(error_of(s), "(valid)");
-  EXPECT_EQ(error_of(lower(s)), "(valid)");
+  EXPECT_EQ(test::validation_error(s), "(valid)");
+  EXPECT_EQ(test::validation_error(lower(s)), "(valid)");
 }
 
 TEST(Asynchronous, VerticalSyncReadsStageZerosVersionEverywhere) {
@@ -56,7 +47,7 @@ TEST(Asynchronous, VerticalSyncReadsStageZerosVersionEverywhere) {
     const auto at = find_on(s, r, [](const Action& a) { return a.op == Op::forward && a.microbatch == 2; });
     EXPECT_EQ(s.actions[r][at].version, 1) << "rank " << r;
   }
-  EXPECT_EQ(error_of(lower(s)), "(valid)");
+  EXPECT_EQ(test::validation_error(lower(s)), "(valid)");
 }
 
 TEST(Asynchronous, TwoBWUpdatesOncePerWindowAndReadsWithADelayOfOne) {
@@ -65,7 +56,7 @@ TEST(Asynchronous, TwoBWUpdatesOncePerWindowAndReadsWithADelayOfOne) {
             "updates 2bw\n"
             "F0@0 F1@0 B0@0 F2@0 B1@0 U1@1 S F3@0 B2@0 F4@1 B3@0 U3@2 S F5@1 B4@1 B5@1 U5@3 S\n"
             "F0@0 B0@0 F1@0 B1@0 U1@1 S F2@0 B2@0 F3@0 B3@0 U3@2 S F4@1 B4@1 F5@1 B5@1 U5@3 S\n");
-  EXPECT_EQ(error_of(lower(s)), "(valid)");
+  EXPECT_EQ(test::validation_error(lower(s)), "(valid)");
 }
 
 TEST(Asynchronous, EveryRuleValidatesOnEveryShapeAndHoldsTheTheorysVersions) {
@@ -77,7 +68,7 @@ TEST(Asynchronous, EveryRuleValidatesOnEveryShapeAndHoldsTheTheorysVersions) {
           SCOPED_TRACE(fmt::format("{} p={} m={} resumed={}", to_string(u), p, m, resumed));
           const int steps = Horizon{p, m}.steps();
           const Schedule s = lower(asynchronous(u, p, m, {steps, resumed}));
-          ASSERT_EQ(error_of(s), "(valid)");
+          ASSERT_EQ(test::validation_error(s), "(valid)");
           const auto held = versions_held(s);
           for (int r = 0; r < p; ++r) {
             // The bound is reached once the pipeline is full (2BW's delay keeps two even with one stage).
@@ -109,7 +100,7 @@ TEST(Asynchronous, ValidatorCatchesABackwardOnAnotherVersionThanItsForward) {
   auto& b1 = s.actions[0][5];  // B1@0 on rank 0
   ASSERT_EQ(b1.op, Op::backward);
   b1.version = 1;
-  EXPECT_EQ(error_of(s),
+  EXPECT_EQ(test::validation_error(s),
             "schedule rank 0 position 5 (B1@1): backward of micro-batch 1 reads version 1, its forward read version 0 "
             "(weight stashing: the same)");
 }
@@ -117,30 +108,30 @@ TEST(Asynchronous, ValidatorCatchesABackwardOnAnotherVersionThanItsForward) {
 TEST(Asynchronous, ValidatorCatchesAForwardOffTheRule) {
   // Rank 0, pipedream, p = 2: F2 reads version 1 (one update applied when it starts); 0 is still held but
   // the rule reads the newest.
-  EXPECT_EQ(error_of("updates pipedream\n"
+  EXPECT_EQ(test::validation_error("updates pipedream\n"
                      "F0@0 F1@0 B0@0 U0@1 F2@0 B1@0 U1@2 S F3@2 B2@0 U2@3 B3@2 U3@4 S\n"
                      "F0@0 B0@0 U0@1 F1@1 B1@1 U1@2 S F2@2 B2@2 U2@3 F3@3 B3@3 U3@4 S\n"),
             "schedule rank 0 position 4 (F2@0): reads version 0; the pipedream rule says 1");
   // A version not held yet.
-  EXPECT_EQ(error_of("updates pipedream\nF0@1 B0@1 U0@1 S\n"),
+  EXPECT_EQ(test::validation_error("updates pipedream\nF0@1 B0@1 U0@1 S\n"),
             "schedule rank 0 position 0 (F0@1): reads version 1, which chunk 0 does not hold (versions 0 to 0 so far)");
 }
 
 TEST(Asynchronous, ValidatorCatchesUpdatesOutOfOrderOrMissing) {
-  EXPECT_EQ(error_of("updates pipedream\nF0@0 B0@0 U0@2 S\n"),
+  EXPECT_EQ(test::validation_error("updates pipedream\nF0@0 B0@0 U0@2 S\n"),
             "schedule rank 0 position 2 (U0@2): produces version 2, but the newest is 0 (each update produces the "
             "next)");
-  EXPECT_EQ(error_of("updates pipedream\nF0@0 F1@0 B0@0 B1@0 U1@1 S\nF0@0 B0@0 U0@1 F1@1 B1@1 U1@2 S\n"),
+  EXPECT_EQ(test::validation_error("updates pipedream\nF0@0 F1@0 B0@0 B1@0 U1@1 S\nF0@0 B0@0 U0@1 F1@1 B1@1 U1@2 S\n"),
             "schedule rank 0 position 4 (U1@1): pipedream updates after every backward (one micro-batch each)");
-  EXPECT_EQ(error_of("updates 2bw\nF0@0 B0@0 U0@1 F1@0 B1@0 U1@2 S\n"),
+  EXPECT_EQ(test::validation_error("updates 2bw\nF0@0 B0@0 U0@1 F1@0 B1@0 U1@2 S\n"),
             "schedule rank 0 position 2 (U0@1): 2bw updates once per window of 2 micro-batches (a step's)");
   // A step boundary before its micro-batches' updates.
-  EXPECT_EQ(error_of("updates pipedream\nF0@0 B0@0 S U0@1 F1@1 B1@1 U1@2 S\n"),
+  EXPECT_EQ(test::validation_error("updates pipedream\nF0@0 B0@0 S U0@1 F1@1 B1@1 U1@2 S\n"),
             "schedule rank 0 position 2 (S): step 0 ends before the update of micro-batch 0 on chunk 0 (a step "
             "boundary holds its 1 micro-batches' updates)");
   // Updates in a synchronous schedule.
-  EXPECT_EQ(error_of("F0 B0 U0 S\n"),
-            "schedule rank 0 position 2 (U0@0): an update (U) in a synchronous schedule: its step S applies the "
+  EXPECT_EQ(test::validation_error("F0 B0 U0 S\n"),
+            "schedule rank 0 position 2 (U0): an update (U) in a synchronous schedule: its step S applies the "
             "gradients");
 }
 
@@ -150,13 +141,13 @@ TEST(Asynchronous, ValidatorCatchesVerticalSyncBrokenOnALaterStage) {
   const auto f2 = find_on(s, 1, [](const Action& a) { return a.op == Op::forward && a.microbatch == 2; });
   const auto b2 = find_on(s, 1, [](const Action& a) { return a.op == Op::backward && a.microbatch == 2; });
   s.actions[1][f2].version = s.actions[1][b2].version = 2;
-  EXPECT_EQ(error_of(s),
+  EXPECT_EQ(test::validation_error(s),
             fmt::format("schedule rank 1 position {} (F2@2): reads version 2; the vertical-sync rule says 1", f2));
 }
 
 TEST(Asynchronous, ValidatorCatchesTooManyVersionsHeld) {
   // Two stages: rank 1 may hold one version (p - s = 1). A backward delayed past the next update keeps two.
-  EXPECT_EQ(error_of("updates pipedream\n"
+  EXPECT_EQ(test::validation_error("updates pipedream\n"
                      "F0@0 F1@0 B0@0 U0@1 F2@1 B1@0 U1@2 S F3@2 B2@1 U2@3 B3@2 U3@4 S\n"
                      "F0@0 F1@0 B0@0 U0@1 B1@0 U1@2 S F2@2 B2@2 U2@3 F3@3 B3@3 U3@4 S\n"),
             "schedule rank 1 position 1 (F1@0): reads version 0; the pipedream rule says 1");
@@ -180,7 +171,7 @@ TEST(Asynchronous, AResumedRunReadsTheVersionsTheCheckpointKept) {
   EXPECT_EQ(s.actions[0][0], (Action{Op::forward, 0, 0, -1, -2}));
   EXPECT_EQ(s.actions[0][1], (Action{Op::forward, 1, 0, -1, -1}));
   EXPECT_EQ(s.actions[0][2], (Action{Op::forward, 2, 0, -1, 0}));
-  EXPECT_EQ(error_of(lower(s)), "(valid)");
+  EXPECT_EQ(test::validation_error(lower(s)), "(valid)");
 }
 
 TEST(Asynchronous, StepSourceRepeatsTheTemplateStepShifted) {

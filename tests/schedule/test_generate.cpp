@@ -11,6 +11,8 @@
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
 
+#include "support/input_error.hpp"
+
 namespace kpipe::schedule {
 namespace {
 
@@ -37,15 +39,6 @@ std::vector<Case> all_cases() {
 }
 
 std::string describe(const Case& c) { return fmt::format("{} p={} m={} v={}", c.name, c.p, c.m, c.v); }
-
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Generate, EveryScheduleValidatesComputeOnlyLoweredAndSplit) {
   for (const Case& c : all_cases()) {
@@ -178,16 +171,16 @@ TEST(Generate, ZeroBubbleVHoldsOneFOneBsBound) {
 }
 
 TEST(Generate, RejectsWhatItCannotDo) {
-  EXPECT_NE(error_of([] { generate("zigzag", 4, 8, 1); }).find("pipeline.schedule = 'zigzag'"), std::string::npos);
-  const std::string interleaved_error = error_of([] { generate("interleaved", 4, 6, 2); });
+  EXPECT_NE(test::input_error_of([] { generate("zigzag", 4, 8, 1); }).find("pipeline.schedule = 'zigzag'"), std::string::npos);
+  const std::string interleaved_error = test::input_error_of([] { generate("interleaved", 4, 6, 2); });
   EXPECT_NE(interleaved_error.find("train.microbatches = 6"), std::string::npos) << interleaved_error;
   EXPECT_NE(interleaved_error.find("pipeline.pipeline_size = 4"), std::string::npos) << interleaved_error;
-  EXPECT_NE(error_of([] { generate("1f1b", 4, 8, 2); }).find("pipeline.chunks = 2"), std::string::npos);
-  EXPECT_NE(error_of([] { generate("zb-h1", 4, 8, 2); }).find("pipeline.chunks = 2"), std::string::npos);
-  EXPECT_NE(error_of([] { generate("gpipe", 0, 8, 1); }).find("pipeline.pipeline_size = 0"), std::string::npos);
-  EXPECT_NE(error_of([] { generate("1f1b", 2, 0, 1); }).find("train.microbatches = 0"), std::string::npos);
-  EXPECT_NE(error_of([] { generate("naive", 2, 2, 0); }).find("pipeline.chunks = 0"), std::string::npos);
-  EXPECT_NE(error_of([] { generate("zb-v", 4, 8, 1); }).find("pipeline.chunks = 1"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { generate("1f1b", 4, 8, 2); }).find("pipeline.chunks = 2"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { generate("zb-h1", 4, 8, 2); }).find("pipeline.chunks = 2"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { generate("gpipe", 0, 8, 1); }).find("pipeline.pipeline_size = 0"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { generate("1f1b", 2, 0, 1); }).find("train.microbatches = 0"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { generate("naive", 2, 2, 0); }).find("pipeline.chunks = 0"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { generate("zb-v", 4, 8, 1); }).find("pipeline.chunks = 1"), std::string::npos);
   EXPECT_EQ(schedule_names().size(), 6u);
 }
 

@@ -13,17 +13,10 @@
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
 
+#include "support/input_error.hpp"
+
 namespace kpipe::schedule {
 namespace {
-
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // A replica's list without the reduction's actions, with every B split: what it computes, in order.
 std::vector<Action> computation(const std::vector<Action>& list) {
@@ -39,15 +32,15 @@ std::vector<Action> computation(const std::vector<Action>& list) {
   return out;
 }
 
-struct Case {
+struct Layout {
   std::string name;
   int p, v;
 };
-const Case cases[] = {{"gpipe", 1, 1}, {"gpipe", 3, 1}, {"1f1b", 2, 1},        {"1f1b", 4, 1},
+const Layout cases[] = {{"gpipe", 1, 1}, {"gpipe", 3, 1}, {"1f1b", 2, 1},        {"1f1b", 4, 1},
                       {"zb-h1", 3, 1}, {"interleaved", 2, 2}, {"zb-v", 2, 2}, {"zb-v", 3, 2}};
 
 TEST(Reduction, EveryReplicaKeepsItsScheduleAndItsActivationBound) {
-  for (const Case& c : cases)
+  for (const Layout& c : cases)
     for (int m : {1, 2, 4, 6})
       for (int d : {2, 3, 4})
         for (int group = 1; group <= m; ++group) {
@@ -106,26 +99,26 @@ TEST(Reduction, TheValidatorCatchesABrokenChain) {
     Replicated r = good;
     auto& list = r.replicas[1].actions[0];
     std::swap(list[2], list[3]);  // W0 before its sum arrives
-    EXPECT_NE(error_of([&] { validate(r); }).find("weight gradient of group 1 before its gradient sum arrives"),
+    EXPECT_NE(test::input_error_of([&] { validate(r); }).find("weight gradient of group 1 before its gradient sum arrives"),
               std::string::npos)
-        << error_of([&] { validate(r); });
+        << test::input_error_of([&] { validate(r); });
   }
   {
     Replicated r = good;
     r.replicas[1].actions[0][2].peer = 1;  // from itself
-    EXPECT_NE(error_of([&] { validate(r); }).find("group 1's sum comes from replica 0"), std::string::npos);
+    EXPECT_NE(test::input_error_of([&] { validate(r); }).find("group 1's sum comes from replica 0"), std::string::npos);
   }
   {
     Replicated r = good;
     auto& list = r.replicas[0].actions[0];
     list.erase(std::find_if(list.begin(), list.end(), [](const Action& a) { return a.op == Op::send_sum; }));
-    EXPECT_NE(error_of([&] { validate(r); }).find("receives a sum while it holds group 0's"), std::string::npos)
-        << error_of([&] { validate(r); });
+    EXPECT_NE(test::input_error_of([&] { validate(r); }).find("receives a sum while it holds group 0's"), std::string::npos)
+        << test::input_error_of([&] { validate(r); });
   }
   {
     // Two chunks per rank and groups of three: chunk 1's sum waits on replica 1, which waits for chunk 0's,
     // which replica 0 sends only later. Every replica's own order is right; the dry run finds the cycle.
-    const std::string error = error_of([] { validate(order_reduction(lower(interleaved(2, 6, 2)), 2, 3)); });
+    const std::string error = test::input_error_of([] { validate(order_reduction(lower(interleaved(2, 6, 2)), 2, 3)); });
     EXPECT_NE(error.find("schedule deadlock: replica 0"), std::string::npos) << error;
     EXPECT_NE(error.find("waits for the gradient sum for group"), std::string::npos) << error;
   }
