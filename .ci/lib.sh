@@ -15,6 +15,11 @@ toolchain() {
   echo "$scratch/$name"
 }
 
+# The extra builds compile as unity builds (16 sources a translation unit): on 2 cores most of a build is
+# parsing Kokkos' headers again for every source (nvcc twice, host and device). It also keeps kpipe's
+# file-local names unique within each target, which a unity build needs.
+unity_build=(-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16)
+
 # Runs "$@" and prints how long it took, prefixed with the job's name.
 timed() {
   local t0=$SECONDS

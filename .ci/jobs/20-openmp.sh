@@ -12,7 +12,7 @@ fi
 echo "$job: whole test suite against Kokkos 4.6 OpenMP with 2 threads per rank, install consumer included"
 build=build-ci/openmp
 timed cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" -DKPIPE_ENABLE_TESTS=ON \
-  -DKPIPE_ENABLE_APPS=ON -DKPIPE_ENABLE_BENCHMARKS=ON -DKPIPE_TEST_THREADS=2 >/dev/null
+  -DKPIPE_ENABLE_APPS=ON -DKPIPE_ENABLE_BENCHMARKS=ON -DKPIPE_TEST_THREADS=2 "${unity_build[@]}" >/dev/null
 
 timed cmake --build "$build" -j "$(nproc)"
 OMP_NUM_THREADS=2 OMP_PROC_BIND=false timed ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
