@@ -124,12 +124,13 @@ TEST(Pipeline, DataParallelOrderedReductionMatchesOneRankBitForBit) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   for (int replicas = 2; replicas <= n; replicas *= 2) {
     const int p = n / replicas;
+    Config one_rank = small_config(6, 4 * replicas);
+    one_rank.train.batch = 8 * replicas;
+    const TrainingRun reference = train(one_rank, MPI_COMM_SELF);  // the same for every layout below
     for (const std::string schedule : {"1f1b", "zb-h1", "gpipe", "interleaved", "zb-v"})
       for (int group : {1, 2}) {
         if ((schedule == "interleaved" || schedule == "zb-v") && group == 2) continue;
-        Config c = small_config(6, 4 * replicas);
-        c.train.batch = 8 * replicas;
-        const TrainingRun reference = train(c, MPI_COMM_SELF);
+        Config c = one_rank;
         c.pipeline.schedule = schedule;
         c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
         c.pipeline.pipeline_size = p;
