@@ -8,6 +8,7 @@ find_package(HDF5 REQUIRED COMPONENTS C)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(tomlplusplus QUIET)
+set(KPIPE_TOMLPLUSPLUS_PACKAGE ${tomlplusplus_FOUND})  # recorded in kpipe's package config
 if(NOT tomlplusplus_FOUND)
   # Debian's toml++ 3.x ships a config; older ones only a header.
   find_path(TOMLPP_INCLUDE_DIR toml++/toml.h REQUIRED)
