@@ -14,7 +14,6 @@
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/grid.hpp"
-#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
@@ -23,8 +22,9 @@
 #include "kpipe/data/token_file.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/tokenizer_store.hpp"
-#include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/trainer.hpp"
+
+#include "checkpoint_program.hpp"
 
 namespace {
 
@@ -106,47 +106,19 @@ int evaluate(const Options& o, const std::string& transport, int rank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  int rc = 0;
-  {
-    Options o;
-    CLI::App app("Mean loss of a checkpoint over consecutive windows of seq_len + 1 tokens of a file.", "kpipe-eval");
-    app.add_option("checkpoint", o.checkpoint, "a checkpoint file (step-<N>.h5) or a checkpoint.dir (its latest)")
-        ->required();
-    app.add_option("--data", o.data, "HDF5 token file (kpipe-prepare) or text file")->required();
-    app.add_option("--split", o.split, "of a token file: all (train then validation), train or validation")
-        ->check(CLI::IsMember({"all", "train", "validation"}));
-    app.add_option("--pipeline-size", o.pipeline_size, "stages (= the number of MPI ranks)");
-    app.add_option("--chunks", o.chunks, "model chunks per rank (with --schedule interleaved)");
-    app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
-    app.add_option("--max-windows", o.max_windows, "evaluate at most this many windows (0: all)");
-    app.footer("Exit codes: 0 done; 2 bad input (checkpoint, data, layout), on every rank alike.");
-    try {
-      try {
-        app.parse(argc, argv);
-      } catch (const CLI::Success&) {
-        if (rank == 0) std::fputs(app.help().c_str(), stdout);
-        throw;
-      } catch (const CLI::ParseError& e) {
-        throw kpipe::InputError(e.what());
-      }
-      // Each rank drives the GPU of its node-local rank (host threads: OMP_NUM_THREADS).
-      const auto placement = kpipe::runtime::place_rank(kpipe::PipelineConfig(), MPI_COMM_WORLD);
-      kpipe::runtime::KokkosSession kokkos(placement);
-      rc = evaluate(o, placement.transport, rank);
-    } catch (const CLI::Success&) {
-      rc = 0;
-    } catch (const kpipe::InputError& e) {
-      if (rank == 0) fmt::print(stderr, "kpipe-eval: error: {}\n", e.what());
-      rc = kpipe::exit_bad_input;
-    }
-  }
-  {
-    // MPI_Finalize waits for every rank: bounded like every other wait.
-    const kpipe::comm::Watchdog watch(rank, {kpipe::PipelineConfig{}.recv_timeout_s, "MPI_Finalize"});
-    MPI_Finalize();
-  }
-  return rc;
+  Options o;
+  CLI::App app("Mean loss of a checkpoint over consecutive windows of seq_len + 1 tokens of a file.", "kpipe-eval");
+  app.add_option("checkpoint", o.checkpoint, "a checkpoint file (step-<N>.h5) or a checkpoint.dir (its latest)")
+      ->required();
+  app.add_option("--data", o.data, "HDF5 token file (kpipe-prepare) or text file")->required();
+  app.add_option("--split", o.split, "of a token file: all (train then validation), train or validation")
+      ->check(CLI::IsMember({"all", "train", "validation"}));
+  app.add_option("--pipeline-size", o.pipeline_size, "stages (= the number of MPI ranks)");
+  app.add_option("--chunks", o.chunks, "model chunks per rank (with --schedule interleaved)");
+  app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
+  app.add_option("--max-windows", o.max_windows, "evaluate at most this many windows (0: all)");
+  app.footer("Exit codes: 0 done; 2 bad input (checkpoint, data, layout), on every rank alike.");
+  return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](const std::string& transport, int rank, int) {
+    return evaluate(o, transport, rank);
+  });
 }

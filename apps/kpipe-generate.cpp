@@ -14,13 +14,13 @@
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/grid.hpp"
-#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/tokenizer_store.hpp"
 #include "kpipe/runtime/generator.hpp"
-#include "kpipe/runtime/placement.hpp"
+
+#include "checkpoint_program.hpp"
 
 namespace {
 
@@ -118,56 +118,25 @@ int generate(Options o, const std::string& transport, int rank, int world_size) 
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  int rank = 0, world_size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-  int rc = 0;
-  {
-    Options o;
-    CLI::App app("Generates text from a checkpoint (model and tokenizer from the checkpoint) on any pipeline layout.",
-                 "kpipe-generate");
-    app.add_option("checkpoint", o.checkpoint, "a checkpoint file (step-<N>.h5) or a checkpoint.dir (its latest)")
-        ->required();
-    app.add_option("--prompt", o.prompt, "text to continue")->required();
-    app.add_option("--tokens", o.tokens, "tokens to generate")->capture_default_str();
-    app.add_option("--temperature", o.sampling.temperature, "softmax temperature (0: greedy)")->capture_default_str();
-    app.add_option("--top-k", o.sampling.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
-    app.add_option("--seed", o.sampling.seed, "seed of the sampling: the same seed gives the same text on any layout")
-        ->capture_default_str();
-    app.add_option("--pipeline-size", o.pipeline_size, "stages (default: the number of MPI ranks)");
-    app.add_option("--chunks", o.chunks, "model chunks per rank (with --schedule interleaved)");
-    app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
-    app.add_flag("--quiet", o.quiet, "print only the speed (stderr), not the text");
-    app.footer("Exit codes: 0 done; 2 bad input (checkpoint, options, layout), on every rank alike; 3 a rank stopped "
-               "answering (pipeline.recv_timeout_s).");
-    try {
-      try {
-        app.parse(argc, argv);
-      } catch (const CLI::Success&) {
-        if (rank == 0) std::fputs(app.help().c_str(), stdout);
-        throw;
-      } catch (const CLI::ParseError& e) {
-        throw kpipe::InputError(e.what());
-      }
-      // Each rank drives the GPU of its node-local rank (host threads: OMP_NUM_THREADS).
-      const auto placement = kpipe::runtime::place_rank(kpipe::PipelineConfig(), MPI_COMM_WORLD);
-      kpipe::runtime::KokkosSession kokkos(placement);
-      rc = generate(o, placement.transport, rank, world_size);
-    } catch (const CLI::Success&) {
-      rc = 0;
-    } catch (const kpipe::InputError& e) {
-      if (rank == 0) fmt::print(stderr, "kpipe-generate: error: {}\n", e.what());
-      rc = kpipe::exit_bad_input;
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "kpipe-generate: rank {}: error: {}\n", rank, e.what());
-      MPI_Abort(MPI_COMM_WORLD, 1);
-    }
-  }
-  {
-    // MPI_Finalize waits for every rank: bounded like every other wait.
-    const kpipe::comm::Watchdog watch(rank, {kpipe::PipelineConfig{}.recv_timeout_s, "MPI_Finalize"});
-    MPI_Finalize();
-  }
-  return rc;
+  Options o;
+  CLI::App app("Generates text from a checkpoint (model and tokenizer from the checkpoint) on any pipeline layout.",
+               "kpipe-generate");
+  app.add_option("checkpoint", o.checkpoint, "a checkpoint file (step-<N>.h5) or a checkpoint.dir (its latest)")
+      ->required();
+  app.add_option("--prompt", o.prompt, "text to continue")->required();
+  app.add_option("--tokens", o.tokens, "tokens to generate")->capture_default_str();
+  app.add_option("--temperature", o.sampling.temperature, "softmax temperature (0: greedy)")->capture_default_str();
+  app.add_option("--top-k", o.sampling.top_k, "sample among the k most likely tokens (0: all)")->capture_default_str();
+  app.add_option("--seed", o.sampling.seed, "seed of the sampling: the same seed gives the same text on any layout")
+      ->capture_default_str();
+  app.add_option("--pipeline-size", o.pipeline_size, "stages (default: the number of MPI ranks)");
+  app.add_option("--chunks", o.chunks, "model chunks per rank (with --schedule interleaved)");
+  app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
+  app.add_flag("--quiet", o.quiet, "print only the speed (stderr), not the text");
+  app.footer("Exit codes: 0 done; 2 bad input (checkpoint, options, layout), on every rank alike; 3 a rank stopped "
+             "answering (pipeline.recv_timeout_s).");
+  return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](const std::string& transport, int rank,
+                                                                  int world_size) {
+    return generate(o, transport, rank, world_size);
+  });
 }

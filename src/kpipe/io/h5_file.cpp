@@ -415,24 +415,26 @@ std::string read_string_attribute(hid_t object, const std::string& name, const s
   return value;
 }
 
-std::int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& label) {
+namespace {
+
+template <class T> T read_integer_attribute(hid_t object, const std::string& name, const std::string& label) {
   QuietErrors quiet;
   require(has_attribute(object, name), "{}: no attribute '{}'", label, name);
   const Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
-  std::int64_t value = 0;
-  require(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value) >= 0, "{}: attribute '{}' is not an integer", label,
+  T value = 0;
+  require(H5Aread(attribute.get(), memory_type<T>(), &value) >= 0, "{}: attribute '{}' is not an integer", label,
           name);
   return value;
 }
 
+}  // namespace
+
+std::int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& label) {
+  return read_integer_attribute<std::int64_t>(object, name, label);
+}
+
 std::uint64_t read_u64_attribute(hid_t object, const std::string& name, const std::string& label) {
-  QuietErrors quiet;
-  require(has_attribute(object, name), "{}: no attribute '{}'", label, name);
-  const Handle attribute(H5Aopen(object, name.c_str(), H5P_DEFAULT), H5Aclose);
-  std::uint64_t value = 0;
-  require(H5Aread(attribute.get(), H5T_NATIVE_UINT64, &value) >= 0, "{}: attribute '{}' is not an integer", label,
-          name);
-  return value;
+  return read_integer_attribute<std::uint64_t>(object, name, label);
 }
 
 }  // namespace kpipe::io::h5
