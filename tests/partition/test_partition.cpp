@@ -16,6 +16,8 @@
 #include "kpipe/schedule/configured.hpp"
 #include "kpipe/schedule/validate.hpp"
 
+#include "support/input_error.hpp"
+
 namespace kpipe::partition {
 namespace {
 
@@ -285,30 +287,21 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatRecomputationKeeps) {
   EXPECT_THROW(layer_memory(model, 4, 1, InFlight{{4, 3, 2, 1}, 2, {1.0, 2.0}}), std::invalid_argument);
 }
 
-template <class F> std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(Partition, Errors) {
   ModelConfig config;
   config.n_layers = 4;
   const model::ModelDesc model = model::describe(config);
-  EXPECT_EQ(error_of([&] { partition_layers(model, 4, 2, "uniform"); }),
+  EXPECT_EQ(test::input_error_of([&] { partition_layers(model, 4, 2, "uniform"); }),
             "pipeline.pipeline_size = 4 x pipeline.chunks = 2 = 8 virtual stages for a model of 6 layers (embedding, "
             "4 blocks, head): at most one stage per layer");
-  EXPECT_EQ(error_of([&] { partition_layers(model, 2, 1, "greedy"); }),
+  EXPECT_EQ(test::input_error_of([&] { partition_layers(model, 2, 1, "greedy"); }),
             "pipeline.partition = 'greedy': unknown method (uniform, balanced)");
-  EXPECT_NE(error_of([&] { partition_layers(model, 0, 1, "uniform"); }).find("pipeline.pipeline_size = 0"),
+  EXPECT_NE(test::input_error_of([&] { partition_layers(model, 0, 1, "uniform"); }).find("pipeline.pipeline_size = 0"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { partition_layers(model, 2, 0, "uniform"); }).find("pipeline.chunks = 0"), std::string::npos);
-  EXPECT_EQ(error_of([] { partition_layers({1, 2, 3}, 4, "balanced"); }),
+  EXPECT_NE(test::input_error_of([&] { partition_layers(model, 2, 0, "uniform"); }).find("pipeline.chunks = 0"), std::string::npos);
+  EXPECT_EQ(test::input_error_of([] { partition_layers({1, 2, 3}, 4, "balanced"); }),
             "partition: 4 stages for 3 layers: need between 1 and 3 (at least one layer per stage)");
-  EXPECT_NE(error_of([] { partition_layers({1, -2, 3}, 2, "balanced"); }).find("layer 1 cost -2"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { partition_layers({1, -2, 3}, 2, "balanced"); }).find("layer 1 cost -2"), std::string::npos);
 }
 
 }  // namespace
