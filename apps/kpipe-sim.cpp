@@ -18,8 +18,9 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -165,16 +166,30 @@ int run(const Options& o, const CLI::App& app) {
                          app.count("--recompute") == 0),
           "--vocab, --partition, --sequences and --recompute need --preset (costs from a model)");
   // With replicas, every replica's lists (the ordered reduction's pass, or an allreduce after them).
-  const bool replicated = o.replicas > 1;
+  // Asynchronous lists are the same in every replica, and each update waits for the stage's replicas' sum:
+  // the replicas run in lock step, so one pipeline whose updates also pay the sum's transfers stands for all.
+  const bool async_replicas = s.asynchronous() && o.replicas > 1;
+  require(!async_replicas || app.count("--dp-group") == 0,
+          "--dp-group = {}: asynchronous schedules sum the replicas' gradients at every update", o.dp_group);
+  const bool replicated = o.replicas > 1 && !async_replicas;
   const Replicated world = !replicated ? Replicated{{s}, false, 1}
                            : o.allreduce ? allreduce_replicas(s, o.replicas)
                                          : order_reduction(s, o.replicas, o.dp_group);
-  const std::vector<Costs> costs = from_model ? model_costs(o, world) : std::vector<Costs>(s.ranks, o.costs);
+  std::vector<Costs> costs = from_model ? model_costs(o, world) : std::vector<Costs>(s.ranks, o.costs);
+  if (async_replicas) {
+    // ordered: d - 1 hops of the running sum, then a broadcast (ceil(log2 d) hops); allreduce: 2 ceil(log2 d).
+    const int log2_d = int(std::ceil(std::log2(double(o.replicas))));
+    const int hops = o.allreduce ? 2 * log2_d : o.replicas - 1 + log2_d;
+    for (auto& c : costs) c.step += hops * (c.latency + c.gradient_bytes * c.per_byte);
+  }
   const SimResult sim = replicated ? simulate(world, costs) : simulate(s, costs);
   std::string name = o.schedule_file.empty()
                          ? o.schedule + (o.split ? " (split backward)" : "") + (o.vertical_sync ? " --vertical-sync" : "")
                          : o.schedule_file;
-  if (replicated)
+  if (async_replicas)
+    name += fmt::format(" x {} replicas (their sum at every update, {}: in lock step, one pipeline shown)", o.replicas,
+                        o.allreduce ? "allreduce" : "ordered");
+  else if (replicated)
     name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
                         : fmt::format(" x {} replicas (ordered, groups of {})", o.replicas, o.dp_group);
 
@@ -189,7 +204,7 @@ int run(const Options& o, const CLI::App& app) {
   else
     std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n",
                 c.f, c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
-                replicated ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
+                o.replicas > 1 ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
   if (o.print_schedule) {
     for (int replica = 0; replica < world.replica_count(); ++replica) {
       if (replicated) std::printf("\n# replica %d", replica);

@@ -69,7 +69,7 @@ expect world-size-overflow "pipeline.data_parallel = 6700417" -- "$train" --pipe
 # Asynchronous schedules: bad combinations, on every rank alike.
 expect 2bw-microbatches "train.microbatches = 1" "pipeline.pipeline_size = 2" "2bw" -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 --microbatches 1 --schedule 2bw
 expect vertical-sync-sync "pipeline.vertical_sync = 1" "1f1b" -- "$train" --vertical-sync 1
-expect async-data-parallel "pipeline.data_parallel = 2" "pipedream" -- "${mpiexec[@]}" -n 2 "$train" --data-parallel 2 --microbatches 2 --schedule pipedream
+expect async-dp-group "pipeline.dp_reduction_group = 2" "pipedream" -- "${mpiexec[@]}" -n 2 "$train" --data-parallel 2 --microbatches 4 --schedule pipedream --pipeline.dp_reduction_group 2
 
 expect bad-transport "pipeline.transport" "carrier" -- "$train" --transport carrier
 expect kokkos-option "--kokkos-num-threads" "pipeline.threads_per_rank" -- "$train" --kokkos-num-threads=2

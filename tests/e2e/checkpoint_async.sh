@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checkpoints of asynchronous runs (pipedream, pipedream --vertical-sync, 2bw) on 2 ranks: a stop signal
+# Checkpoints of asynchronous runs (pipedream, pipedream --vertical-sync, 2bw) on 2 ranks (and 2 x 2 with data
+# parallelism): a stop signal
 # (SIGUSR1 to one rank) checkpoints at the next step boundary with the pipeline full and exits 75; the
 # checkpoint passes kpipe-inspect and holds the older weight versions the micro-batches in flight read;
 # --resume then continues bit for bit (the losses of both parts and the final param_checksum equal an
@@ -61,7 +62,22 @@ for name in pipedream vertical-sync 2bw; do
   done
 done
 
-# 3. Bad combinations: exit 2, one line naming the key, on every rank alike.
+# 3. Data parallelism (2 stages x 2 replicas): each update sums the replicas' gradients; replica 0 writes the
+# versions in flight, every replica resumes from them, bit for bit.
+dp=(--pipeline-size 2 --data-parallel 2 --microbatches 4 --batch 8 --steps 6 "${model[@]}")
+for name in pipedream 2bw; do
+  w="$dir/dp-$name"
+  "$@" -n 4 "$train" "${dp[@]}" --schedule $name --metrics "$w.s.jsonl" 2>/dev/null || fail "dp $name: run failed"
+  "$@" -n 4 "$train" "${dp[@]}" --schedule $name --checkpoint-dir "$w" --checkpoint-every 1 --keep 10 \
+    --metrics "$w.e.jsonl" 2>/dev/null || fail "dp $name: run with checkpoints failed"
+  [ "$(final_checksum "$w.e.jsonl")" = "$(final_checksum "$w.s.jsonl")" ] || fail "dp $name: checkpointing changed the run"
+  "$@" -n 4 "$train" "${dp[@]}" --schedule $name --checkpoint-dir "$w.r" --checkpoint.resume "$w/step-00000002.h5" \
+    --metrics "$w.r.jsonl" 2>"$w.r.err" || fail "dp $name: resume from step 2 failed: $(grep kpipe-train "$w.r.err")"
+  diff <(losses "$w.s.jsonl" | awk '$1 >= 2') <(losses "$w.r.jsonl") >/dev/null || fail "dp $name: resumed: losses differ"
+  [ "$(final_checksum "$w.r.jsonl")" = "$(final_checksum "$w.s.jsonl")" ] || fail "dp $name: resumed: param_checksum differs"
+done
+
+# 4. Bad combinations: exit 2, one line naming the key, on every rank alike.
 expect_refused() {  # expect_refused NAME NEEDLE -- COMMAND...
   local what=$1 needle=$2; shift 3
   timeout 60 "$@" >"$dir/out" 2>"$dir/err" </dev/null
@@ -81,6 +97,8 @@ expect_refused "other pipeline size" "checkpoint.resume" -- "$@" -n 1 "$train" "
   --schedule 2bw --microbatches 2 --checkpoint-dir "$dir/x3" --checkpoint.resume "$ck2bw"
 expect_refused "other micro-batches" "checkpoint.resume" -- "$@" -n 2 "$train" "${short[@]}" --schedule 2bw \
   --microbatches 4 --batch 8 --checkpoint-dir "$dir/x4" --checkpoint.resume "$ck2bw"
+expect_refused "other replicas" "pipeline.data_parallel = 2" -- "$@" -n 2 "$train" "${dp[@]}" --data-parallel 1 \
+  --schedule pipedream --checkpoint-dir "$dir/x7" --checkpoint.resume "$dir/dp-pipedream/step-00000002.h5"
 expect_refused "synchronous checkpoint" "synchronous run" -- "$@" -n 2 "$train" "${short[@]}" --schedule pipedream \
   --checkpoint-dir "$dir/x5" --checkpoint.resume "$dir/sync/step-00000002.h5"
 # Three stages, one micro-batch per step: at step 5 of 6 stage 0 has one micro-batch in flight, not two, and

@@ -8,6 +8,8 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+
+#include <algorithm>
 #include <string>
 
 #include "kpipe/comm/grid.hpp"
@@ -58,36 +60,40 @@ TEST(HotPath, StepsAfterTheFirstAllocateNothing) {
 }
 
 // Asynchronous schedules: the weight versions' pool grows during the warm-up (the first steps, up to the
-// lists' repeating step), then nothing is allocated per micro-batch.
+// lists' repeating step), then nothing is allocated per micro-batch; with replicas too (their sums at each
+// update land in a buffer allocated once).
 TEST(HotPath, AsynchronousStepsAfterTheWarmUpAllocateNothing) {
   const auto corpus = data::synthetic_corpus(9, 40000, 0.1);
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  for (const std::string schedule : {"pipedream", "vertical-sync", "2bw"}) {
-    Config c;
-    c.model.seq_len = 16;
-    c.model.d_model = 32;
-    c.model.n_heads = 2;
-    c.model.n_layers = 2;
-    c.train.microbatches = 4;
-    c.train.batch = 4;
-    c.train.steps = 12;
-    c.pipeline.schedule = schedule == "2bw" ? "2bw" : "pipedream";
-    c.pipeline.vertical_sync = schedule == "vertical-sync" ? 1 : 0;
-    c.pipeline.pipeline_size = ranks;
-    auto grid = comm::make_grid(MPI_COMM_WORLD, ranks, 1);
-    {
-      runtime::Trainer<float> trainer(c, corpus, grid);
-      const int warm_up = schedule::Horizon{ranks, 4}.template_step();
-      for (int s = 0; s < warm_up; ++s) trainer.step();
-      allocations = 0;
-      Kokkos::Tools::Experimental::set_allocate_data_callback(count_allocation);
-      for (int s = 0; s < 6; ++s) trainer.step();  // the repeated step, then the first of the drain
-      Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
-      EXPECT_EQ(allocations, 0) << schedule;
+  for (int replicas = 1; replicas <= std::min(ranks, 2); ++replicas)
+    for (const std::string schedule : {"pipedream", "vertical-sync", "2bw"}) {
+      const int stages = ranks / replicas;
+      Config c;
+      c.model.seq_len = 16;
+      c.model.d_model = 32;
+      c.model.n_heads = 2;
+      c.model.n_layers = 2;
+      c.train.microbatches = 4 * replicas;
+      c.train.batch = 4 * replicas;
+      c.train.steps = 12;
+      c.pipeline.schedule = schedule == "2bw" ? "2bw" : "pipedream";
+      c.pipeline.vertical_sync = schedule == "vertical-sync" ? 1 : 0;
+      c.pipeline.pipeline_size = stages;
+      c.pipeline.data_parallel = replicas;
+      auto grid = comm::make_grid(MPI_COMM_WORLD, stages, replicas);
+      {
+        runtime::Trainer<float> trainer(c, corpus, grid);
+        const int warm_up = schedule::Horizon{stages, 4}.template_step();
+        for (int s = 0; s < warm_up; ++s) trainer.step();
+        allocations = 0;
+        Kokkos::Tools::Experimental::set_allocate_data_callback(count_allocation);
+        for (int s = 0; s < 6; ++s) trainer.step();  // the repeated step, then the first of the drain
+        Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr);
+        EXPECT_EQ(allocations, 0) << schedule << " " << stages << "x" << replicas;
+      }
+      comm::free_grid(grid);
     }
-    comm::free_grid(grid);
-  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -89,6 +90,44 @@ TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
     }
     comm::free_grid(grid);
   }
+}
+
+// Data parallelism: the world's ranks as d replicas of a p-stage pipeline (every p x d = world, d > 1), each
+// update applying the replicas' summed gradients. "ordered" sums in replica order and reproduces the
+// reference bit for bit; "allreduce" leaves the order to MPI: exact for two replicas (a + b = b + a), within
+// rounding for more.
+TEST(Asynchronous, DataParallelLayoutsReproduceTheReference) {
+  const int n = world_size();
+  for (int d = 2; d <= n; d *= 2)
+    for (const Case& k : {Case{"pipedream", 0, 2, -1}, Case{"pipedream", 1, 2}, Case{"2bw", 0, 4}})
+      for (const std::string reduction : {"ordered", "allreduce"}) {
+        const int p = n / d;
+        const int local = std::max(k.microbatches, p);  // 2bw: m >= p per pipeline
+        const int steps = schedule::Horizon{p, local}.steps() + k.extra_steps;
+        Config c = async_config(k.schedule, k.vertical_sync, p, local * d, steps);
+        c.pipeline.data_parallel = d;
+        c.pipeline.dp_reduction = reduction;
+        SCOPED_TRACE(fmt::format("{} vertical_sync={} {}x{} {} m={} steps={}", k.schedule, k.vertical_sync, p, d,
+                                 reduction, local * d, steps));
+        const bool exact = reduction == "ordered" || d == 2;
+        runtime::AsyncReference<float> reference(c, test::corpus());
+        auto grid = comm::make_grid(MPI_COMM_WORLD, p, d);
+        {
+          runtime::Trainer<float> trainer(c, test::corpus(), grid);
+          for (int t = 0; t < steps; ++t) {
+            const auto got = trainer.step();
+            const auto want = reference.step();
+            if (exact) EXPECT_EQ(got.loss, want.loss) << "step " << t;
+            else EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss) << "step " << t;
+            EXPECT_NEAR(got.grad_norm, want.grad_norm, (exact ? 1e-12 : 1e-4) * want.grad_norm) << "step " << t;
+          }
+          if (exact) EXPECT_EQ(trainer.param_checksum(), reference.param_checksum());
+          for (const auto& r : trainer.versions_read()) EXPECT_EQ(r.backward, r.forward) << "micro-batch " << r.microbatch;
+          EXPECT_EQ(trainer.peak_versions(0), schedule::versions_held(trainer.schedule())[grid.stage]);
+          EXPECT_TRUE(std::isfinite(trainer.evaluate()));
+        }
+        comm::free_grid(grid);
+      }
 }
 
 TEST(Asynchronous, BadCombinationsExitWithOneLineNamingTheKey) {

@@ -90,31 +90,40 @@ TEST(Memory, PredictionEqualsMeasurementForEverySchedule) {
 }
 
 // Asynchronous schedules: their weight versions too (copies of the stage's parameters, as many as the lists
-// hold at once), run past the warm-up so that every stage holds its most.
+// hold at once), run past the warm-up so that every stage holds its most; with replicas, the buffer that the
+// ordered sum arrives in.
+void expect_async_prediction_equals_measurement(const Config& c, const std::string& what) {
+  auto grid = comm::make_grid(MPI_COMM_WORLD, c.pipeline.pipeline_size, c.pipeline.data_parallel);
+  {
+    memory::Meter meter;
+    runtime::Trainer<float> trainer(c, test::corpus(), grid);
+    for (int s = 0; s < c.train.steps; ++s) trainer.step();
+    trainer.evaluate();
+    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.replicated(), grid.replica, grid.stage);
+    const auto measured = meter.peak();
+    EXPECT_EQ(measured, plan.bytes) << what << " rank " << grid.world_rank << "\n  measured:" << bytes_text(measured)
+                                    << "\n  predicted:" << bytes_text(plan.bytes);
+    EXPECT_EQ(trainer.message_buffers(), plan.message_buffers) << what;
+    const auto versions = measured[int(memory::Category::weight_versions)];
+    const auto parameters = measured[int(memory::Category::parameters)];
+    EXPECT_EQ(versions, trainer.peak_versions(0) * parameters) << what;
+  }
+  comm::free_grid(grid);
+}
+
 TEST(Memory, PredictionEqualsMeasurementForAsynchronousSchedules) {
   const int n = world_size();
-  for (const auto& [schedule, vertical] : {std::pair{"pipedream", 0}, std::pair{"pipedream", 1}, std::pair{"2bw", 0}}) {
-    Config c = config_for(schedule, n, 1, "none");
-    c.pipeline.vertical_sync = vertical;
-    c.train.steps = 7;  // past the lists' horizon (5 steps at p = 4): their repeated step runs too
-    const std::string what = fmt::format("{} vertical_sync={} p={}", schedule, vertical, n);
-    auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
-    {
-      memory::Meter meter;
-      runtime::Trainer<float> trainer(c, test::corpus(), grid);
-      for (int s = 0; s < c.train.steps; ++s) trainer.step();
-      trainer.evaluate();
-      const auto plan = memory::plan_rank(c, trainer.desc(), trainer.replicated(), grid.replica, grid.stage);
-      const auto measured = meter.peak();
-      EXPECT_EQ(measured, plan.bytes) << what << " rank " << grid.world_rank << "\n  measured:" << bytes_text(measured)
-                                      << "\n  predicted:" << bytes_text(plan.bytes);
-      EXPECT_EQ(trainer.message_buffers(), plan.message_buffers) << what;
-      const auto versions = measured[int(memory::Category::weight_versions)];
-      const auto parameters = measured[int(memory::Category::parameters)];
-      EXPECT_EQ(versions, trainer.peak_versions(0) * parameters) << what;
-    }
-    comm::free_grid(grid);
-  }
+  for (int replicas = 1; replicas <= n; replicas *= 2)
+    for (const std::string reduction : {"ordered", "allreduce"})
+      for (const auto& [schedule, vertical] : {std::pair{"pipedream", 0}, std::pair{"pipedream", 1}, std::pair{"2bw", 0}}) {
+        if (replicas == 1 && reduction == "allreduce") continue;
+        Config c = config_for(schedule, n / replicas, replicas, "none");
+        c.pipeline.vertical_sync = vertical;
+        c.pipeline.dp_reduction = reduction;
+        c.train.steps = 7;  // past the lists' horizon (5 steps at p = 4): their repeated step runs too
+        expect_async_prediction_equals_measurement(
+            c, fmt::format("{} vertical_sync={} {}x{} {}", schedule, vertical, n / replicas, replicas, reduction));
+      }
 }
 
 TEST(Memory, PredictionEqualsMeasurementWithReplicas) {

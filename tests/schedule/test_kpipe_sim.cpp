@@ -82,6 +82,22 @@ TEST_F(KpipeSim, PipeDreamHasNoSteadyBubbleAndHoldsPMinusSVersions) {
   EXPECT_NE(two.output.find("bubble 0.0%; the 2bw rule"), std::string::npos) << two.output;
 }
 
+// Asynchronous replicas run in lock step (each update waits for its stage's replicas' sum): one pipeline whose
+// updates also pay the sum's hops, each latency + gradient_bytes x per_byte = 0.1 here. Ordered at d = 4:
+// 3 hops of the running sum and a broadcast of 2, so U costs 0.25 + 0.5 and a step 4 (1 + 2 + 0.75) = 15;
+// allreduce: 4 hops, 14.6.
+TEST_F(KpipeSim, AsynchronousReplicasPayTheirSumAtEveryUpdate) {
+  const std::string costs = "--schedule pipedream --stages 4 --microbatches 4 --cost-b 2 --cost-step 0.25 --no-gantt "
+                            "--replicas 4 --gradient-bytes 1e6 --per-byte 1e-7";
+  const Outcome ordered = run(costs);
+  ASSERT_EQ(ordered.status, 0) << ordered.output;
+  EXPECT_NE(ordered.output.find("x 4 replicas (their sum at every update, ordered"), std::string::npos) << ordered.output;
+  EXPECT_NE(ordered.output.find("steady state: steps 2 to 3, 15 per step"), std::string::npos) << ordered.output;
+  const Outcome allreduce = run(costs + " --allreduce");
+  ASSERT_EQ(allreduce.status, 0) << allreduce.output;
+  EXPECT_NE(allreduce.output.find("steady state: steps 2 to 3, 14.6 per step"), std::string::npos) << allreduce.output;
+}
+
 TEST_F(KpipeSim, AsynchronousBadCombinationsExitTwoWithOneLine) {
   const std::pair<const char*, const char*> cases[] = {
       {"--schedule 2bw --stages 4 --microbatches 2",
@@ -89,6 +105,8 @@ TEST_F(KpipeSim, AsynchronousBadCombinationsExitTwoWithOneLine) {
       {"--schedule 1f1b --vertical-sync", "kpipe-sim: error: --vertical-sync needs --schedule pipedream (got --schedule 1f1b)"},
       {"--schedule 1f1b --steps 3", "kpipe-sim: error: --steps = 3: only asynchronous schedules"},
       {"--schedule pipedream --chunks 2", "kpipe-sim: error: --chunks = 2: asynchronous schedules run one chunk per rank"},
+      {"--schedule pipedream --replicas 2 --dp-group 2",
+       "kpipe-sim: error: --dp-group = 2: asynchronous schedules sum the replicas' gradients at every update"},
   };
   for (const auto& [arguments, message] : cases) {
     const Outcome r = run(arguments);

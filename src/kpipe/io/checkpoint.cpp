@@ -125,7 +125,7 @@ void check_identity(const CheckpointReader& reader, const Expected* expected) {
 }
 
 // An asynchronous run resumes only from a checkpoint of the same asynchronous run's layout: the versions in
-// flight, and which micro-batch reads which, are those of one schedule, pipeline size and micro-batch count
+// flight, and which micro-batch reads which, are those of one schedule, layout and micro-batch count
 // (another layout's run would not be the uninterrupted one's continuation). Then the older versions.
 template <class T>
 std::vector<std::vector<std::vector<T>>> read_older_versions(const runtime::Trainer<T>& trainer,
@@ -140,12 +140,13 @@ std::vector<std::vector<std::vector<T>>> read_older_versions(const runtime::Trai
           "run (\"{}\") resumes only from an asynchronous run's checkpoint, which holds the weight versions in flight",
           reader.path(), then.pipeline.schedule, name(now));
   require(name(then) == name(now) && then.pipeline.pipeline_size == now.pipeline.pipeline_size &&
+              then.pipeline.data_parallel == now.pipeline.data_parallel &&
               then.train.microbatches == now.train.microbatches,
-          "checkpoint.resume = '{}': written by \"{}\" on pipeline.pipeline_size = {} with train.microbatches = {}; "
-          "an asynchronous run resumes only with the same schedule, pipeline size and micro-batches (the versions "
-          "in flight are theirs), not \"{}\", {}, {}",
-          reader.path(), name(then), then.pipeline.pipeline_size, then.train.microbatches, name(now),
-          now.pipeline.pipeline_size, now.train.microbatches);
+          "checkpoint.resume = '{}': written by \"{}\" on pipeline.pipeline_size = {}, pipeline.data_parallel = {} with "
+          "train.microbatches = {}; an asynchronous run resumes only with the same schedule, layout and micro-batches "
+          "(the versions in flight are theirs), not \"{}\", {}, {}, {}",
+          reader.path(), name(then), then.pipeline.pipeline_size, then.pipeline.data_parallel, then.train.microbatches,
+          name(now), now.pipeline.pipeline_size, now.pipeline.data_parallel, now.train.microbatches);
   std::vector<std::vector<std::vector<T>>> older(trainer.chunks());
   // A checkpoint of a run's last step holds no older version: its pipeline was drained (a longer run
   // from it starts its asynchronous pipeline anew from the newest weights).

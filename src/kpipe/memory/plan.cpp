@@ -79,6 +79,9 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
     m.backward_sets = buffers.backward_sets.at(c);
     add(Category::parameters, m.parameters * std::int64_t(e));
     add(Category::gradients, m.parameters * std::int64_t(e));
+    // Asynchronous schedules summing replicas in order: the buffer the sum of the replicas before arrives in.
+    if (s.asynchronous() && replicated.replica_count() > 1 && pc.dp_reduction == "ordered" && replica > 0)
+      add(Category::gradients, m.parameters * std::int64_t(e));
     add(Category::optimizer, m.parameters * (2 * std::int64_t(e) + 1));
     if (s.asynchronous()) add(Category::weight_versions, versions.peak.at(c) * m.parameters * std::int64_t(e));
     add(Category::activations, m.slots * m.slot_bytes);

@@ -6,6 +6,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/partition/configured.hpp"
+#include "kpipe/runtime/gradient_reduction.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/configured.hpp"
 
@@ -29,6 +30,13 @@ AsyncReference<T>::AsyncReference(const Config& config, const data::Corpus& corp
   live_.assign(p, 0);
   peak_versions_.assign(p, 1);
   last_squares_.assign(p, 0.0);
+  if (rules_.replicas > 1) {
+    replica_grads_.resize(p);
+    for (int s = 0; s < p; ++s)
+      for (int r = 0; r < rules_.replicas; ++r)
+        replica_grads_[s].emplace_back("kpipe::runtime::AsyncReference::replica_grads",
+                                       chunks_[s]->params().grads().extent(0));
+  }
   for (int s = 0; s < p; ++s) {
     const auto& values = chunks_[s]->params().values();
     View1<T> copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kpipe::runtime::AsyncReference::version"),
@@ -58,44 +66,53 @@ template <class T> void AsyncReference<T>::forget_unneeded(int s, std::int64_t n
     it = it->first < oldest ? versions_[s].erase(it) : std::next(it);
 }
 
-template <class T> typename AsyncReference<T>::StepResult AsyncReference<T>::step() {
-  const int p = stages(), m = rules_.microbatches, seq = rules_.seq_len, mb = rules_.sequences_per_microbatch;
+template <class T> void AsyncReference<T>::run_microbatch(std::int64_t k, int replica, const std::vector<int>& read,
+                                                         double& loss_sum) {
+  const int p = stages(), seq = rules_.seq_len, mb = rules_.sequences_per_microbatch;
   const auto rows = std::int64_t(mb) * seq;
   std::vector<Token> inputs(rows), targets(rows);
+  data::fill_train_windows(corpus_->train, config_.train.seed, rules_.sampler_step(k), rules_.first_sequence(k, replica),
+                           mb, seq, inputs.data(), targets.data());
+  using HostTokens = Kokkos::View<const Token*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  // Forward down the stages, each on its version.
+  for (int s = 0; s < p; ++s) {
+    auto& chunk = *chunks_[s];
+    const int slot = slots_[s];
+    bind(s, read[s]);
+    if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), HostTokens(inputs.data(), rows));
+    if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), HostTokens(targets.data(), rows));
+    if (s > 0) Kokkos::deep_copy(space_, chunk.input(slot), chunks_[s - 1]->output(slots_[s - 1]));
+    chunk.forward(space_, slot);
+    if (chunk.last()) loss_sum = chunk.loss_sum(space_, slot);
+  }
+  // Backward up the stages on the same versions (weight stashing); each stage's gradient accumulates, per
+  // replica where there are several.
   const T loss_scale = T(rules_.loss_scale());
-  double loss_sum = 0;
+  for (int s = p - 1; s >= 0; --s) {
+    auto& chunk = *chunks_[s];
+    bind(s, read[s]);
+    if (rules_.replicas > 1) Kokkos::deep_copy(space_, chunk.params().grads(), replica_grads_[s][replica]);
+    if (s < p - 1) Kokkos::deep_copy(space_, chunk.output_grad(slots_[s]), chunks_[s + 1]->input_grad(slots_[s + 1]));
+    chunk.backward_input(space_, slots_[s], loss_scale);
+    chunk.backward_weight(space_, slots_[s]);
+    if (rules_.replicas > 1) Kokkos::deep_copy(space_, replica_grads_[s][replica], chunk.params().grads());
+  }
+}
+
+template <class T> typename AsyncReference<T>::StepResult AsyncReference<T>::step() {
+  const int p = stages(), m = rules_.microbatches, d = rules_.replicas;
+  const auto rows = std::int64_t(rules_.sequences_per_microbatch) * rules_.seq_len;
   StepResult result;
+  result.microbatch_losses.assign(std::size_t(m) * d, 0.0);
   for (int j = 0; j < m; ++j, ++microbatch_) {
     const std::int64_t k = microbatch_;
-    data::fill_train_windows(corpus_->train, config_.train.seed, rules_.sampler_step(k), rules_.first_sequence(k), mb,
-                             seq, inputs.data(), targets.data());
     std::vector<int> read(p);
     for (int s = 0; s < p; ++s) read[s] = schedule::rule_version(rules_.updates, p, m, s, int(k), false);
     versions_read_.push_back(read);
-    // Forward down the stages, each on its version.
-    for (int s = 0; s < p; ++s) {
-      auto& chunk = *chunks_[s];
-      const int slot = slots_[s];
-      bind(s, read[s]);
-      if (chunk.first()) Kokkos::deep_copy(space_, chunk.tokens(slot), Kokkos::View<const Token*, HostSpace,
-                                           Kokkos::MemoryTraits<Kokkos::Unmanaged>>(inputs.data(), rows));
-      if (chunk.last()) Kokkos::deep_copy(space_, chunk.targets(slot), Kokkos::View<const Token*, HostSpace,
-                                          Kokkos::MemoryTraits<Kokkos::Unmanaged>>(targets.data(), rows));
-      if (s > 0) Kokkos::deep_copy(space_, chunk.input(slot), chunks_[s - 1]->output(slots_[s - 1]));
-      chunk.forward(space_, slot);
-      if (chunk.last()) {
-        const double sum = chunk.loss_sum(space_, slot);
-        loss_sum += sum;
-        result.microbatch_losses.push_back(sum / double(rows));
-      }
-    }
-    // Backward up the stages on the same versions (weight stashing); each stage's gradient accumulates.
-    for (int s = p - 1; s >= 0; --s) {
-      auto& chunk = *chunks_[s];
-      bind(s, read[s]);
-      if (s < p - 1) Kokkos::deep_copy(space_, chunk.output_grad(slots_[s]), chunks_[s + 1]->input_grad(slots_[s + 1]));
-      chunk.backward_input(space_, slots_[s], loss_scale);
-      chunk.backward_weight(space_, slots_[s]);
+    for (int r = 0; r < d; ++r) {
+      double loss_sum = 0;
+      run_microbatch(k, r, read, loss_sum);
+      result.microbatch_losses[rules_.loss_index(k, r)] = loss_sum;
     }
     // The updates this micro-batch ends: each from the newest version, producing the next.
     const bool window_end = (k + 1) % m == 0;
@@ -104,6 +121,11 @@ template <class T> typename AsyncReference<T>::StepResult AsyncReference<T>::ste
     for (int s = 0; s < p; ++s) {
       auto& params = chunks_[s]->params();
       bind(s, newest_[s]);
+      if (d > 1) {  // the replicas' sum, in replica order (GradientReduction::before_update)
+        Kokkos::deep_copy(space_, params.grads(), replica_grads_[s][0]);
+        for (int r = 1; r < d; ++r) add_gradients<T>(space_, replica_grads_[s][r], params.grads());
+        for (auto& grads : replica_grads_[s]) Kokkos::deep_copy(space_, grads, T(0));
+      }
       last_squares_[s] = apply_async_update(space_, config_.optim, rules_, update, params);
       // The newest version becomes a stashed one when a micro-batch still to come reads it.
       const int produced = newest_[s] + 1;
@@ -117,7 +139,10 @@ template <class T> typename AsyncReference<T>::StepResult AsyncReference<T>::ste
     }
   }
   space_.fence();
-  result.loss = loss_sum / double(std::int64_t(m) * rows);
+  double loss_sum = 0;
+  for (double l : result.microbatch_losses) loss_sum += l;  // in the trainer's order (AsyncRules::loss_index)
+  result.loss = loss_sum / double(std::int64_t(m) * d * rows);
+  for (double& l : result.microbatch_losses) l /= double(rows);
   double squares = 0;
   for (double s : last_squares_) squares += s;
   result.grad_norm = std::sqrt(squares);

@@ -3,8 +3,9 @@
 // the whole model in one process, split into the run's stages, trained micro-batch by micro-batch in order,
 // without MPI and independently of the schedule's action lists. For micro-batch k each stage s binds the
 // version the rule gives it (rule_version), the forward runs down the stages and the backward up them on those
-// versions (weight stashing), and each stage's update (after every micro-batch, or a 2bw window's last)
-// produces the next version from the newest one. Nothing here needs a version not yet computed, since the
+// versions (weight stashing), with data-parallel replicas each replica's micro-batch k in turn, and each
+// stage's update (after every micro-batch, or a 2bw window's last; of the replicas' gradients added in replica
+// order) produces the next version from the newest one. Nothing here needs a version not yet computed, since the
 // rule reads only versions produced by updates of earlier micro-batches.
 //
 // Every layout of kpipe-train must reproduce its losses and its param_checksum bit for bit
@@ -31,7 +32,7 @@ template <class T> class AsyncReference {
   struct StepResult {
     double loss = 0;       // mean per-token loss of the step's m micro-batches
     double grad_norm = 0;  // sqrt of the sum over stages of their last update's squared norm
-    std::vector<double> microbatch_losses;  // each micro-batch's mean per-token loss, in order
+    std::vector<double> microbatch_losses;  // each micro-batch's mean per-token loss (AsyncRules::loss_index)
   };
   StepResult step();  // the next m micro-batches, each with its updates
   std::int64_t next_step() const { return step_; }
@@ -44,6 +45,8 @@ template <class T> class AsyncReference {
  private:
   void bind(int stage, int version);  // the stage's live weights become `version`
   void forget_unneeded(int stage, std::int64_t next_microbatch);
+  // Replica r's micro-batch k forward and backward through every stage on the versions `read`; its loss sum.
+  void run_microbatch(std::int64_t k, int replica, const std::vector<int>& read, double& loss_sum);
 
   Config config_;
   const data::Corpus* corpus_;
@@ -59,6 +62,7 @@ template <class T> class AsyncReference {
   std::int64_t step_ = 0, microbatch_ = 0;
   double last_squares_sum_ = 0;
   std::vector<double> last_squares_;
+  std::vector<std::vector<View1<T>>> replica_grads_;  // several replicas: per stage and replica, its gradients
 };
 
 }  // namespace kpipe::runtime

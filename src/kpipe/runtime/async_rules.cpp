@@ -15,6 +15,7 @@ AsyncRules AsyncRules::of(const Config& config) {
   AsyncRules r;
   r.updates = schedule::updates_of(config.pipeline.schedule, config.pipeline.vertical_sync == 1);
   r.microbatches = config.train.microbatches / config.pipeline.data_parallel;
+  r.replicas = config.pipeline.data_parallel;
   r.sequences_per_microbatch = config.train.batch / config.train.microbatches;
   r.seq_len = config.model.seq_len;
   r.steps = config.train.steps;
@@ -31,7 +32,7 @@ double AsyncRules::learning_rate(const OptimizerConfig& optim, std::int64_t upda
 }
 
 double AsyncRules::loss_scale() const {
-  const double sequences = double(sequences_per_microbatch) * (per_microbatch() ? 1 : microbatches);
+  const double sequences = double(sequences_per_microbatch) * replicas * (per_microbatch() ? 1 : microbatches);
   return 1.0 / (sequences * seq_len);
 }
 
@@ -39,8 +40,9 @@ std::int64_t AsyncRules::sampler_step(std::int64_t microbatch) const {
   return per_microbatch() ? microbatch : microbatch / microbatches;
 }
 
-int AsyncRules::first_sequence(std::int64_t microbatch) const {
-  return per_microbatch() ? 0 : int(microbatch % microbatches) * sequences_per_microbatch;
+int AsyncRules::first_sequence(std::int64_t microbatch, int replica) const {
+  const int index = per_microbatch() ? replica : replica * microbatches + int(microbatch % microbatches);
+  return index * sequences_per_microbatch;
 }
 
 template <class T>

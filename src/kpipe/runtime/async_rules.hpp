@@ -15,7 +15,12 @@
 //    different times, so there is no global norm of one update without a flush); with p = 1 that is the
 //    global norm;
 //  - micro-batch k of pipedream draws the training windows plain training with one micro-batch per step
-//    draws at step k; 2bw's draw the synchronous step's.
+//    draws at step k; 2bw's draw the synchronous step's;
+//  - with d data-parallel replicas each runs the lists on m / d micro-batches per step, and every update
+//    applies the sum of the d replicas' gradients (runtime/gradient_reduction.hpp): pipedream's update k the
+//    d micro-batches k of the replicas, replica r's drawing sequences r*b .. r*b+b-1 of plain training's step
+//    k (b sequences per micro-batch); 2bw's replica r takes micro-batches r*m/d .. of the synchronous step,
+//    as the synchronous "allreduce" layout does. The mean is over all the update's sequences.
 #include <cstdint>
 
 #include "kpipe/core/config.hpp"
@@ -27,7 +32,8 @@ namespace kpipe::runtime {
 
 struct AsyncRules {
   schedule::Updates updates = schedule::Updates::pipedream;
-  int microbatches = 1;            // per step (train.microbatches; one pipeline)
+  int microbatches = 1;            // per step and replica (train.microbatches / pipeline.data_parallel)
+  int replicas = 1;                // pipeline.data_parallel
   int sequences_per_microbatch = 1;
   int seq_len = 1;
   std::int64_t steps = 1;          // train.steps
@@ -41,9 +47,14 @@ struct AsyncRules {
   double learning_rate(const OptimizerConfig& optim, std::int64_t update) const;
   // Multiplies the sum of the per-token losses' gradients into the mean that one update applies.
   double loss_scale() const;
-  // The sampler's (step, first sequence) of micro-batch k's windows.
+  // The sampler's (step, first sequence) of replica r's micro-batch k's windows.
   std::int64_t sampler_step(std::int64_t microbatch) const;
-  int first_sequence(std::int64_t microbatch) const;
+  int first_sequence(std::int64_t microbatch, int replica) const;
+  // Where replica r's micro-batch k's loss goes among a step's m micro-batches (the step's loss adds them in
+  // this order).
+  int loss_index(std::int64_t microbatch, int replica) const {
+    return replica * microbatches + int(microbatch % microbatches);
+  }
 };
 
 // One stage's update `update` from its accumulated gradients (then zeroed), onto the weights in the store:

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "kpipe/core/elementwise.hpp"
+#include "kpipe/memory/category.hpp"
+
 namespace kpipe::runtime {
 
 template <class T>
@@ -62,7 +65,59 @@ void GradientReduction<T>::finish(const ExecSpace& space, const std::vector<mode
   if (transport_->stream_ordered() && !transport_->synchronize(space, timeout_s_)) on_timeout_(none);
 }
 
+template <class T>
+void GradientReduction<T>::reserve_update_sums(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks,
+                                               bool ordered) {
+  ordered_updates_ = ordered;
+  if (grid_->data_parallel == 1 || !ordered || grid_->replica == 0) return;
+  memory::Scope scope(memory::Category::gradients);
+  for (auto* chunk : chunks)
+    update_sums_.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
+                                                 "kpipe::runtime::GradientReduction::update_sum"),
+                              chunk->params().grads().extent(0));
+}
+
+template <class T>
+void GradientReduction<T>::before_update(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& u,
+                                         std::int64_t update) {
+  const int replicas = grid_->data_parallel, replica = grid_->replica;
+  if (replicas == 1) return;
+  const auto& g = chunk.params().grads();
+  const std::string what = fmt::format("the replicas' gradient sum of update {}", update);
+  if (!ordered_updates_) {
+    comm::Transfer total = transport_->all_reduce_sum(space, g.data(), g.span(), comm::scalar_of<T>(), what);
+    wait(space, total, u);
+    return;
+  }
+  // One message per update and chunk between two replicas, in list order: MPI keeps them apart by the chunk.
+  const int tag = u.chunk;
+  if (replica > 0) {
+    const View1<T>& sum = update_sums_.at(u.chunk);
+    comm::Transfer received = transport_->recv(space, sum.data(), sum.span() * sizeof(T), replica - 1, tag);
+    wait(space, received, schedule::Action{u.op, u.microbatch, u.chunk, replica - 1});
+    add_gradients<T>(space, sum, g);
+  }
+  if (replica + 1 < replicas) {
+    comm::Transfer sent = transport_->send(space, g.data(), g.span() * sizeof(T), replica + 1, tag);
+    wait(space, sent, schedule::Action{u.op, u.microbatch, u.chunk, replica + 1});  // before the broadcast lands in g
+  }
+  comm::Transfer total = transport_->broadcast(space, g.data(), g.span(), comm::scalar_of<T>(), replicas - 1,
+                                               "the broadcast of " + what);
+  wait(space, total, u);
+}
+
+template <class T> void add_gradients(const ExecSpace& space, const View1<const T>& from, const View1<T>& into) {
+  const T* KOKKOS_RESTRICT f = from.data();
+  T* KOKKOS_RESTRICT t = into.data();
+  for_each_block("kpipe::runtime::add_gradients", space, std::int64_t(into.extent(0)),
+                 KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t i = begin; i < end; ++i) t[i] = f[i] + t[i];
+                 });
+}
+
 template class GradientReduction<float>;
 template class GradientReduction<double>;
+template void add_gradients(const ExecSpace&, const View1<const float>&, const View1<float>&);
+template void add_gradients(const ExecSpace&, const View1<const double>&, const View1<double>&);
 
 }  // namespace kpipe::runtime

@@ -5,6 +5,13 @@
 // sum; "allreduce" sums the replicas' buffers after the lists. Either way every replica ends the step with
 // the same gradients. Everything goes through the replicas' transport (MPI, staged MPI or NCCL), posted on
 // the execution space after the kernels that produce the gradients: no fence here.
+//
+// Asynchronous schedules have no step end to reduce at: every update action U sums the replicas' gradients
+// first (before_update). "ordered" makes that sum exact and layout-free: replica r receives the sum of replicas
+// 0 .. r-1, adds its own (add_gradients) and passes it on, and the last replica broadcasts the total, so the
+// update applies ((g0 + g1) + g2) + ..., which the reference (async_reference.hpp) adds in the same order.
+// "allreduce" leaves the order to the transport's all-reduce (equal to the reference up to rounding; exact
+// for two replicas, since a + b = b + a).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +32,13 @@ template <class T> class GradientReduction {
   // return) when a sum does not arrive within timeout_s.
   GradientReduction(const comm::ProcessGrid& grid, const schedule::Replicated& schedule, const std::string& transport,
                     double timeout_s, std::function<void(const schedule::Action&)> on_timeout);
+
+  // Asynchronous schedules with several replicas: the buffer each chunk's partial sums arrive in (counted as
+  // gradients by the memory plan). Before any update.
+  void reserve_update_sums(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks, bool ordered);
+  // Before update action `u` (the run's update number `update`): the chunk's gradient buffer becomes the sum
+  // over the replicas, the same on every replica. Host-blocking, bounded by timeout_s.
+  void before_update(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& u, std::int64_t update);
 
   // recv_sum: the sum this chunk sent before has left (its buffer is the one we receive into); then the sum
   // for the action's group arrives into the chunk's gradient buffer (for work queued on `space` from now on).
@@ -50,6 +64,11 @@ template <class T> class GradientReduction {
   std::unique_ptr<comm::Transport> transport_;  // between the replicas of this stage
   std::vector<comm::Transfer> sent_;            // per chunk: the sum in flight
   std::vector<schedule::Action> sent_action_;
+  bool ordered_updates_ = true;
+  std::vector<View1<T>> update_sums_;  // per chunk: the partial sum of the replicas before this one
 };
+
+// into(i) = from(i) + into(i): a replica's gradients added to the sum of those before it.
+template <class T> void add_gradients(const ExecSpace& space, const View1<const T>& from, const View1<T>& into);
 
 }  // namespace kpipe::runtime

@@ -144,6 +144,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   transport_ = comm::make_transport(transport, grid.pipeline, pc.recv_timeout_s);
   reduction_ = std::make_unique<GradientReduction<T>>(grid_, replicated_, sums, pc.recv_timeout_s,
                                                       [this](const Action& a) { timeout(a, actions_.size()); });
+  if (asynchronous_) reduction_->reserve_update_sums(space_, chunks, pc.dp_reduction == "ordered");
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
   memory::Scope scope(memory::Category::workspaces);  // memory/plan.cpp counts these three
   // Asynchronous schedules: a step forwards up to m + p - 1 consecutive micro-batches (the first one, its
@@ -176,7 +177,7 @@ template <class T> void Trainer<T>::stage_async_tokens(const StepState& st, std:
     if (a.op != Op::forward || !(chunks_[a.chunk]->first() || chunks_[a.chunk]->last())) continue;
     const int row = a.microbatch % staging_rows_;
     data::fill_train_windows(corpus_->train, config_.train.seed, rules_.sampler_step(a.microbatch),
-                             rules_.first_sequence(a.microbatch), sequences_per_microbatch_, config_.model.seq_len,
+                             rules_.first_sequence(a.microbatch, grid_.replica), sequences_per_microbatch_, config_.model.seq_len,
                              &host_inputs_(row, 0), &host_targets_(row, 0));
   }
 }
@@ -298,7 +299,7 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
       chunk.forward(space_, slot);
       if (chunk.last())  // left on the device: read once at the step's end
         chunk.loss_sum(space_, slot,
-                       Kokkos::subview(loss_sums_, asynchronous_ ? mb % local_microbatches_ : global_microbatch(mb)));
+                       Kokkos::subview(loss_sums_, asynchronous_ ? rules_.loss_index(mb, grid_.replica) : global_microbatch(mb)));
       peak_stash_ = std::max(peak_stash_, ++stash_);
       break;
     }
@@ -335,11 +336,12 @@ template <class T> void Trainer<T>::run_action(StepState& st, std::size_t i) {
     case Op::step:  // after the list: see step() (asynchronous: the step's end, see async_step())
       return;
     case Op::update: {
-      // From the newest version, with the weight gradients accumulated since the last update; the result is
-      // the next version.
+      // From the newest version, with the weight gradients accumulated since the last update (summed over
+      // the replicas); the result is the next version.
       auto& versions = *versions_[c];
       versions.bind(versions.newest());
       const std::int64_t update = rules_.update_of(mb);
+      reduction_->before_update(space_, *chunks_[c], a, update);
       st.update_squares[c] = apply_async_update(space_, config_.optim, rules_, update, chunks_[c]->params());
       st.lr = rules_.learning_rate(config_.optim, update);
       versions.commit(a.version, [&](int v) { return version_needed(c, v); });
@@ -411,7 +413,8 @@ template <class T> void Trainer<T>::resume_asynchronous(const std::vector<std::v
     schedule::Schedule s = schedule::lower(
         schedule::asynchronous(schedule_.updates, pc.pipeline_size, local_microbatches_, {steps, true}));
     schedule::validate(s);
-    replicated_ = schedule::Replicated{{s}, false, 1};
+    replicated_ = schedule::allreduce_replicas(s, grid_.data_parallel);
+    schedule::validate(replicated_);
     schedule_ = s;
     actions_ = schedule_.actions[grid_.stage];
     plan_ = schedule::plan_buffers(schedule_, grid_.stage, actions_);
@@ -474,27 +477,29 @@ template <class T> StepStats Trainer<T>::async_step() {
   buffers_->begin_async_step();
   st.recv.assign(actions_.size(), comm::Transfer{});
   st.posted.assign(actions_.size(), false);
-  st.loss_sums.assign(local_microbatches_, 0.0);
+  st.loss_sums.assign(config_.train.microbatches, 0.0);  // by AsyncRules::loss_index
   Kokkos::deep_copy(space_, loss_sums_, 0.0);  // micro-batches whose loss is elsewhere count 0
   for (std::size_t i = begin; i < end; ++i) run_action(st, i);
   read_action_times(st);  // waits for the stream to finish the step's last compute action
   Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(st.loss_sums.data(),
                                                                                              st.loss_sums.size()),
-                    Kokkos::subview(loss_sums_, std::make_pair(0, local_microbatches_)));
+                    loss_sums_);
   const double pipeline_end = now();
 
   StepStats stats;
   stats.pipeline_seconds = pipeline_end - start;
   stats.step = step_;
   stats.tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
-  // The step's losses (on the last stage) and every rank's last update's squared gradient norm.
+  // The step's losses (on the last stages, each micro-batch's in its own place) and every stage's last
+  // update's squared gradient norm (replica 0's: the replicas' updates are the same).
   std::vector<double> sums = st.loss_sums;
   double squares = 0;
-  for (double s : st.update_squares) squares += s;
+  if (grid_.replica == 0)
+    for (double s : st.update_squares) squares += s;
   sums.push_back(squares);
   comm::allreduce(sums, MPI_SUM, grid_.world, bound(config_, step_, "the loss and gradient-norm allreduce"));
   double loss = 0;
-  for (int j = 0; j < local_microbatches_; ++j) loss += sums[j];
+  for (int j = 0; j < config_.train.microbatches; ++j) loss += sums[j];
   stats.loss = loss / double(stats.tokens);
   stats.grad_norm = std::sqrt(sums.back());
   stats.lr = st.lr;

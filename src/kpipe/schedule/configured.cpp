@@ -22,15 +22,19 @@ Replicated configured_schedule(const Config& c) {
     // repeats in a longer run; a run executes them step by step.
     require(p.chunks == 1, "pipeline.chunks = {} with pipeline.schedule = \"{}\": asynchronous schedules run one chunk per "
             "rank (the version rule is per stage)", p.chunks, p.schedule);
-    require(p.data_parallel == 1,
-            "pipeline.data_parallel = {} with pipeline.schedule = \"{}\": asynchronous schedules run without data "
-            "parallelism in this version", p.data_parallel, p.schedule);
+    require(p.data_parallel == 1 || p.dp_reduction_group == 1,
+            "pipeline.dp_reduction_group = {} with pipeline.schedule = \"{}\": asynchronous schedules sum the replicas' "
+            "gradients at every update, not in groups of micro-batches", p.dp_reduction_group, p.schedule);
     // A run shorter than the horizon runs lists of its own length (its last step drains the pipeline).
     const int steps = std::min(Horizon{p.pipeline_size, local}.steps(), c.train.steps);
     Schedule s = lower(asynchronous(updates_of(p.schedule, p.vertical_sync == 1), p.pipeline_size, local,
                                     {steps, false}));
     validate(s);
-    return Replicated{{s}, false, 1};
+    // Every replica runs the same lists on its own micro-batches, and each update action sums the
+    // replicas' gradients before it applies them (runtime/gradient_reduction.hpp).
+    Replicated r = allreduce_replicas(s, p.data_parallel);
+    validate(r);
+    return r;
   }
   Schedule s = p.schedule_file.empty() ? generate(p.schedule, p.pipeline_size, local, p.chunks)
                                        : read_schedule_file(p.schedule_file, local, p.chunks);

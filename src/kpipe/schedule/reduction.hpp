@@ -19,7 +19,9 @@
 //
 // "allreduce" (allreduce_replicas): every replica runs the pipeline's lists as they are on contiguous
 // micro-batches (replica r: r*m/d ..), and the replicas' sums are added by MPI_Allreduce after the lists:
-// fastest, equal to one rank's up to rounding.
+// fastest, equal to one rank's up to rounding. Asynchronous schedules replicate this way too: there every
+// update action U sums the replicas' gradients before it applies them, in replica order (exact) or by
+// all-reduce as pipeline.dp_reduction says (runtime/gradient_reduction.hpp).
 #include <vector>
 
 #include "kpipe/schedule/schedule.hpp"
