@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/temp_dir.hpp"
@@ -79,6 +80,14 @@ template <class Fn> std::string error_of(Fn&& fn, bool* corrupt = nullptr) {
     return e.what();
   }
   return {};
+}
+
+// The message of the CorruptCheckpoint fn throws; a test failure where it throws another error, or none.
+template <class Fn> std::string corruption_of(Fn&& fn) {
+  bool corrupt = false;
+  const std::string message = error_of(std::forward<Fn>(fn), &corrupt);
+  EXPECT_TRUE(corrupt) << (message.empty() ? "(nothing thrown)" : message);
+  return message;
 }
 
 std::string saved(runtime::Trainer<float>& trainer, io::CheckpointDir& dir) {
@@ -202,9 +211,7 @@ TEST(Checkpoint, FlippedTensorBytesAreNamed) {
   bytes[at + 13] ^= 0x10;
   write_file(path, bytes);
   SelfRun run(c);
-  bool corrupt = false;
-  const std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
-  EXPECT_TRUE(corrupt) << message;
+  const std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, path); });
   EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
   EXPECT_NE(message.find("/model/layers/02/mlp/fc/weight"), std::string::npos) << message;
   EXPECT_NE(message.find("checksum"), std::string::npos) << message;
@@ -265,9 +272,7 @@ TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
   ASSERT_NE(at, std::string::npos);
   damaged[at + 40] ^= 0x04;
   write_file(path, damaged);
-  bool corrupt = false;
-  std::string message = error_of([&] { io::read_checkpoint_tokenizer(path); }, &corrupt);
-  EXPECT_TRUE(corrupt) << message;
+  std::string message = corruption_of([&] { io::read_checkpoint_tokenizer(path); });
   EXPECT_NE(message.find("/tokenizer/model"), std::string::npos) << message;
   EXPECT_NE(message.find("checksum"), std::string::npos) << message;
 
@@ -282,8 +287,7 @@ TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
     H5Gclose(group);
     H5Fclose(f);
   }
-  message = error_of([&] { io::read_checkpoint_tokenizer(path); }, &corrupt);
-  EXPECT_TRUE(corrupt) << message;
+  message = corruption_of([&] { io::read_checkpoint_tokenizer(path); });
   EXPECT_NE(message.find("attribute vocab of /tokenizer"), std::string::npos) << message;
 }
 
@@ -298,9 +302,7 @@ TEST(Checkpoint, MetadataRewrittenThroughHdf5IsRefusedNamingTheAttribute) {
   // The step (resuming "at step 1" with step 3's weights), and the config (ln_eps) changed silently.
   rewrite_root_attribute(path, "step", std::int64_t(1));
   SelfRun run(c);
-  bool corrupt = false;
-  std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
-  EXPECT_TRUE(corrupt) << message;
+  std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, path); });
   EXPECT_NE(message.find("attribute step"), std::string::npos) << message;
   EXPECT_NE(message.find("reads 1"), std::string::npos) << message;
   EXPECT_NE(message.find("says 3"), std::string::npos) << message;
@@ -311,8 +313,7 @@ TEST(Checkpoint, MetadataRewrittenThroughHdf5IsRefusedNamingTheAttribute) {
   ASSERT_NE(at, std::string::npos);
   config.replace(at, 14, "ln_eps = 1e-03");
   rewrite_root_attribute(path, "config", config);
-  message = error_of([&] { io::checkpoint_config(path); }, &corrupt);
-  EXPECT_TRUE(corrupt) << message;
+  message = corruption_of([&] { io::checkpoint_config(path); });
   EXPECT_NE(message.find("attribute config"), std::string::npos) << message;
 }
 
@@ -333,9 +334,8 @@ TEST(Checkpoint, FlippedBitsInTheMetadataAreDetected) {
     bytes[at + 12] ^= 0x02;  // "1e-05" -> "1e-07"
     write_file(path, bytes);
     SelfRun run(c);
-    bool corrupt = false;
-    const std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
-    EXPECT_TRUE(corrupt) << "flip at " << at << ": " << message;
+    SCOPED_TRACE(::testing::Message() << "flip at " << at);
+    const std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, path); });
     EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
   }
 }
@@ -387,9 +387,7 @@ TEST(Checkpoint, ADatasetCopiedInFromAnotherCheckpointIsRefusedNamingIt) {
   H5Fclose(source);
   H5Fclose(target);
   SelfRun run(c);
-  bool corrupt = false;
-  const std::string message = error_of([&] { io::load_checkpoint(run.trainer, two); }, &corrupt);
-  EXPECT_TRUE(corrupt) << message;
+  const std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, two); });
   EXPECT_NE(message.find(name), std::string::npos) << message;
   EXPECT_NE(message.find("another checkpoint"), std::string::npos) << message;
 }
@@ -410,16 +408,13 @@ TEST(Checkpoint, AFileOfAnotherStepOrRunInPlaceIsRefused) {
   resume.dir = tmp.path("ck");
   resume.resume = "latest";
   SelfRun run(c);
-  bool corrupt = false;
-  std::string message = error_of([&] { io::resume_training(run.trainer, resume); }, &corrupt);
-  EXPECT_TRUE(corrupt) << message;
+  std::string message = corruption_of([&] { io::resume_training(run.trainer, resume); });
   EXPECT_NE(message.find("holds step 1, not the step 2"), std::string::npos) << message;
   // Another run's step 2 in its place: `latest` recorded this run's.
   write_file(two, kept);
   const std::string other = saved_after(c, 2, tmp.path("other"));
   fs::copy_file(other, two, fs::copy_options::overwrite_existing);
-  message = error_of([&] { io::resume_training(run.trainer, resume); }, &corrupt);
-  EXPECT_TRUE(corrupt) << message;
+  message = corruption_of([&] { io::resume_training(run.trainer, resume); });
   EXPECT_NE(message.find("belongs to run"), std::string::npos) << message;
   EXPECT_NE(message.find(dir.dir.run_id()), std::string::npos) << message;
   // With fallback = "previous" the run's step 1 is loaded instead.
@@ -437,9 +432,8 @@ TEST(Checkpoint, TruncatedFilesAreNamed) {
   for (std::size_t keep : {bytes.size() / 2, std::size_t(3000), std::size_t(100)}) {
     write_file(path, bytes.substr(0, keep));
     SelfRun run(c);
-    bool corrupt = false;
-    const std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
-    EXPECT_TRUE(corrupt) << keep << ": " << message;
+    SCOPED_TRACE(::testing::Message() << "kept " << keep << " bytes");
+    const std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, path); });
     EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
   }
 }
