@@ -13,6 +13,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/runtime/async_reference.hpp"
+#include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/trainer.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/versions.hpp"
@@ -128,6 +129,17 @@ TEST(Asynchronous, DataParallelLayoutsReproduceTheReference) {
         }
         comm::free_grid(grid);
       }
+}
+
+// pipeline.transport = "auto" resolves to MPI for the asynchronous schedules, in every build (a build with
+// NCCL picks NCCL for the synchronous ones), so that they run by default on GPU nodes too.
+TEST(Asynchronous, AutoTransportIsMpi) {
+  for (const char* schedule : {"pipedream", "2bw"}) {
+    Config c = async_config(schedule, 0, 1, 2, 1);
+    EXPECT_EQ(runtime::default_transport(c.pipeline), "mpi") << schedule;
+    c.pipeline.transport = "nccl";
+    EXPECT_EQ(runtime::default_transport(c.pipeline), "nccl") << schedule << ": asked for, then refused by the trainer";
+  }
 }
 
 TEST(Asynchronous, BadCombinationsExitWithOneLineNamingTheKey) {

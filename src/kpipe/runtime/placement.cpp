@@ -11,6 +11,7 @@
 #include "kpipe/comm/node.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/kernel_path.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
@@ -43,9 +44,9 @@ constexpr bool nccl_built = build::nccl && !host_memory;
 
 }  // namespace
 
-std::string default_transport(const std::string& requested) {
-  if (requested != "auto") return requested;
-  return nccl_built ? "nccl" : "mpi";
+std::string default_transport(const PipelineConfig& pipeline) {
+  if (pipeline.transport != "auto") return pipeline.transport;
+  return nccl_built && !schedule::is_asynchronous_name(pipeline.schedule) ? "nccl" : "mpi";
 }
 
 Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {
@@ -88,7 +89,7 @@ Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {
   const comm::Failure failure =
       comm::first_failure(world, {error.empty() ? 0 : 2, -1, error}, {limit, "the placement's agreement"});
   if (failure) throw InputError(failure.message);
-  p.transport = default_transport(pipeline.transport);
+  p.transport = default_transport(pipeline);
   if (p.transport == "nccl" && shares_gpu) {
     p.transport = "mpi";
     p.note = fmt::format("pipeline.transport = \"auto\": {} ranks share {} GPU(s) on node {}, which NCCL refuses; "

@@ -30,9 +30,10 @@ struct Placement {
 // Collective over world (every rank calls it, before Kokkos is initialized).
 Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world);
 
-// "auto" without looking at the node: NCCL where kpipe is built with it and its buffers live on a GPU.
+// "auto" without looking at the node: NCCL where kpipe is built with it and its buffers live on a GPU, except
+// for the asynchronous schedules, which run over MPI (runtime/trainer.cpp says why).
 // What a Trainer built without place_rank (tests, library users) uses.
-std::string default_transport(const std::string& requested);
+std::string default_transport(const PipelineConfig& pipeline);
 
 // Kokkos initialized with the placement's threads and device for the object's lifetime (Kokkos 4's
 // InitializationSettings, Kokkos 3's InitArguments). Kokkos' environment variables still apply to everything

@@ -77,9 +77,9 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     rules_ = AsyncRules::of(config);
     // Stream-ordered transports (NCCL) need every transfer's order proved per pair of ranks for the
     // whole run; the asynchronous lists' messages cross step boundaries, which that proof does not cover.
-    require(default_transport(pc.transport) == "mpi" && std::getenv("KPIPE_TEST_TRANSPORT") == nullptr,
+    require(default_transport(pc) == "mpi" && std::getenv("KPIPE_TEST_TRANSPORT") == nullptr,
             "pipeline.transport = \"{}\" with pipeline.schedule = \"{}\": asynchronous schedules run over MPI "
-            "only in this version", pc.transport, pc.schedule);
+            "only in this version (\"auto\" picks MPI for them)", pc.transport, pc.schedule);
   }
   // The transport ("auto" resolved as runtime/placement.hpp does without looking at the node). NCCL runs
   // transfers in stream order exactly where the lists put them: every replica's schedule goes through the
@@ -90,7 +90,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   // up its own pipeline), they go by MPI from the host, proved for that instead.
   // Test hook: KPIPE_TEST_TRANSPORT=mpi-stream-ordered runs MPI with NCCL's semantics
   // (comm/stream_ordered_mpi.hpp), so that CPU tests run the NCCL path end to end.
-  std::string transport = default_transport(pc.transport);
+  std::string transport = default_transport(pc);
   if (const char* kind = std::getenv("KPIPE_TEST_TRANSPORT")) transport = kind;
   std::string sums = transport;  // what the replicas' gradient sums travel by
   if (transport == "nccl" || transport == "mpi-stream-ordered") {
