@@ -17,6 +17,8 @@
 #include "kpipe/runtime/trainer.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
+#include "support/async_config.hpp"
+
 namespace kpipe {
 namespace {
 
@@ -69,17 +71,8 @@ TEST(HotPath, AsynchronousStepsAfterTheWarmUpAllocateNothing) {
   for (int replicas = 1; replicas <= std::min(ranks, 2); ++replicas)
     for (const std::string schedule : {"pipedream", "vertical-sync", "2bw"}) {
       const int stages = ranks / replicas;
-      Config c;
-      c.model.seq_len = 16;
-      c.model.d_model = 32;
-      c.model.n_heads = 2;
-      c.model.n_layers = 2;
-      c.train.microbatches = 4 * replicas;
-      c.train.batch = 4 * replicas;
-      c.train.steps = 12;
-      c.pipeline.schedule = schedule == "2bw" ? "2bw" : "pipedream";
-      c.pipeline.vertical_sync = schedule == "vertical-sync" ? 1 : 0;
-      c.pipeline.pipeline_size = stages;
+      Config c = test::async_config(schedule == "2bw" ? "2bw" : "pipedream", schedule == "vertical-sync" ? 1 : 0,
+                                    stages, 4 * replicas, 12);
       c.pipeline.data_parallel = replicas;
       auto grid = comm::make_grid(MPI_COMM_WORLD, stages, replicas);
       {

@@ -18,31 +18,15 @@
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/versions.hpp"
 
+#include "support/async_config.hpp"
 #include "support/corpus.hpp"
 #include "support/mpi_world.hpp"
 
 namespace kpipe {
 namespace {
 
+using test::async_config;
 using test::world_size;
-
-Config async_config(const std::string& schedule, int vertical_sync, int stages, int microbatches, int steps) {
-  Config c;
-  c.model.seq_len = 16;
-  c.model.d_model = 32;
-  c.model.n_heads = 2;
-  c.model.n_layers = 2;
-  c.train.batch = 2 * microbatches;
-  c.train.microbatches = microbatches;
-  c.train.steps = steps;
-  c.train.eval_batches = 2;
-  c.optim.warmup_steps = 1;
-  c.optim.grad_clip = 0.5;
-  c.pipeline.schedule = schedule;
-  c.pipeline.vertical_sync = vertical_sync;
-  c.pipeline.pipeline_size = stages;
-  return c;
-}
 
 struct Case {
   const char* schedule;
