@@ -23,7 +23,6 @@
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/runtime/placement.hpp"
 #include "kpipe/schedule/configured.hpp"
-#include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/validate.hpp"
 #include "kpipe/schedule/stream_order.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -410,12 +409,9 @@ template <class T> void Trainer<T>::resume_asynchronous(const std::vector<std::v
     // validated as every schedule is (their first reads are of the versions held at the start).
     const int steps = int(std::min<std::int64_t>(schedule::Horizon{pc.pipeline_size, local_microbatches_}.steps(),
                                                  remaining));
-    schedule::Schedule s = schedule::lower(
-        schedule::asynchronous(schedule_.updates, pc.pipeline_size, local_microbatches_, {steps, true}));
-    schedule::validate(s);
-    replicated_ = schedule::allreduce_replicas(s, grid_.data_parallel);
-    schedule::validate(replicated_);
-    schedule_ = s;
+    replicated_ = schedule::asynchronous_replicas(schedule_.updates, pc.pipeline_size, local_microbatches_,
+                                                  {steps, true}, grid_.data_parallel);
+    schedule_ = replicated_.replicas.at(grid_.replica);
     actions_ = schedule_.actions[grid_.stage];
     plan_ = schedule::plan_buffers(schedule_, grid_.stage, actions_);
     step_ranges_ = schedule::step_ranges(actions_);

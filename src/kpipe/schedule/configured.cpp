@@ -27,14 +27,8 @@ Replicated configured_schedule(const Config& c) {
             "gradients at every update, not in groups of micro-batches", p.dp_reduction_group, p.schedule);
     // A run shorter than the horizon runs lists of its own length (its last step drains the pipeline).
     const int steps = std::min(Horizon{p.pipeline_size, local}.steps(), c.train.steps);
-    Schedule s = lower(asynchronous(updates_of(p.schedule, p.vertical_sync == 1), p.pipeline_size, local,
-                                    {steps, false}));
-    validate(s);
-    // Every replica runs the same lists on its own micro-batches, and each update action sums the
-    // replicas' gradients before it applies them (runtime/gradient_reduction.hpp).
-    Replicated r = allreduce_replicas(s, p.data_parallel);
-    validate(r);
-    return r;
+    return asynchronous_replicas(updates_of(p.schedule, p.vertical_sync == 1), p.pipeline_size, local, {steps, false},
+                                 p.data_parallel);
   }
   Schedule s = p.schedule_file.empty() ? generate(p.schedule, p.pipeline_size, local, p.chunks)
                                        : read_schedule_file(p.schedule_file, local, p.chunks);
@@ -58,6 +52,15 @@ Replicated configured_schedule(const Config& c) {
                                    r.group, p.chunks, e.what()));
     throw;
   }
+  return r;
+}
+
+Replicated asynchronous_replicas(Updates updates, int stages, int microbatches, const AsyncOptions& options,
+                                 int replicas) {
+  Schedule s = lower(asynchronous(updates, stages, microbatches, options));
+  validate(s);
+  Replicated r = allreduce_replicas(s, replicas);
+  validate(r);
   return r;
 }
 
