@@ -21,7 +21,7 @@
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/data/token_file.hpp"
 #include "kpipe/io/checkpoint.hpp"
-#include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 #include "checkpoint_program.hpp"

@@ -17,7 +17,7 @@
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/io/checkpoint.hpp"
-#include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/runtime/generator.hpp"
 
 #include "checkpoint_program.hpp"

@@ -25,16 +25,17 @@
 #include "kpipe/core/files.hpp"
 #include "kpipe/core/hash.hpp"
 #include "kpipe/io/checkpoint.hpp"
-#include "kpipe/io/h5_file.hpp"
+#include "kpipe/h5/file.hpp"
 #include "kpipe/io/timeline.hpp"
-#include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/io/checkpoint_tokenizer.hpp"
+#include "kpipe/data/tokenizer_store.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/schedule/render.hpp"
 
 namespace {
 
 using namespace kpipe;
-namespace h5 = kpipe::io::h5;
+namespace h5 = kpipe::h5;
 
 constexpr int exit_differ = 1;
 constexpr int exit_damaged = 3;  // the checkpoint is damaged or incomplete
@@ -71,7 +72,7 @@ std::vector<std::string> dataset_paths(hid_t file) {
     H5O_info_t info;
     h5::QuietErrors quiet;
     // Tensors only: the tokenizer's serialized model (/tokenizer/model) is shown by its kind and vocabulary.
-    if (std::strncmp(name, io::tokenizer_group, std::strlen(io::tokenizer_group)) == 0) return 0;
+    if (std::strncmp(name, kpipe::data::tokenizer_group, std::strlen(kpipe::data::tokenizer_group)) == 0) return 0;
     if (H5Oget_info_by_name(group, name, &info, H5P_DEFAULT) >= 0 && info.type == H5O_TYPE_DATASET)
       static_cast<std::vector<std::string>*>(data)->push_back(std::string("/") + name);
     return 0;
@@ -119,7 +120,7 @@ int inspect_checkpoint(const std::string& path) {
              "L2 norm", "absmax");
   double total = 0;
   for (const auto& entry : datasets) {
-    if (entry.name.rfind(std::string("/") + io::tokenizer_group + "/", 0) == 0) continue;  // shown above
+    if (entry.name.rfind(std::string("/") + kpipe::data::tokenizer_group + "/", 0) == 0) continue;  // shown above
     std::string bytes;
     try {
       bytes = reader->read_verified(entry);
@@ -330,7 +331,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kpipe::io::h5::skip_shutdown_at_exit();
+  kpipe::h5::skip_shutdown_at_exit();
   try {
     return run(argc, argv);
   } catch (const kpipe::InputError& e) {

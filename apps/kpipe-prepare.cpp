@@ -18,7 +18,7 @@
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/error.hpp"
-#include "kpipe/io/h5_file.hpp"
+#include "kpipe/h5/file.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/data/entropy.hpp"
@@ -147,7 +147,7 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kpipe::io::h5::skip_shutdown_at_exit();
+  kpipe::h5::skip_shutdown_at_exit();
   try {
     return run(argc, argv);
   } catch (const kpipe::InputError& error) {

@@ -23,8 +23,8 @@
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/data/tokenizer.hpp"
 #include "kpipe/io/checkpoint.hpp"
-#include "kpipe/io/h5_file.hpp"
-#include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/h5/file.hpp"
+#include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/runtime/trainer.hpp"
 #include "support/corpus.hpp"
 #include "support/tiny_config.hpp"
@@ -124,9 +124,9 @@ void rewrite_root_attribute(const std::string& file, const std::string& name, co
   ASSERT_GE(f, 0);
   H5Adelete(f, name.c_str());
   if (const auto* number = std::get_if<std::int64_t>(&value))
-    io::h5::write_attribute(f, name, *number);
+    h5::write_attribute(f, name, *number);
   else
-    io::h5::write_attribute(f, name, std::get<std::string>(value));
+    h5::write_attribute(f, name, std::get<std::string>(value));
   H5Fclose(f);
 }
 
@@ -283,7 +283,7 @@ TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
     ASSERT_GE(f, 0);
     const hid_t group = H5Gopen2(f, "/tokenizer", H5P_DEFAULT);
     H5Adelete(group, "vocab");
-    io::h5::write_attribute(group, "vocab", std::int64_t(256));
+    h5::write_attribute(group, "vocab", std::int64_t(256));
     H5Gclose(group);
     H5Fclose(f);
   }
@@ -640,9 +640,9 @@ TEST(Checkpoint, TheOldFormatIsRefusedNamingItsVersion) {
   const std::string dir = tmp.path("ck");
   fs::create_directories(dir + "/step-00000004");
   {
-    const io::h5::Handle file = io::h5::create_file(dir + "/step-00000004/checkpoint.h5");
-    io::h5::write_attribute(file.get(), "format", std::string("kpipe-checkpoint"));
-    io::h5::write_attribute(file.get(), "format_version", std::int64_t(1));
+    const h5::Handle file = h5::create_file(dir + "/step-00000004/checkpoint.h5");
+    h5::write_attribute(file.get(), "format", std::string("kpipe-checkpoint"));
+    h5::write_attribute(file.get(), "format_version", std::int64_t(1));
   }
   write_file(dir + "/latest", "step-00000004\n");
   for (const std::string& path : {dir + "/step-00000004", dir + "/step-00000004/checkpoint.h5"}) {

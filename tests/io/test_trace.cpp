@@ -13,7 +13,7 @@
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/synthetic.hpp"
-#include "kpipe/io/h5_file.hpp"
+#include "kpipe/h5/file.hpp"
 #include "kpipe/io/trace.hpp"
 #include "support/corpus.hpp"
 #include "support/tiny_config.hpp"
@@ -179,18 +179,18 @@ TEST(TraceWriter, DatasetsGrowByOneRowPerMicrobatchEachStep) {
   EXPECT_EQ(trace.series[1].stats[1].mean, 5);
 
   // The dataset is chunked and extendible without bound, compressed when the library can.
-  const auto file = io::h5::open_file(path);
-  const io::h5::Handle dataset(H5Dopen2(file.get(), "layers/02/output/stats", H5P_DEFAULT), H5Dclose);
+  const auto file = h5::open_file(path);
+  const h5::Handle dataset(H5Dopen2(file.get(), "layers/02/output/stats", H5P_DEFAULT), H5Dclose);
   ASSERT_TRUE(dataset.valid());
-  const io::h5::Handle space(H5Dget_space(dataset.get()), H5Sclose);
+  const h5::Handle space(H5Dget_space(dataset.get()), H5Sclose);
   hsize_t dims[2], max_dims[2];
   H5Sget_simple_extent_dims(space.get(), dims, max_dims);
   EXPECT_EQ(dims[0], 4u);
   EXPECT_EQ(dims[1], 6u);
   EXPECT_EQ(max_dims[0], H5S_UNLIMITED);
-  const io::h5::Handle properties(H5Dget_create_plist(dataset.get()), H5Pclose);
+  const h5::Handle properties(H5Dget_create_plist(dataset.get()), H5Pclose);
   EXPECT_EQ(H5Pget_layout(properties.get()), H5D_CHUNKED);
-  if (io::h5::deflate_available()) {
+  if (h5::deflate_available()) {
     unsigned flags = 0;
     size_t elements = 0;
     unsigned values[4];
@@ -255,9 +255,9 @@ TEST(ActivationTracer, TracesEveryKthStepOfATrainingRun) {
   EXPECT_GT(block.stats[0].nonfinite_fraction, 0.0);
   // Full tensors of micro-batch 0: one per traced step, [tokens, channels] (the head: [tokens, vocab]).
   ASSERT_EQ(trace.full_tensors.size(), 6u);
-  const auto file = io::h5::open_file(c.output.trace);
-  EXPECT_EQ(io::h5::shape(file.get(), "full/layers/00/output/values"), (std::vector<hsize_t>{2, 8 * 2, 16}));
-  EXPECT_EQ(io::h5::shape(file.get(), "full/layers/03/output/values"), (std::vector<hsize_t>{2, 8 * 2, 256}));
+  const auto file = h5::open_file(c.output.trace);
+  EXPECT_EQ(h5::shape(file.get(), "full/layers/00/output/values"), (std::vector<hsize_t>{2, 8 * 2, 16}));
+  EXPECT_EQ(h5::shape(file.get(), "full/layers/03/output/values"), (std::vector<hsize_t>{2, 8 * 2, 256}));
 }
 
 TEST(ActivationTracer, StatisticsOfAHealthyRunAreFinite) {

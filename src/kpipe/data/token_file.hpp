@@ -3,7 +3,7 @@
 // read it. Layout (version 2):
 //   /train, /validation   token ids, 1-D: uint8 for a vocabulary of up to 256, uint16 up to 65536, else int32
 //                         (chunked and deflate-compressed when the filter is available)
-//   /tokenizer            the tokenizer that made them (io/tokenizer_store.hpp: bytes, or a BPE model)
+//   /tokenizer            the tokenizer that made them (data/tokenizer_store.hpp: bytes, or a BPE model)
 //   attributes of /       format = "kpipe-tokens", version = 2, vocab, source = where the text came from
 // Version 1 (bytes only: uint8, vocab = 256, no /tokenizer) is still read.
 // The file appears under its name only when complete (written beside it, then renamed).

@@ -24,7 +24,7 @@
 #include "kpipe/core/hash.hpp"
 #include "kpipe/io/checkpoint_lock.hpp"
 #include "kpipe/nn/optimizer.hpp"
-#include "kpipe/io/tokenizer_store.hpp"
+#include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/version.hpp"
 
@@ -476,7 +476,7 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
   writer.set_attribute("/optimizer", "kind", config.optim.kind);
   // AdamW's bias correction uses the count of updates so far, which is the step counter.
   writer.set_attribute("/optimizer", "step", step);
-  // What the model's token ids mean, so that kpipe-generate decodes them (io/tokenizer_store.hpp).
+  // What the model's token ids mean, so that kpipe-generate decodes them (io/checkpoint_tokenizer.hpp).
   add_tokenizer(writer, trainer.corpus().tokenizer, grid.world_rank == 0);
   writer.set_attribute("/training", "step", step);
   writer.set_attribute("/training", "seed", std::int64_t(config.train.seed));

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "kpipe/core/error.hpp"
-#include "kpipe/io/h5_file.hpp"
+#include "kpipe/h5/file.hpp"
 
 namespace kpipe::io {
 

@@ -13,7 +13,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
-#include "kpipe/io/h5_file.hpp"
+#include "kpipe/h5/file.hpp"
 
 namespace kpipe::io {
 

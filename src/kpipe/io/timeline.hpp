@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "kpipe/comm/grid.hpp"
-#include "kpipe/io/h5_file.hpp"
+#include "kpipe/h5/file.hpp"
 #include "kpipe/runtime/trainer.hpp"
 #include "kpipe/schedule/render.hpp"
 

@@ -13,7 +13,7 @@
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/tensor.hpp"
-#include "kpipe/io/h5_file.hpp"
+#include "kpipe/h5/file.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace kpipe::io {

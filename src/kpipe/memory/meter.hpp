@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 
 namespace kpipe::memory {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kpipe/core/config.hpp"
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 #include "kpipe/model/desc.hpp"
 #include "kpipe/schedule/reduction.hpp"
 

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <stdexcept>
 
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 
 namespace kpipe::model {
 

@@ -6,7 +6,7 @@
 
 #include "kpipe/core/hash.hpp"
 #include "kpipe/core/rng.hpp"
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 
 namespace kpipe::model {
 

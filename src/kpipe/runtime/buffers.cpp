@@ -1,6 +1,6 @@
 #include "kpipe/runtime/buffers.hpp"
 
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 
 namespace kpipe::runtime {
 

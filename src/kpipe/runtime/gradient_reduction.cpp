@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "kpipe/core/elementwise.hpp"
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 
 namespace kpipe::runtime {
 

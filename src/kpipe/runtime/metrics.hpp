@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 namespace kpipe::runtime {

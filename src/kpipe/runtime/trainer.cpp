@@ -15,7 +15,7 @@
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/partition/configured.hpp"
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 #include "kpipe/memory/limit.hpp"
 #include "kpipe/runtime/buffers.hpp"
 #include "kpipe/runtime/gradient_reduction.hpp"

@@ -4,7 +4,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 
 namespace kpipe::runtime {
 

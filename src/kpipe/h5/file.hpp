@@ -11,7 +11,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace kpipe::io::h5 {
+namespace kpipe::h5 {
 
 // An HDF5 identifier closed when it goes out of scope (movable, not copyable).
 class Handle {
@@ -161,4 +161,4 @@ std::string read_string_attribute(hid_t object, const std::string& name, const s
 std::int64_t read_int_attribute(hid_t object, const std::string& name, const std::string& label);
 std::uint64_t read_u64_attribute(hid_t object, const std::string& name, const std::string& label);
 
-}  // namespace kpipe::io::h5
+}  // namespace kpipe::h5

@@ -1,4 +1,4 @@
-#include "kpipe/io/h5_file.hpp"
+#include "kpipe/h5/file.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
 
-namespace kpipe::io::h5 {
+namespace kpipe::h5 {
 
 namespace {
 
@@ -437,4 +437,4 @@ std::uint64_t read_u64_attribute(hid_t object, const std::string& name, const st
   return read_integer_attribute<std::uint64_t>(object, name, label);
 }
 
-}  // namespace kpipe::io::h5
+}  // namespace kpipe::h5

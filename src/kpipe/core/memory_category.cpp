@@ -1,4 +1,4 @@
-#include "kpipe/memory/category.hpp"
+#include "kpipe/core/memory_category.hpp"
 
 #include <Kokkos_Core.hpp>
 
