@@ -52,7 +52,7 @@ std::vector<kpipe::Token> load_tokens(const Options& o, const kpipe::data::Token
   return corpus.train;
 }
 
-int evaluate(const Options& o, const std::string& transport, int rank) {
+int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
   using namespace kpipe;
   require(o.pipeline_size >= 1, "--pipeline-size = {}: expected an integer >= 1", o.pipeline_size);
   require(o.chunks >= 1, "--chunks = {}: expected an integer >= 1", o.chunks);
@@ -81,9 +81,9 @@ int evaluate(const Options& o, const std::string& transport, int rank) {
   p.pipeline_size = o.pipeline_size;
   p.data_parallel = 1;
   p.chunks = o.chunks;
-  p.schedule = o.schedule;
+  p.schedule = option_value<ScheduleKind>("--schedule", o.schedule);
   p.schedule_file.clear();
-  p.transport = transport;
+  p.transport = runtime::resolved_choice(transport);
   config.train.microbatches = config.train.batch = o.pipeline_size;
   config.train.eval_batches = int((windows + config.train.batch - 1) / config.train.batch);
   validate(config);
@@ -118,7 +118,7 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
   app.add_option("--max-windows", o.max_windows, "evaluate at most this many windows (0: all)");
   app.footer("Exit codes: 0 done; 2 bad input (checkpoint, data, layout), on every rank alike.");
-  return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](const std::string& transport, int rank, int) {
+  return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](kpipe::comm::TransportKind transport, int rank, int) {
     return evaluate(o, transport, rank);
   });
 }

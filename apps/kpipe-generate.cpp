@@ -57,7 +57,7 @@ class TextStream {
   std::string printed_;
 };
 
-int generate(Options o, const std::string& transport, int rank, int world_size) {
+int generate(Options o, kpipe::comm::TransportKind transport, int rank, int world_size) {
   using namespace kpipe;
   runtime::validate(o.sampling);
   require(o.tokens >= 0, "--tokens = {}: expected an integer >= 0", o.tokens);
@@ -81,9 +81,9 @@ int generate(Options o, const std::string& transport, int rank, int world_size) 
   p.pipeline_size = o.pipeline_size;
   p.data_parallel = 1;
   p.chunks = o.chunks;
-  p.schedule = o.schedule;
+  p.schedule = option_value<ScheduleKind>("--schedule", o.schedule);
   p.schedule_file.clear();
-  p.transport = transport;
+  p.transport = runtime::resolved_choice(transport);
   // One sequence per micro-batch (the trainer's schedule, never run here, wants p of them when interleaved).
   config.train.batch = config.train.microbatches = o.pipeline_size;
   validate(config);
@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
   app.add_flag("--quiet", o.quiet, "print only the speed (stderr), not the text");
   app.footer("Exit codes: 0 done; 2 bad input (checkpoint, options, layout), on every rank alike; 3 a rank stopped "
              "answering (pipeline.recv_timeout_s).");
-  return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](const std::string& transport, int rank,
+  return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](kpipe::comm::TransportKind transport, int rank,
                                                                   int world_size) {
     return generate(o, transport, rank, world_size);
   });

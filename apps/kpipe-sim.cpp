@@ -17,6 +17,7 @@
 //   kpipe-sim --recommend --ranks N --memory-per-rank SIZE [model options]   the fastest layouts that fit
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -51,7 +52,8 @@ using namespace kpipe;
 using namespace kpipe::schedule;
 
 struct Options {
-  std::string schedule = "1f1b";
+  std::string schedule_name = "1f1b";
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;  // from schedule_name
   int stages = 4, microbatches = 8, chunks = 1;
   int steps = 0;               // asynchronous schedules: steps simulated (0: the validated horizon's)
   bool vertical_sync = false;  // pipedream: every stage reads the version stage 0 read
@@ -63,7 +65,9 @@ struct Options {
   int width = 160;
   int replicas = 1, dp_group = 1;  // data-parallel replicas of the schedule, ordered reduction's group
   bool allreduce = false;
-  std::string preset, partition = "balanced", recompute = "none";  // --preset: costs from the model
+  std::string preset, partition_name = "balanced", recompute_name = "none";  // --preset: costs from the model
+  PartitionKind partition = PartitionKind::balanced;  // from partition_name
+  Recompute recompute = Recompute::none;              // from recompute_name
   int vocab = 0, sequences = 1;
 };
 
@@ -72,8 +76,8 @@ std::string percent(double fraction) { return fmt::format("{:.1f}%", 100 * fract
 std::string plural(int n, const char* one, const char* many) { return fmt::format("{} {}", n, n == 1 ? one : many); }
 
 Schedule make_schedule(const Options& o, const CLI::App& app) {
-  const bool asynchronous_name = is_asynchronous_name(o.schedule);
-  require(!o.vertical_sync || (o.schedule == "pipedream" && o.schedule_file.empty()),
+  const bool asynchronous_name = is_asynchronous(o.schedule);
+  require(!o.vertical_sync || (o.schedule == ScheduleKind::pipedream && o.schedule_file.empty()),
           "--vertical-sync needs --schedule pipedream (got --schedule {})", o.schedule);
   require(app.count("--steps") == 0 || asynchronous_name,
           "--steps = {}: only asynchronous schedules (pipedream, 2bw) span several steps", o.steps);
@@ -86,7 +90,7 @@ Schedule make_schedule(const Options& o, const CLI::App& app) {
   }
   if (o.schedule_file.empty()) {
     // zb-v runs two chunks per rank: that is the default for it.
-    const int chunks = o.schedule == "zb-v" && app.count("--chunks") == 0 ? 2 : o.chunks;
+    const int chunks = o.schedule == ScheduleKind::zb_v && app.count("--chunks") == 0 ? 2 : o.chunks;
     Schedule s = generate(o.schedule, o.stages, o.microbatches, chunks);
     return o.split ? split_backward(s) : s;
   }
@@ -142,13 +146,13 @@ std::vector<Costs> model_costs(const Options& o, const Replicated& world) {
   planner::Machine gflops;
   gflops.flops_per_second = 1e9;
   const auto costs =
-      planner::stage_costs(desc, planner::layer_seconds(desc, gflops, nn::parse_recompute(o.recompute)), ranges,
+      planner::stage_costs(desc, planner::layer_seconds(desc, gflops, o.recompute), ranges,
                            o.sequences, o.costs);
   const auto memory = partition::stage_memory(partition::layer_memory(desc, s.ranks, s.chunks, in_flight), ranges);
   std::printf("model %s: %d blocks, d_model %d, seq_len %d, vocabulary %d; %s partition, %d sequence%s per "
               "micro-batch%s\n", o.preset.c_str(), model.n_layers, model.d_model, model.seq_len, model.vocab,
-              o.partition.c_str(), o.sequences, o.sequences == 1 ? "" : "s",
-              o.recompute == "none" ? "" : fmt::format(", recompute {}", o.recompute).c_str());
+              std::string(to_string(o.partition)).c_str(), o.sequences, o.sequences == 1 ? "" : "s",
+              o.recompute == Recompute::none ? "" : fmt::format(", recompute {}", o.recompute).c_str());
   std::printf("%-6s %-5s %-10s %10s %10s %10s %12s\n", "stage", "rank", "layers", "F GFLOP", "B GFLOP", "R GFLOP",
               "memory MB");
   for (std::size_t k = 0; k < ranges.size(); ++k)
@@ -158,7 +162,10 @@ std::vector<Costs> model_costs(const Options& o, const Replicated& world) {
   return costs;
 }
 
-int run(const Options& o, const CLI::App& app) {
+int run(Options o, const CLI::App& app) {
+  o.schedule = option_value<ScheduleKind>("--schedule", o.schedule_name);
+  o.partition = option_value<PartitionKind>("--partition", o.partition_name);
+  o.recompute = option_value<Recompute>("--recompute", o.recompute_name);
   const Schedule s = make_schedule(o, app);
   validate(s);
   const bool from_model = !o.preset.empty();
@@ -184,7 +191,8 @@ int run(const Options& o, const CLI::App& app) {
   }
   const SimResult sim = replicated ? simulate(world, costs) : simulate(s, costs);
   std::string name = o.schedule_file.empty()
-                         ? o.schedule + (o.split ? " (split backward)" : "") + (o.vertical_sync ? " --vertical-sync" : "")
+                         ? fmt::format("{}{}{}", o.schedule, o.split ? " (split backward)" : "",
+                                       o.vertical_sync ? " --vertical-sync" : "")
                          : o.schedule_file;
   if (async_replicas)
     name += fmt::format(" x {} replicas (their sum at every update, {}: in lock step, one pipeline shown)", o.replicas,
@@ -436,7 +444,7 @@ int main(int argc, char** argv) {
     }
   Options o;
   CLI::App app{"kpipe-sim: generate or read a pipeline schedule, validate it, simulate one step and show its timeline"};
-  app.add_option("--schedule", o.schedule, "naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v | pipedream | 2bw")
+  app.add_option("--schedule", o.schedule_name, "naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v | pipedream | 2bw")
       ->capture_default_str();
   app.add_flag("--vertical-sync", o.vertical_sync, "pipedream: a micro-batch reads, on every stage, stage 0's version");
   app.add_option("--steps", o.steps, "pipedream, 2bw: steps to simulate (default: warm-up, steady state, drain)")
@@ -466,8 +474,8 @@ int main(int argc, char** argv) {
       ->check(non_negative)->capture_default_str();
   app.add_option("--preset", o.preset, "costs from this model's FLOPs: tiny, small or bench (partitioned over the stages)");
   app.add_option("--vocab", o.vocab, "with --preset: its vocabulary (e.g. a BPE model's 8192)")->check(at_least_one);
-  app.add_option("--partition", o.partition, "with --preset: uniform or balanced")->capture_default_str();
-  app.add_option("--recompute", o.recompute, "with --preset: none, attention, mlp or block (its cost from the FLOPs)")
+  app.add_option("--partition", o.partition_name, "with --preset: uniform or balanced")->capture_default_str();
+  app.add_option("--recompute", o.recompute_name, "with --preset: none, attention, mlp or block (its cost from the FLOPs)")
       ->capture_default_str();
   app.add_option("--sequences", o.sequences, "with --preset: sequences per micro-batch")->check(at_least_one)
       ->capture_default_str();

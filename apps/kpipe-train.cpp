@@ -103,7 +103,7 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     }
     if (rank == 0 && !result.ok)
       fmt::print(stderr, "kpipe-train: {}; `latest` and the older checkpoints are unchanged; {}\n", result.message,
-                 stopping || config.checkpoint.on_failure == "stop"
+                 stopping || config.checkpoint.on_failure == CheckpointFailure::stop
                      ? fmt::format("stopping with exit code {}", exit_checkpoint_failed)
                      : std::string("training goes on (checkpoint.on_failure = continue)"));
     return result.ok;
@@ -167,7 +167,7 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     bool saved = false;
     if (config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0) {
       saved = save(false);
-      if (!saved && config.checkpoint.on_failure == "stop") return finish(exit_checkpoint_failed);
+      if (!saved && config.checkpoint.on_failure == CheckpointFailure::stop) return finish(exit_checkpoint_failed);
     }
     if (const int signal = runtime::stop_requested(grid.world, timeout)) {  // collective: every rank agrees
       if (config.checkpoint.dir.empty()) {
@@ -274,7 +274,7 @@ int main(int argc, char** argv) {
     } else {
       const auto placement = kpipe::runtime::place_rank(config.pipeline, MPI_COMM_WORLD);
       if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
-      config.pipeline.transport = placement.transport;
+      config.pipeline.transport = kpipe::runtime::resolved_choice(placement.transport);
       kpipe::runtime::KokkosSession kokkos(placement);
       rc = train(config, rank, set_up);
     }

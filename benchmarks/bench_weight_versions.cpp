@@ -35,7 +35,7 @@ struct Stage {
 
   Stage() {
     config.pipeline.pipeline_size = 2;
-    config.pipeline.schedule = "pipedream";
+    config.pipeline.schedule = ScheduleKind::pipedream;
     config.train.microbatches = 8;
     desc = model::describe(config.model);
     const auto ranges = partition::configured_partition(config, desc, schedule::configured_schedule(config));

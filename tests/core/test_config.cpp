@@ -67,7 +67,7 @@ Config changed_config() {
   c.train.log_every = 3;
   c.train.eval_every = 5;
   c.train.eval_batches = 2;
-  c.optim.kind = "sgd";
+  c.optim.kind = OptimizerKind::sgd;
   c.optim.lr = 3e-4;
   c.optim.min_lr = 1e-5;
   c.optim.warmup_steps = 4;
@@ -83,10 +83,10 @@ Config changed_config() {
   c.data.synthetic_tokens = 5000000000;
   c.pipeline.pipeline_size = 2;
   c.pipeline.data_parallel = 2;
-  c.pipeline.schedule = "interleaved";
+  c.pipeline.schedule = ScheduleKind::interleaved;
   c.pipeline.chunks = 2;
   c.pipeline.schedule_file = "plan.txt";
-  c.pipeline.partition = "balanced";
+  c.pipeline.partition = PartitionKind::balanced;
   c.pipeline.recv_timeout_s = 12.5;
   c.output.metrics = "m.jsonl";
   return c;
@@ -306,6 +306,9 @@ TEST(Config, CommandLineErrorsNameOptionAndValue) {
   expect_input_error([] { parse({"--seed", "-3"}); }, {"--train.seed = -3"});
   expect_input_error([] { parse({"--lr", "fast"}); }, {"--optim.lr = fast: expected a number"});
   expect_input_error([] { parse({"--schedule", "zigzag"}); }, {"--pipeline.schedule = zigzag", "1f1b"});
+  expect_input_error([] { parse({"--optim.kind", "lion"}); }, {"--optim.kind = lion", "adamw, sgd"});
+  expect_input_error([] { parse({"--recompute", "everything"}); }, {"--memory.recompute = everything", "block"});
+  expect_input_error([] { parse({"--pipeline.partition", "random"}); }, {"--pipeline.partition = random", "balanced"});
   expect_input_error([] { parse({"--steps"}); }, {"--steps"});
 }
 
@@ -329,7 +332,6 @@ TEST(Config, ValidationNamesKeysAndValues) {
       {[](Config& c) { c.train.batch = 0; }, {"train.batch = 0"}},
       {[](Config& c) { c.train.steps = -1; }, {"train.steps = -1"}},
       {[](Config& c) { c.train.eval_every = -1; }, {"train.eval_every = -1"}},
-      {[](Config& c) { c.optim.kind = "lion"; }, {"optim.kind = \"lion\"", "adamw, sgd"}},
       {[](Config& c) { c.optim.lr = 0; }, {"optim.lr = 0.0"}},
       {[](Config& c) { c.optim.min_lr = 0.5; }, {"optim.min_lr = 0.5"}},
       {[](Config& c) { c.optim.beta2 = 1.0; }, {"optim.beta2 = 1.0"}},
@@ -338,8 +340,6 @@ TEST(Config, ValidationNamesKeysAndValues) {
       {[](Config& c) { c.data.val_fraction = 0; }, {"data.val_fraction = 0.0"}},
       {[](Config& c) { c.data.synthetic_tokens = 0; }, {"data.synthetic_tokens = 0"}},
       {[](Config& c) { c.pipeline.pipeline_size = 0; }, {"pipeline.pipeline_size = 0"}},
-      {[](Config& c) { c.pipeline.schedule = "zigzag"; }, {"pipeline.schedule = \"zigzag\""}},
-      {[](Config& c) { c.pipeline.partition = "random"; }, {"pipeline.partition = \"random\""}},
       {[](Config& c) { c.pipeline.chunks = 2; }, {"pipeline.chunks = 2", "interleaved"}},
       {[](Config& c) { c.pipeline.pipeline_size = 5; }, {"pipeline.pipeline_size", "5", "model.n_layers + 2 = 4"}},
       {[](Config& c) { c.pipeline.recv_timeout_s = 0; }, {"pipeline.recv_timeout_s = 0.0"}},
@@ -347,7 +347,6 @@ TEST(Config, ValidationNamesKeysAndValues) {
       {[](Config& c) { c.train.batch = 8, c.train.microbatches = 8, c.pipeline.data_parallel = 2,
                        c.pipeline.dp_reduction_group = 3; },
        {"pipeline.dp_reduction_group = 3 does not divide the 4 micro-batches per replica"}},
-      {[](Config& c) { c.memory.recompute = "everything"; }, {"memory.recompute = \"everything\"", "block"}},
       {[](Config& c) { c.memory.limit_per_rank = "lots"; }, {"memory.limit_per_rank = 'lots'", "6GiB"}},
       {[](Config& c) { c.memory.limit_per_rank = "-1GiB"; }, {"memory.limit_per_rank = '-1GiB'"}},
   };
@@ -358,7 +357,7 @@ TEST(Config, ValidationNamesKeysAndValues) {
   }
   // zb-v takes its two chunks like interleaved does; sizes with units are limits.
   Config v;
-  v.pipeline.schedule = "zb-v";
+  v.pipeline.schedule = ScheduleKind::zb_v;
   v.pipeline.chunks = 2;
   v.memory.limit_per_rank = "1.5GiB";
   EXPECT_NO_THROW(validate(v));

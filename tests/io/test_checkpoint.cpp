@@ -44,11 +44,11 @@ struct SelfRun {
 
 // A checkpoint directory of one run, on MPI_COMM_SELF.
 struct Dir {
-  Dir(const std::string& path, int keep = 3, const std::string& run = "", const std::string& other_runs = "refuse")
+  Dir(const std::string& path, int keep = 3, const std::string& run = "", OtherRuns other_runs = OtherRuns::refuse)
       : config(make(path, keep, other_runs)), dir(config, MPI_COMM_SELF, 30) {
     dir.start_run(run);
   }
-  static CheckpointConfig make(const std::string& path, int keep, const std::string& other_runs) {
+  static CheckpointConfig make(const std::string& path, int keep, OtherRuns other_runs) {
     CheckpointConfig c;
     c.dir = path;
     c.keep = keep;
@@ -418,7 +418,7 @@ TEST(Checkpoint, AFileOfAnotherStepOrRunInPlaceIsRefused) {
   EXPECT_NE(message.find("belongs to run"), std::string::npos) << message;
   EXPECT_NE(message.find(dir.dir.run_id()), std::string::npos) << message;
   // With fallback = "previous" the run's step 1 is loaded instead.
-  resume.fallback = "previous";
+  resume.fallback = CheckpointFallback::previous;
   const auto loaded = io::resume_training(run.trainer, resume);
   EXPECT_EQ(fs::path(loaded.path).filename(), "step-00000001.h5");
   EXPECT_EQ(run.trainer.next_step(), 1);
@@ -507,7 +507,7 @@ TEST(Checkpoint, AnotherRunsCheckpointsAreRefusedOrKeptNeverPruned) {
   EXPECT_NE(message.find("checkpoint.other_runs"), std::string::npos) << message;
   // With other_runs = "keep" it writes beside them, and prunes only its own, oldest first.
   SelfRun b(c);
-  Dir d(dir, 2, "", "keep");
+  Dir d(dir, 2, "", OtherRuns::keep);
   EXPECT_NE(d.dir.run_id(), first_run);
   for (int s = 0; s < 4; ++s) {
     b.trainer.step();
@@ -628,7 +628,7 @@ TEST(Checkpoint, FallbackLoadsThePreviousCheckpointOfTheRun) {
   SelfRun strict(c);
   const std::string message = error_of([&] { io::resume_training(strict.trainer, cc); });
   EXPECT_NE(message.find("step-00000002.h5"), std::string::npos) << message;
-  cc.fallback = "previous";
+  cc.fallback = CheckpointFallback::previous;
   SelfRun lenient(c);
   EXPECT_EQ(fs::path(io::resume_training(lenient.trainer, cc).path).filename(), "step-00000001.h5");
   EXPECT_EQ(lenient.trainer.next_step(), 1);
@@ -669,11 +669,6 @@ TEST(Checkpoint, ConfigChecks) {
   c.resume = "latest";
   EXPECT_NE(error_of([&] { io::validate_checkpoint_config(c); }).find("checkpoint.dir"), std::string::npos);
   c.resume.clear();
-  c.on_failure = "ignore";
-  EXPECT_NE(error_of([&] { io::validate_checkpoint_config(c); }).find("checkpoint.on_failure"), std::string::npos);
-  c.on_failure = "continue";
-  c.other_runs = "delete";
-  EXPECT_NE(error_of([&] { io::validate_checkpoint_config(c); }).find("checkpoint.other_runs"), std::string::npos);
 }
 
 }  // namespace

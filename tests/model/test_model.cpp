@@ -102,7 +102,7 @@ TEST(Model, RecomputationGivesTheSameGradientsBitForBit) {
   const auto reference = two_microbatch_gradients(nn::Recompute::none, false);
   for (auto mode : {nn::Recompute::attention, nn::Recompute::mlp, nn::Recompute::block})
     for (bool split : {false, true})
-      EXPECT_EQ(two_microbatch_gradients(mode, split), reference) << nn::to_string(mode) << (split ? " split" : "");
+      EXPECT_EQ(two_microbatch_gradients(mode, split), reference) << to_string(mode) << (split ? " split" : "");
 }
 
 // Misuse is refused, not silently wrong: a W without its I, a second I before the W.

@@ -38,9 +38,9 @@ TEST(HotPath, StepsAfterTheFirstAllocateNothing) {
     c.train.microbatches = 4;
     c.train.batch = 4;
     c.train.steps = 6;
-    c.pipeline.schedule = schedule.substr(0, schedule.find('+'));
+    c.pipeline.schedule = enum_value<ScheduleKind>(schedule.substr(0, schedule.find('+')));
     c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
-    if (schedule.find('+') != std::string::npos) c.memory.recompute = schedule.substr(schedule.find('+') + 1);
+    if (schedule.find('+') != std::string::npos) c.memory.recompute = enum_value<Recompute>(schedule.substr(schedule.find('+') + 1));
     int ranks = 1;
     MPI_Comm_size(MPI_COMM_WORLD, &ranks);
     c.pipeline.pipeline_size = ranks;

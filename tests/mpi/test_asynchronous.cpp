@@ -40,7 +40,7 @@ TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
   for (const Case& k : {Case{"pipedream", 0, 2}, Case{"pipedream", 0, 4}, Case{"pipedream", 1, 4}, Case{"2bw", 0, 4},
                         Case{"pipedream", 0, 1, -3}, Case{"2bw", 0, 4, -3}}) {
     if (std::string(k.schedule) == "2bw" && k.microbatches < p) continue;
-    const auto updates = schedule::updates_of(k.schedule, k.vertical_sync == 1);
+    const auto updates = schedule::updates_of(enum_value<ScheduleKind>(k.schedule), k.vertical_sync == 1);
     // Past the validated lists' horizon, so that the repeated middle step runs too; or shorter than it.
     const int steps = schedule::Horizon{p, k.microbatches}.steps() + k.extra_steps;
     const Config c = async_config(k.schedule, k.vertical_sync, p, k.microbatches, steps);
@@ -91,7 +91,7 @@ TEST(Asynchronous, DataParallelLayoutsReproduceTheReference) {
         const int steps = schedule::Horizon{p, local}.steps() + k.extra_steps;
         Config c = async_config(k.schedule, k.vertical_sync, p, local * d, steps);
         c.pipeline.data_parallel = d;
-        c.pipeline.dp_reduction = reduction;
+        c.pipeline.dp_reduction = enum_value<DpReduction>(reduction);
         SCOPED_TRACE(fmt::format("{} vertical_sync={} {}x{} {} m={} steps={}", k.schedule, k.vertical_sync, p, d,
                                  reduction, local * d, steps));
         const bool exact = reduction == "ordered" || d == 2;
@@ -121,7 +121,7 @@ TEST(Asynchronous, AutoTransportIsMpi) {
   for (const char* schedule : {"pipedream", "2bw"}) {
     Config c = async_config(schedule, 0, 1, 2, 1);
     EXPECT_EQ(runtime::default_transport(c.pipeline), "mpi") << schedule;
-    c.pipeline.transport = "nccl";
+    c.pipeline.transport = TransportChoice::nccl;
     EXPECT_EQ(runtime::default_transport(c.pipeline), "nccl") << schedule << ": asked for, then refused by the trainer";
   }
 }

@@ -38,7 +38,7 @@ Config config(int pipeline_size, const std::string& schedule, int chunks) {
   c.train.steps = 6;  // the lr schedule of every run below spans the same 6 steps
   c.optim.warmup_steps = 2;
   c.pipeline.pipeline_size = pipeline_size;
-  c.pipeline.schedule = schedule;
+  c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
   c.pipeline.chunks = chunks;
   return c;
 }

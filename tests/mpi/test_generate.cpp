@@ -31,7 +31,7 @@ Config generation_config(int vocab) {
 std::vector<Token> generate(Config c, MPI_Comm comm, int stages, int chunks, const runtime::SamplingOptions& o) {
   c.pipeline.pipeline_size = stages;
   c.pipeline.chunks = chunks;
-  c.pipeline.schedule = chunks > 1 ? "interleaved" : "1f1b";
+  c.pipeline.schedule = enum_value<ScheduleKind>(chunks > 1 ? "interleaved" : "1f1b");
   c.train.batch = c.train.microbatches = stages;  // one sequence per micro-batch; interleaving needs p of them
   auto grid = comm::make_grid(comm, stages, 1);
   std::vector<Token> tokens{'T', 'h', 'e', ' '};

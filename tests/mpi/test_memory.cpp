@@ -35,11 +35,11 @@ Config config_for(const std::string& schedule, int pipeline, int replicas, const
   c.train.microbatches = 4 * replicas;
   c.train.batch = 8 * replicas;  // 2 sequences per micro-batch
   c.train.eval_batches = 1;
-  c.pipeline.schedule = schedule;
+  c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
   c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
   c.pipeline.pipeline_size = pipeline;
   c.pipeline.data_parallel = replicas;
-  c.memory.recompute = recompute;
+  c.memory.recompute = enum_value<Recompute>(recompute);
   return c;
 }
 
@@ -84,7 +84,7 @@ TEST(Memory, PredictionEqualsMeasurementForEverySchedule) {
   for (const std::string schedule : {"gpipe", "1f1b", "zb-v"})
     for (const std::string recompute : {"none", "block"}) {
       Config c = config_for(schedule, n, 1, recompute);
-      c.pipeline.partition = "balanced";
+      c.pipeline.partition = PartitionKind::balanced;
       expect_prediction_equals_measurement(c, schedule + " balanced recompute=" + recompute + " p=" + std::to_string(n));
     }
 }
@@ -119,7 +119,7 @@ TEST(Memory, PredictionEqualsMeasurementForAsynchronousSchedules) {
         if (replicas == 1 && reduction == "allreduce") continue;
         Config c = config_for(schedule, n / replicas, replicas, "none");
         c.pipeline.vertical_sync = vertical;
-        c.pipeline.dp_reduction = reduction;
+        c.pipeline.dp_reduction = enum_value<DpReduction>(reduction);
         c.train.steps = 7;  // past the lists' horizon (5 steps at p = 4): their repeated step runs too
         expect_async_prediction_equals_measurement(
             c, fmt::format("{} vertical_sync={} {}x{} {}", schedule, vertical, n / replicas, replicas, reduction));
@@ -133,7 +133,7 @@ TEST(Memory, PredictionEqualsMeasurementWithReplicas) {
     for (const std::string schedule : {"1f1b", "zb-h1", "zb-v"})
       for (const std::string reduction : {"ordered", "allreduce"}) {
         Config c = config_for(schedule, n / replicas, replicas, "none");
-        c.pipeline.dp_reduction = reduction;
+        c.pipeline.dp_reduction = enum_value<DpReduction>(reduction);
         expect_prediction_equals_measurement(c, schedule + " " + reduction + " " + std::to_string(n / replicas) + "x" +
                                                     std::to_string(replicas));
       }

@@ -34,7 +34,7 @@ TEST(Pipeline, EveryScheduleMatchesOneRankBitForBit) {
   for (const std::string schedule : {"naive", "gpipe", "1f1b", "zb-h1"})
     for (int m : {1, 4, 8}) {
       Config c = small_config(2, m);
-      c.pipeline.schedule = schedule;
+      c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
       const TrainingRun reference = train(c, MPI_COMM_SELF);
       c.pipeline.pipeline_size = p;
       expect_identical(train(c, MPI_COMM_WORLD), reference, schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m));
@@ -47,7 +47,7 @@ TEST(Pipeline, InterleavedMatchesOneRankBitForBit) {
     Config c = small_config(6, m);
     const TrainingRun reference = train(c, MPI_COMM_SELF);
     c.pipeline.pipeline_size = p;
-    c.pipeline.schedule = "interleaved";
+    c.pipeline.schedule = ScheduleKind::interleaved;
     c.pipeline.chunks = 2;
     expect_identical(train(c, MPI_COMM_WORLD), reference, "interleaved v=2 p=" + std::to_string(p) + " m=" + std::to_string(m));
   }
@@ -60,7 +60,7 @@ TEST(Pipeline, ZeroBubbleVMatchesOneRankBitForBit) {
     Config c = small_config(6, m);
     const TrainingRun reference = train(c, MPI_COMM_SELF);
     c.pipeline.pipeline_size = p;
-    c.pipeline.schedule = "zb-v";
+    c.pipeline.schedule = ScheduleKind::zb_v;
     c.pipeline.chunks = 2;
     expect_identical(train(c, MPI_COMM_WORLD), reference, "zb-v p=" + std::to_string(p) + " m=" + std::to_string(m));
   }
@@ -76,9 +76,9 @@ TEST(Pipeline, RecomputationMatchesOneRankBitForBit) {
       if (mode != "block" && schedule != "zb-h1" && schedule != "1f1b") continue;  // every mode on two, block on all
       Config c = small_config(6, 4);
       c.pipeline.pipeline_size = p;
-      c.pipeline.schedule = schedule;
+      c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
       c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
-      c.memory.recompute = mode;
+      c.memory.recompute = enum_value<Recompute>(mode);
       expect_identical(train(c, MPI_COMM_WORLD), reference, schedule + " recompute=" + mode + " p=" + std::to_string(p));
     }
 }
@@ -88,7 +88,7 @@ TEST(Pipeline, BalancedPartitionMatchesOneRankBitForBit) {
   Config c = small_config(4, 4);
   const TrainingRun reference = train(c, MPI_COMM_SELF);
   c.pipeline.pipeline_size = p;
-  c.pipeline.partition = "balanced";
+  c.pipeline.partition = PartitionKind::balanced;
   expect_identical(train(c, MPI_COMM_WORLD), reference, "balanced p=" + std::to_string(p));
 }
 
@@ -98,7 +98,7 @@ TEST(Pipeline, MeasuredPeakStashEqualsTheValidatorsCount) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"}) {
     Config c = small_config(2, 8);
-    c.pipeline.schedule = schedule;
+    c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
     c.pipeline.pipeline_size = p;
     const TrainingRun run = train(c, MPI_COMM_WORLD);
     EXPECT_EQ(run.peak_stash, run.predicted_stash.at(rank)) << schedule << " rank " << rank;
@@ -131,7 +131,7 @@ TEST(Pipeline, DataParallelOrderedReductionMatchesOneRankBitForBit) {
       for (int group : {1, 2}) {
         if ((schedule == "interleaved" || schedule == "zb-v") && group == 2) continue;
         Config c = one_rank;
-        c.pipeline.schedule = schedule;
+        c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
         c.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
         c.pipeline.pipeline_size = p;
         c.pipeline.data_parallel = replicas;
@@ -158,7 +158,7 @@ TEST(Pipeline, DataParallelAllreduceTracksOneRankUpToRounding) {
   const TrainingRun reference = train(c, MPI_COMM_SELF);
   c.pipeline.pipeline_size = n / 2;
   c.pipeline.data_parallel = 2;
-  c.pipeline.dp_reduction = "allreduce";
+  c.pipeline.dp_reduction = DpReduction::allreduce;
   const TrainingRun run = train(c, MPI_COMM_WORLD);
   // Replicas' sums are added in another association than one rank's running sum: equal up to rounding.
   for (std::size_t s = 0; s < reference.losses.size(); ++s)
@@ -177,7 +177,7 @@ TEST(Pipeline, BadLayoutsAreRejectedOnEveryRankBeforeWork) {
   {
     Config c = small_config(2, 4);
     c.pipeline.pipeline_size = n;
-    c.pipeline.schedule = "interleaved";
+    c.pipeline.schedule = ScheduleKind::interleaved;
     c.pipeline.chunks = 5;
     auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
     EXPECT_THROW(runtime::Trainer<float>(c, test::corpus(), grid), InputError);
@@ -188,7 +188,7 @@ TEST(Pipeline, BadLayoutsAreRejectedOnEveryRankBeforeWork) {
     Config c = small_config(6, 2 * n - 1);
     c.train.batch = 2 * n - 1;
     c.pipeline.pipeline_size = n;
-    c.pipeline.schedule = "interleaved";
+    c.pipeline.schedule = ScheduleKind::interleaved;
     c.pipeline.chunks = 2;
     auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
     EXPECT_THROW(runtime::Trainer<float>(c, test::corpus(), grid), InputError);

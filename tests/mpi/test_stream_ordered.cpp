@@ -49,7 +49,7 @@ TEST(StreamOrderedTransport, EveryScheduleMatchesOneRankBitForBit) {
   for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"})
     for (int m : {1, 4}) {
       Config c = bounded_config(2, m);
-      c.pipeline.schedule = schedule;
+      c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
       expect_like_one_rank(c, p, 1, schedule + " p=" + std::to_string(p) + " m=" + std::to_string(m));
     }
 }
@@ -59,12 +59,12 @@ TEST(StreamOrderedTransport, EveryScheduleMatchesOneRankBitForBit) {
 TEST(StreamOrderedTransport, ChunkedSchedulesMatchOneRankBitForBit) {
   const int p = world_size();
   Config c = bounded_config(6, 2 * p);
-  c.pipeline.schedule = "interleaved";
+  c.pipeline.schedule = ScheduleKind::interleaved;
   c.pipeline.chunks = 2;
   expect_like_one_rank(c, p, 1, "interleaved v=2 p=" + std::to_string(p));
-  c.pipeline.schedule = "gpipe";
+  c.pipeline.schedule = ScheduleKind::gpipe;
   expect_like_one_rank(c, p, 1, "gpipe v=2 p=" + std::to_string(p));
-  c.pipeline.schedule = "zb-v";
+  c.pipeline.schedule = ScheduleKind::zb_v;
   expect_like_one_rank(c, p, 1, "zb-v p=" + std::to_string(p));
 }
 
@@ -72,13 +72,13 @@ TEST(StreamOrderedTransport, OrderedReplicaReductionMatchesOneRankBitForBit) {
   const int n = world_size();
   if (n == 1) GTEST_SKIP() << "two replicas need two ranks";
   Config c = bounded_config(2, 4);
-  c.pipeline.schedule = "1f1b";
+  c.pipeline.schedule = ScheduleKind::one_f_one_b;
   expect_like_one_rank(c, n / 2, 2, std::to_string(n / 2) + " pipeline x 2 data-parallel, ordered");
   // The running sums travel between the pipelines' messages (schedule/reduction.hpp), on the stream too.
   c.pipeline.dp_reduction_group = 2;
   expect_like_one_rank(c, n / 2, 2, std::to_string(n / 2) + " pipeline x 2 data-parallel, ordered, groups of 2");
   c.pipeline.dp_reduction_group = 1;
-  c.pipeline.schedule = "zb-h1";
+  c.pipeline.schedule = ScheduleKind::zb_h1;
   expect_like_one_rank(c, n / 2, 2, std::to_string(n / 2) + " pipeline x 2 data-parallel, ordered, zb-h1");
 }
 

@@ -68,10 +68,10 @@ std::vector<double> random_costs(std::mt19937& rng, int n) {
 
 TEST(Partition, UniformSplitsByCountEarlierStagesFirst) {
   const std::vector<double> costs(10, 1.0);
-  EXPECT_EQ(partition_layers(costs, 4, "uniform"),
+  EXPECT_EQ(partition_layers(costs, 4, PartitionKind::uniform),
             (std::vector<LayerRange>{{0, 3}, {3, 6}, {6, 8}, {8, 10}}));
-  EXPECT_EQ(partition_layers(costs, 10, "uniform").back(), (LayerRange{9, 10}));
-  EXPECT_EQ(partition_layers(costs, 1, "uniform"), (std::vector<LayerRange>{{0, 10}}));
+  EXPECT_EQ(partition_layers(costs, 10, PartitionKind::uniform).back(), (LayerRange{9, 10}));
+  EXPECT_EQ(partition_layers(costs, 1, PartitionKind::uniform), (std::vector<LayerRange>{{0, 10}}));
 }
 
 TEST(Partition, BothMethodsCoverAllLayersContiguously) {
@@ -79,7 +79,7 @@ TEST(Partition, BothMethodsCoverAllLayersContiguously) {
   for (int n = 1; n <= 20; ++n)
     for (int stages = 1; stages <= n; ++stages) {
       const auto costs = random_costs(rng, n);
-      for (const auto& method : partition_methods()) {
+      for (const auto method : {PartitionKind::uniform, PartitionKind::balanced}) {
         SCOPED_TRACE(fmt::format("{} n={} stages={}", method, n, stages));
         expect_cover(partition_layers(costs, stages, method), n, stages);
       }
@@ -93,26 +93,26 @@ TEST(Partition, BalancedIsOptimalAndNeverWorseThanUniform) {
       for (int stages = 1; stages <= std::min(n, 5); ++stages) {
         SCOPED_TRACE(fmt::format("trial {} n={} stages={}", trial, n, stages));
         const auto costs = random_costs(rng, n);
-        const double balanced = bottleneck(costs, partition_layers(costs, stages, "balanced"));
+        const double balanced = bottleneck(costs, partition_layers(costs, stages, PartitionKind::balanced));
         EXPECT_EQ(balanced, brute_force(costs, stages));
-        EXPECT_LE(balanced, bottleneck(costs, partition_layers(costs, stages, "uniform")));
+        EXPECT_LE(balanced, bottleneck(costs, partition_layers(costs, stages, PartitionKind::uniform)));
       }
 }
 
 TEST(Partition, BalancedFollowsTheCosts) {
   // A heavy last layer (like the LM head) gets a stage of its own.
-  EXPECT_EQ(partition_layers({1, 1, 1, 1, 1, 1, 6}, 2, "balanced"), (std::vector<LayerRange>{{0, 6}, {6, 7}}));
+  EXPECT_EQ(partition_layers({1, 1, 1, 1, 1, 1, 6}, 2, PartitionKind::balanced), (std::vector<LayerRange>{{0, 6}, {6, 7}}));
   // Ties go the uniform way: equal costs give the uniform partition.
   for (int n = 1; n <= 12; ++n)
     for (int stages = 1; stages <= n; ++stages) {
       const std::vector<double> costs(n, 2.5);
-      EXPECT_EQ(partition_layers(costs, stages, "balanced"), partition_layers(costs, stages, "uniform"))
+      EXPECT_EQ(partition_layers(costs, stages, PartitionKind::balanced), partition_layers(costs, stages, PartitionKind::uniform))
           << "n=" << n << " stages=" << stages;
     }
   // Among partitions with the same bottleneck, the evener one: {4 | 1 1 | 1 1} rather than {4 | 1 | 1 1 1}.
-  EXPECT_EQ(partition_layers({4, 1, 1, 1, 1}, 3, "balanced"), (std::vector<LayerRange>{{0, 1}, {1, 3}, {3, 5}}));
+  EXPECT_EQ(partition_layers({4, 1, 1, 1, 1}, 3, PartitionKind::balanced), (std::vector<LayerRange>{{0, 1}, {1, 3}, {3, 5}}));
   // Zero-cost layers are fine.
-  expect_cover(partition_layers({0, 0, 0, 5}, 3, "balanced"), 4, 3);
+  expect_cover(partition_layers({0, 0, 0, 5}, 3, PartitionKind::balanced), 4, 3);
 }
 
 TEST(Partition, ModelDescription) {
@@ -125,9 +125,9 @@ TEST(Partition, ModelDescription) {
                                  model.layers[1].backward_weight_flops);
   for (int ranks = 1; ranks <= 4; ++ranks)
     for (int chunks = 1; ranks * chunks <= 8; ++chunks) {
-      const auto balanced = partition_layers(model, ranks, chunks, "balanced");
+      const auto balanced = partition_layers(model, ranks, chunks, PartitionKind::balanced);
       expect_cover(balanced, 8, ranks * chunks);
-      EXPECT_LE(bottleneck(costs, balanced), bottleneck(costs, partition_layers(model, ranks, chunks, "uniform")));
+      EXPECT_LE(bottleneck(costs, balanced), bottleneck(costs, partition_layers(model, ranks, chunks, PartitionKind::uniform)));
     }
 }
 
@@ -159,10 +159,10 @@ TEST(Partition, TheLastStageGetsFewerBlocksAsTheVocabularyGrows) {
     std::vector<int> last_blocks;
     for (const int vocab : {256, 2048, 8192, 32768}) {
       const auto model = small_model(vocab, 8);
-      const auto ranges = partition_layers(model, ranks, 1, "balanced", {{}, 4});
+      const auto ranges = partition_layers(model, ranks, 1, PartitionKind::balanced, {{}, 4});
       last_blocks.push_back(blocks_per_stage(model, ranges).back());
       const auto costs = layer_costs(model);
-      EXPECT_LE(bottleneck(costs, ranges), bottleneck(costs, partition_layers(model, ranks, 1, "uniform")));
+      EXPECT_LE(bottleneck(costs, ranges), bottleneck(costs, partition_layers(model, ranks, 1, PartitionKind::uniform)));
     }
     SCOPED_TRACE(fmt::format("{} ranks: blocks on the last stage {}", ranks, fmt::join(last_blocks, ", ")));
     for (std::size_t i = 1; i < last_blocks.size(); ++i) EXPECT_LE(last_blocks[i], last_blocks[i - 1]);
@@ -176,16 +176,16 @@ TEST(Partition, AmongEquallyFastPartitionsTheLeastMemoryWins) {
   // so the first two stages may split the four blocks in several equally fast ways. Without memory the
   // evenest wins; with it, the first stage (three micro-batches in flight, and the table) keeps none.
   const std::vector<double> time{0, 1, 1, 1, 1, 5};
-  EXPECT_EQ(partition_layers(time, 3, "balanced"), (std::vector<LayerRange>{{0, 3}, {3, 5}, {5, 6}}));
+  EXPECT_EQ(partition_layers(time, 3, PartitionKind::balanced), (std::vector<LayerRange>{{0, 3}, {3, 5}, {5, 6}}));
   LayerMemory memory{{10, 1, 1, 1, 1, 1}, {0, 1, 1, 1, 1, 1}, {3, 2, 1}};
-  const auto ranges = partition_layers(time, 3, "balanced", memory);
+  const auto ranges = partition_layers(time, 3, PartitionKind::balanced, memory);
   EXPECT_EQ(ranges, (std::vector<LayerRange>{{0, 1}, {1, 5}, {5, 6}}));
   EXPECT_EQ(stage_memory(memory, ranges), (std::vector<double>{10, 12, 2}));
   // Memory never costs time: the bottleneck stays the head's.
   EXPECT_EQ(bottleneck(time, ranges), 5);
   // A table too small to matter leaves the evenest partition.
   memory.state[0] = 0;
-  EXPECT_EQ(partition_layers(time, 3, "balanced", memory), (std::vector<LayerRange>{{0, 3}, {3, 5}, {5, 6}}));
+  EXPECT_EQ(partition_layers(time, 3, PartitionKind::balanced, memory), (std::vector<LayerRange>{{0, 3}, {3, 5}, {5, 6}}));
 }
 
 TEST(Partition, TheEmbeddingTableKeepsBlocksOffTheFirstStage) {
@@ -198,7 +198,7 @@ TEST(Partition, TheEmbeddingTableKeepsBlocksOffTheFirstStage) {
   for (const int vocab : {256, 2048, 8192, 65536}) {
     const auto model = small_model(vocab, 8);
     const InFlight one_f_one_b{{4, 3, 2, 1}, 4};
-    const auto ranges = partition_layers(model, 4, 1, "balanced", one_f_one_b);
+    const auto ranges = partition_layers(model, 4, 1, PartitionKind::balanced, one_f_one_b);
     if (vocab <= 8192) first_blocks.push_back(blocks_per_stage(model, ranges).front());
     const auto memory = layer_memory(model, 4, 1, one_f_one_b);
     const auto per_stage = stage_memory(memory, ranges);
@@ -229,23 +229,23 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatTheScheduleHolds) {
   c.train.batch = 16;
   c.train.microbatches = 8;
   c.pipeline.pipeline_size = 4;
-  c.pipeline.partition = "balanced";
+  c.pipeline.partition = PartitionKind::balanced;
   for (const std::string schedule : {"gpipe", "1f1b", "zb-h1"})
     for (const int replicas : {1, 2}) {
-      c.pipeline.schedule = schedule;
+      c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
       c.pipeline.data_parallel = replicas;
       const auto run = schedule::configured_schedule(c);
       const InFlight held = in_flight(run, 2);
       EXPECT_EQ(held.sequences, 2);
       EXPECT_EQ(held.per_rank, schedule::peak_stash(run.replicas.front())) << schedule << " x " << replicas;
       const auto model = model::describe(c.model);
-      EXPECT_EQ(configured_partition(c, model, run), partition_layers(model, 4, 1, "balanced", held)) << schedule;
+      EXPECT_EQ(configured_partition(c, model, run), partition_layers(model, 4, 1, PartitionKind::balanced, held)) << schedule;
     }
   // GPipe holds every micro-batch on every rank, 1F1B p - r: the memory the partition weighs differs.
   c.pipeline.data_parallel = 1;
-  c.pipeline.schedule = "gpipe";
+  c.pipeline.schedule = ScheduleKind::gpipe;
   EXPECT_EQ(in_flight(schedule::configured_schedule(c), 2).per_rank, (std::vector<int>{8, 8, 8, 8}));
-  c.pipeline.schedule = "1f1b";
+  c.pipeline.schedule = ScheduleKind::one_f_one_b;
   EXPECT_EQ(in_flight(schedule::configured_schedule(c), 2).per_rank, (std::vector<int>{4, 3, 2, 1}));
 }
 
@@ -257,11 +257,11 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatRecomputationKeeps) {
   c.train.batch = 16;
   c.train.microbatches = 8;
   c.pipeline.pipeline_size = 4;
-  c.pipeline.partition = "balanced";
+  c.pipeline.partition = PartitionKind::balanced;
   const auto model = model::describe(c.model);
   const auto run = schedule::configured_schedule(c);
   const auto kept_all = configured_partition(c, model, run);
-  c.memory.recompute = "block";
+  c.memory.recompute = Recompute::block;
   const auto kept_block = configured_partition(c, model, run);
   EXPECT_EQ(kept_all, (std::vector<LayerRange>{{0, 1}, {1, 3}, {3, 5}, {5, 6}}));
   EXPECT_EQ(kept_block, (std::vector<LayerRange>{{0, 2}, {2, 4}, {4, 5}, {5, 6}}));
@@ -291,17 +291,15 @@ TEST(Partition, Errors) {
   ModelConfig config;
   config.n_layers = 4;
   const model::ModelDesc model = model::describe(config);
-  EXPECT_EQ(test::input_error_of([&] { partition_layers(model, 4, 2, "uniform"); }),
+  EXPECT_EQ(test::input_error_of([&] { partition_layers(model, 4, 2, PartitionKind::uniform); }),
             "pipeline.pipeline_size = 4 x pipeline.chunks = 2 = 8 virtual stages for a model of 6 layers (embedding, "
             "4 blocks, head): at most one stage per layer");
-  EXPECT_EQ(test::input_error_of([&] { partition_layers(model, 2, 1, "greedy"); }),
-            "pipeline.partition = 'greedy': unknown method (uniform, balanced)");
-  EXPECT_NE(test::input_error_of([&] { partition_layers(model, 0, 1, "uniform"); }).find("pipeline.pipeline_size = 0"),
+  EXPECT_NE(test::input_error_of([&] { partition_layers(model, 0, 1, PartitionKind::uniform); }).find("pipeline.pipeline_size = 0"),
             std::string::npos);
-  EXPECT_NE(test::input_error_of([&] { partition_layers(model, 2, 0, "uniform"); }).find("pipeline.chunks = 0"), std::string::npos);
-  EXPECT_EQ(test::input_error_of([] { partition_layers({1, 2, 3}, 4, "balanced"); }),
+  EXPECT_NE(test::input_error_of([&] { partition_layers(model, 2, 0, PartitionKind::uniform); }).find("pipeline.chunks = 0"), std::string::npos);
+  EXPECT_EQ(test::input_error_of([] { partition_layers({1, 2, 3}, 4, PartitionKind::balanced); }),
             "partition: 4 stages for 3 layers: need between 1 and 3 (at least one layer per stage)");
-  EXPECT_NE(test::input_error_of([] { partition_layers({1, -2, 3}, 2, "balanced"); }).find("layer 1 cost -2"), std::string::npos);
+  EXPECT_NE(test::input_error_of([] { partition_layers({1, -2, 3}, 2, PartitionKind::balanced); }).find("layer 1 cost -2"), std::string::npos);
 }
 
 }  // namespace

@@ -93,7 +93,7 @@ TEST(Planner, ProfileFileRoundTrips) {
   Profile p;
   p.model = bench().model;
   p.sequences = 2;
-  p.recompute = "mlp";
+  p.recompute = Recompute::mlp;
   p.steps = 5;
   p.block = {0.001, 0.002, 0.003, 0.0004};
   p.optimizer = 1e-8;
@@ -102,7 +102,7 @@ TEST(Planner, ProfileFileRoundTrips) {
   const Profile q = read_profile(path);
   EXPECT_EQ(q.model.d_model, 256);
   EXPECT_EQ(q.sequences, 2);
-  EXPECT_EQ(q.recompute, "mlp");
+  EXPECT_EQ(q.recompute, Recompute::mlp);
   EXPECT_DOUBLE_EQ(q.block[3], 0.0004);
   EXPECT_DOUBLE_EQ(q.optimizer, 1e-8);
   EXPECT_TRUE(profile_fits(q, bench().model));

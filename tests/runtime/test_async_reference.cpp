@@ -18,7 +18,7 @@ namespace {
 
 Config async_config(const std::string& schedule, int stages, int microbatches, int steps) {
   Config c = test::tiny_config(steps);
-  c.pipeline.schedule = schedule;
+  c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
   c.pipeline.pipeline_size = stages;
   c.train.microbatches = microbatches;
   c.train.batch = microbatches * 2;
@@ -38,7 +38,7 @@ TEST(AsyncReference, OneStagePipeDreamIsPlainTrainingWithOneMicroBatchPerStep) {
   }
   // Plain: batch = one micro-batch, m times as many steps, the lr schedule's steps scaled alike.
   Config plain = a;
-  plain.pipeline.schedule = "1f1b";
+  plain.pipeline.schedule = ScheduleKind::one_f_one_b;
   plain.train.batch = 2;
   plain.train.microbatches = 1;
   plain.train.steps = steps * m;
@@ -60,7 +60,7 @@ TEST(AsyncReference, ReadsTheRulesVersionsAndHoldsTheTheorysCount) {
     SCOPED_TRACE(fmt::format("{} vertical_sync={}", name, vertical));
     runtime::AsyncReference<float> reference(c, test::corpus());
     for (int t = 0; t < 3; ++t) reference.step();
-    const auto updates = schedule::updates_of(name, vertical == 1);
+    const auto updates = schedule::updates_of(enum_value<ScheduleKind>(name), vertical == 1);
     for (int s = 0; s < 4; ++s) {
       EXPECT_EQ(reference.peak_versions(s), schedule::versions_bound(updates, 4, s)) << "stage " << s;
       for (int k = 0; k < 12; ++k)

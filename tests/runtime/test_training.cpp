@@ -96,7 +96,7 @@ TEST(Training, SameSeedSameChecksumOtherSeedOtherChecksum) {
 TEST(Training, SgdWithMomentumAlsoLearns) {
   Config c = quick_config();
   c.train.steps = 30;
-  c.optim.kind = "sgd";
+  c.optim.kind = OptimizerKind::sgd;
   c.optim.lr = 0.5;
   const auto r = train(c, test::corpus());
   EXPECT_LT(r.losses.back(), r.losses.front() - 0.5);

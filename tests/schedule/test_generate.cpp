@@ -181,7 +181,7 @@ TEST(Generate, RejectsWhatItCannotDo) {
   EXPECT_NE(test::input_error_of([] { generate("1f1b", 2, 0, 1); }).find("train.microbatches = 0"), std::string::npos);
   EXPECT_NE(test::input_error_of([] { generate("naive", 2, 2, 0); }).find("pipeline.chunks = 0"), std::string::npos);
   EXPECT_NE(test::input_error_of([] { generate("zb-v", 4, 8, 1); }).find("pipeline.chunks = 1"), std::string::npos);
-  EXPECT_EQ(schedule_names().size(), 6u);
+  EXPECT_EQ(synchronous_schedules().size(), 6u);
 }
 
 }  // namespace

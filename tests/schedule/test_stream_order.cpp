@@ -41,7 +41,8 @@ std::string stream_error_of(const Replicated& r) {
 // both ways between two ranks and do.
 TEST(StreamOrder, EveryGeneratedScheduleIsSafeUnderNcclAfterThePass) {
   int checked = 0, changed = 0;
-  for (const std::string& name : schedule_names())
+  for (const ScheduleKind kind : synchronous_schedules()) {
+    const std::string name{to_string(kind)};
     for (int ranks = 1; ranks <= 6; ++ranks)
       for (int chunks = 1; chunks <= (name == "interleaved" || name == "gpipe" || name == "naive" ? 3 : 2); ++chunks)
         for (int m = 1; m <= 12; ++m) {
@@ -63,6 +64,7 @@ TEST(StreamOrder, EveryGeneratedScheduleIsSafeUnderNcclAfterThePass) {
             ++checked;
           }
         }
+  }
   EXPECT_GT(checked, 600);
   EXPECT_GT(changed, 0);
 }

@@ -19,7 +19,7 @@ inline Config async_config(const std::string& schedule, int vertical_sync, int s
   c.train.eval_batches = 2;
   c.optim.warmup_steps = 1;
   c.optim.grad_clip = 0.5;
-  c.pipeline.schedule = schedule;
+  c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
   c.pipeline.vertical_sync = vertical_sync;
   c.pipeline.pipeline_size = stages;
   return c;

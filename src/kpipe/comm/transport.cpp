@@ -245,14 +245,13 @@ Transfer StagedMpiTransport::broadcast(const ExecSpace& space, void* data, std::
 
 // ---- choosing one ----
 
-std::unique_ptr<Transport> make_transport(const std::string& kind, MPI_Comm comm, double timeout_s) {
-  if (kind == "nccl") return make_nccl_transport(comm, timeout_s);
-  if (kind == "mpi-stream-ordered") {
+std::unique_ptr<Transport> make_transport(TransportKind kind, MPI_Comm comm, double timeout_s) {
+  if (kind == TransportKind::nccl) return make_nccl_transport(comm, timeout_s);
+  if (kind == TransportKind::mpi_stream_ordered) {
     if (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible)
       throw std::invalid_argument("make_transport: mpi-stream-ordered needs host-accessible buffers");
     return std::make_unique<StreamOrderedMpiTransport>(comm, timeout_s);
   }
-  if (kind != "mpi") throw std::invalid_argument("make_transport: unknown transport '" + kind + "'");
 #if defined(KPIPE_CUDA_AWARE_MPI)
   constexpr bool mpi_reads_device = true;
 #else

@@ -19,6 +19,7 @@
 #include <string>
 #include <type_traits>
 
+#include "kpipe/core/config.hpp"
 #include "kpipe/core/tensor.hpp"
 
 namespace kpipe::comm {
@@ -131,11 +132,26 @@ class StagedMpiTransport final : public MpiTransport {
   std::unique_ptr<Impl> impl_;
 };
 
-// kind "mpi": the MPI transport for kpipe's memory space (plain where MPI can read it: host backends or
-// KPIPE_ENABLE_CUDA_AWARE_MPI; staged otherwise). kind "nccl": NcclTransport, built from an ncclUniqueId
-// broadcast over comm (a collective; bounded by timeout_s). kind "mpi-stream-ordered": MPI with NCCL's
-// semantics, for tests on host backends (comm/stream_ordered_mpi.hpp). Other kinds are a bug (the config is
-// validated).
-std::unique_ptr<Transport> make_transport(const std::string& kind, MPI_Comm comm, double timeout_s);
+// What moves a run's data:
+//  - mpi: the MPI transport for kpipe's memory space (plain where MPI can read it: host backends or
+//    KPIPE_ENABLE_CUDA_AWARE_MPI; staged through pinned host buffers otherwise);
+//  - nccl: NcclTransport, built from an ncclUniqueId broadcast over the communicator (a collective; bounded);
+//  - mpi_stream_ordered: MPI with NCCL's semantics, so that host builds run NCCL's path end to end (tests;
+//    comm/stream_ordered_mpi.hpp).
+enum class TransportKind : std::uint8_t { mpi, nccl, mpi_stream_ordered };
+// NCCL and its emulation run transfers in stream order, exactly where the lists put them.
+constexpr bool stream_ordered(TransportKind kind) { return kind != TransportKind::mpi; }
+
+std::unique_ptr<Transport> make_transport(TransportKind kind, MPI_Comm comm, double timeout_s);
+
+}  // namespace kpipe::comm
+
+namespace kpipe {
+template <> struct EnumText<comm::TransportKind> {
+  static constexpr std::array<std::string_view, 3> names{"mpi", "nccl", "mpi-stream-ordered"};
+};
+}  // namespace kpipe
+
+namespace kpipe::comm {
 
 }  // namespace kpipe::comm

@@ -2,10 +2,94 @@
 // The run configuration: plain data, one struct per TOML table ([model], [train], [optim], [data],
 // [pipeline], [output]). Every field is a key, settable in the TOML file and on the command line as
 // --table.key (see core/config_io.hpp). Defaults here are the "tiny" preset's.
+#include <fmt/format.h>
+
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kpipe {
+
+// The enumerated keys. Each enum's values are named, in order, once: in its EnumText specialization below,
+// which the key table (core/config_io.cpp), --help, the TOML dump and every message read.
+enum class OptimizerKind : std::uint8_t { adamw, sgd };
+enum class ScheduleKind : std::uint8_t { naive, gpipe, one_f_one_b, interleaved, zb_h1, zb_v, pipedream, two_bw };
+enum class PartitionKind : std::uint8_t { uniform, balanced };
+enum class DpReduction : std::uint8_t { ordered, allreduce };
+enum class TransportChoice : std::uint8_t { automatic, mpi, nccl };
+// Which block activations are dropped after the forward and computed again before backward (nn/block.hpp).
+enum class Recompute : std::uint8_t { none, attention, mlp, block };
+enum class CheckpointFallback : std::uint8_t { error, previous };
+enum class CheckpointFailure : std::uint8_t { stop, keep_training };
+enum class OtherRuns : std::uint8_t { refuse, keep };
+
+template <class E> struct EnumText;
+template <> struct EnumText<OptimizerKind> {
+  static constexpr std::array<std::string_view, 2> names{"adamw", "sgd"};
+};
+template <> struct EnumText<ScheduleKind> {
+  static constexpr std::array<std::string_view, 8> names{"naive", "gpipe",     "1f1b",      "interleaved",
+                                                          "zb-h1", "zb-v",      "pipedream", "2bw"};
+};
+template <> struct EnumText<PartitionKind> {
+  static constexpr std::array<std::string_view, 2> names{"uniform", "balanced"};
+};
+template <> struct EnumText<DpReduction> {
+  static constexpr std::array<std::string_view, 2> names{"ordered", "allreduce"};
+};
+template <> struct EnumText<TransportChoice> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "mpi", "nccl"};
+};
+template <> struct EnumText<Recompute> {
+  static constexpr std::array<std::string_view, 4> names{"none", "attention", "mlp", "block"};
+};
+template <> struct EnumText<CheckpointFallback> {
+  static constexpr std::array<std::string_view, 2> names{"error", "previous"};
+};
+template <> struct EnumText<CheckpointFailure> {
+  static constexpr std::array<std::string_view, 2> names{"stop", "continue"};
+};
+template <> struct EnumText<OtherRuns> {
+  static constexpr std::array<std::string_view, 2> names{"refuse", "keep"};
+};
+
+// The name of an enumerated value as the configuration spells it ("1f1b", "auto").
+template <class E, class = decltype(EnumText<E>::names)> constexpr std::string_view to_string(E value) {
+  return EnumText<E>::names[std::size_t(value)];
+}
+// The value a name spells, if any.
+template <class E> constexpr std::optional<E> enum_from_string(std::string_view text) {
+  for (std::size_t i = 0; i < EnumText<E>::names.size(); ++i)
+    if (EnumText<E>::names[i] == text) return E(i);
+  return std::nullopt;
+}
+
+}  // namespace kpipe
+
+// Messages name an enumerated value as the configuration spells it.
+template <class E>
+struct fmt::formatter<E, char, std::void_t<decltype(kpipe::EnumText<E>::names)>> : fmt::formatter<std::string_view> {
+  template <class Context> auto format(E value, Context& context) const {
+    return fmt::formatter<std::string_view>::format(kpipe::to_string(value), context);
+  }
+};
+
+namespace kpipe {
+
+// The value a name spells, for code that holds names (tools' own options, tests); std::invalid_argument if none.
+template <class E> E enum_value(std::string_view text) {
+  if (const auto value = enum_from_string<E>(text)) return *value;
+  throw std::invalid_argument(fmt::format("'{}' names no value of this enumeration", text));
+}
+
+// The asynchronous schedules (no flush: PipeDream, PipeDream-2BW).
+constexpr bool is_asynchronous(ScheduleKind schedule) {
+  return schedule == ScheduleKind::pipedream || schedule == ScheduleKind::two_bw;
+}
 
 struct ModelConfig {
   int vocab = 256;        // bytes; kpipe-train raises it to the data's vocabulary (data::fit_vocabulary)
@@ -19,7 +103,7 @@ struct ModelConfig {
 };
 
 struct OptimizerConfig {
-  std::string kind = "adamw";  // "adamw" | "sgd"
+  OptimizerKind kind = OptimizerKind::adamw;
   double lr = 1e-3;            // peak learning rate
   double min_lr = 1e-4;        // floor of the cosine decay
   int warmup_steps = 10;       // linear warm-up to lr over this many steps
@@ -50,11 +134,11 @@ struct DataConfig {
 struct PipelineConfig {
   int pipeline_size = 1;        // stages (ranks per pipeline)
   int data_parallel = 1;        // pipeline replicas
-  std::string schedule = "1f1b";  // naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v | pipedream | 2bw
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int vertical_sync = 0;        // pipedream: 1, a micro-batch reads on every stage the version stage 0 read
   int chunks = 1;               // model chunks per rank (interleaved: any; zb-v: 2)
   std::string schedule_file;    // a hand-written schedule (text form) instead of a generated one
-  std::string partition = "uniform";  // uniform | balanced
+  PartitionKind partition = PartitionKind::uniform;
   double recv_timeout_s = 300;  // a receive waiting longer than this aborts the run with a message
   // How replicas combine gradients. "ordered": the micro-batches go to the replicas in round-robin groups of
   // dp_reduction_group, and the running sum of the weight gradients travels from replica to replica once per
@@ -62,19 +146,19 @@ struct PipelineConfig {
   // (docs/architecture.md, property 1), with each replica's weight-gradient work where its schedule puts it
   // (schedule/reduction.hpp). "allreduce": MPI_Allreduce of each replica's sum; faster, equal to one rank's
   // up to rounding.
-  std::string dp_reduction = "ordered";
+  DpReduction dp_reduction = DpReduction::ordered;
   int dp_reduction_group = 1;   // "ordered": consecutive micro-batches per hop of the running sum
   // How stages and replicas exchange data: "nccl" (GPU buffers through NCCL, on the compute stream), "mpi"
   // (MPI; device buffers through pinned host copies unless MPI is CUDA-aware), or "auto": NCCL when kpipe is
   // built with CUDA and NCCL and every rank of a node has a GPU of its own, MPI otherwise (comm/transport.hpp).
-  std::string transport = "auto";
+  TransportChoice transport = TransportChoice::automatic;
   // Host threads of each rank's Kokkos (OpenMP backend); 0 leaves it to Kokkos and OMP_NUM_THREADS.
   int threads_per_rank = 0;
 };
 
 // Memory: activation recomputation and the per-rank limit (memory/plan.hpp, docs/user-guide.md).
 struct MemoryConfig {
-  std::string recompute = "none";       // none | attention | mlp | block (nn/block.hpp)
+  Recompute recompute = Recompute::none;
   // Most bytes a rank may need (the memory plan's prediction); "auto": the memory available on the node
   // (on GPUs, on the device) shared by the ranks there; "none": no limit; or a size such as "6GiB".
   std::string limit_per_rank = "auto";
@@ -97,9 +181,9 @@ struct CheckpointConfig {
   int every = 0;                  // write one every this many steps (0: only at a stop signal)
   int keep = 3;                   // newest complete checkpoints of this run kept (at least 2)
   std::string resume;             // "" (start fresh), "latest" (in dir), or a checkpoint file
-  std::string fallback = "error"; // a corrupt checkpoint: "error" (exit 2) or "previous" (load the one before)
-  std::string on_failure = "stop";   // a checkpoint not written: "stop" (exit code 5) or "continue" training
-  std::string other_runs = "refuse"; // dir holds another run's checkpoints: "refuse" to start, or "keep" them
+  CheckpointFallback fallback = CheckpointFallback::error;  // a corrupt checkpoint: exit 2, or load the one before
+  CheckpointFailure on_failure = CheckpointFailure::stop;  // a checkpoint not written: exit code 5, or train on
+  OtherRuns other_runs = OtherRuns::refuse;  // dir holds another run's checkpoints: refuse to start, or keep them
 };
 
 struct Config {

@@ -25,14 +25,20 @@
 namespace kpipe {
 namespace {
 
+// An enumerated key's field, read and written through its names (EnumText).
+struct EnumRef {
+  std::function<std::string_view()> get;
+  std::function<void(std::string_view)> set;  // one of the key's choices
+};
+
 // Where a key's value lives inside a Config.
-using FieldRef = std::variant<int*, std::int64_t*, std::uint64_t*, double*, std::string*>;
+using FieldRef = std::variant<int*, std::int64_t*, std::uint64_t*, double*, std::string*, EnumRef>;
 
 struct Key {
   std::string name;                  // "table.key"
   std::string alias;                 // a short command-line spelling ("--steps"), or empty
   std::string help;
-  std::vector<std::string> choices;  // the allowed values of an enumerated string key
+  std::vector<std::string> choices;  // the allowed values of an enumerated key (its EnumText names)
   std::function<FieldRef(Config&)> field;
 
   std::string table() const { return name.substr(0, name.find('.')); }
@@ -40,10 +46,19 @@ struct Key {
 };
 
 template <class Section, class T>
-Key entry(std::string name, Section Config::*section, T Section::*member, std::string help, std::string alias = {},
-         std::vector<std::string> choices = {}) {
+Key entry(std::string name, Section Config::*section, T Section::*member, std::string help, std::string alias = {}) {
+  std::vector<std::string> choices;
+  if constexpr (std::is_enum_v<T>)
+    for (const std::string_view choice : EnumText<T>::names) choices.emplace_back(choice);
   return {std::move(name), std::move(alias), std::move(help), std::move(choices),
-          [section, member](Config& config) -> FieldRef { return &((config.*section).*member); }};
+          [section, member](Config& config) -> FieldRef {
+            T* field = &((config.*section).*member);
+            if constexpr (std::is_enum_v<T>)
+              return EnumRef{[field] { return to_string(*field); },
+                             [field](std::string_view text) { *field = *enum_from_string<T>(text); }};
+            else
+              return field;
+          }};
 }
 
 // The one table of keys: every field of Config, in the order to_toml writes them.
@@ -74,7 +89,7 @@ const std::vector<Key>& keys() {
       entry("train.eval_batches", &C::train, &T::eval_batches, "mini-batches of validation windows per evaluation"),
       entry("train.max_skipped_steps", &C::train, &T::max_skipped_steps,
             "stop with exit code 4 after this many non-finite steps in a row (0: never)"),
-      entry("optim.kind", &C::optim, &O::kind, "optimizer", "", {"adamw", "sgd"}),
+      entry("optim.kind", &C::optim, &O::kind, "optimizer"),
       entry("optim.lr", &C::optim, &O::lr, "peak learning rate", "--lr"),
       entry("optim.min_lr", &C::optim, &O::min_lr, "floor of the cosine decay"),
       entry("optim.warmup_steps", &C::optim, &O::warmup_steps, "linear warm-up steps"),
@@ -92,8 +107,7 @@ const std::vector<Key>& keys() {
       entry("pipeline.pipeline_size", &C::pipeline, &P::pipeline_size, "stages (ranks per pipeline)",
            "--pipeline-size"),
       entry("pipeline.data_parallel", &C::pipeline, &P::data_parallel, "pipeline replicas", "--data-parallel"),
-      entry("pipeline.schedule", &C::pipeline, &P::schedule, "pipeline schedule", "--schedule",
-           {"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v", "pipedream", "2bw"}),
+      entry("pipeline.schedule", &C::pipeline, &P::schedule, "pipeline schedule", "--schedule"),
       entry("pipeline.vertical_sync", &C::pipeline, &P::vertical_sync,
             "pipedream: 1, every stage reads for a micro-batch the weight version stage 0 read (vertical sync)",
             "--vertical-sync"),
@@ -101,10 +115,9 @@ const std::vector<Key>& keys() {
             "--chunks"),
       entry("pipeline.schedule_file", &C::pipeline, &P::schedule_file,
            "a hand-written schedule (text form) instead of a generated one", "--schedule-file"),
-      entry("pipeline.partition", &C::pipeline, &P::partition, "layers to stages", "", {"uniform", "balanced"}),
+      entry("pipeline.partition", &C::pipeline, &P::partition, "layers to stages"),
       entry("pipeline.dp_reduction", &C::pipeline, &P::dp_reduction,
-            "replicas' gradients: ordered (bit-identical to one rank) or allreduce (faster)", "",
-            {"ordered", "allreduce"}),
+            "replicas' gradients: ordered (bit-identical to one rank) or allreduce (faster)"),
       entry("pipeline.dp_reduction_group", &C::pipeline, &P::dp_reduction_group,
             "ordered reduction: consecutive micro-batches per hop of the running gradient sum (divides the "
             "micro-batches per replica)"),
@@ -112,13 +125,12 @@ const std::vector<Key>& keys() {
            "a receive waiting longer than this many seconds aborts the run"),
       entry("pipeline.transport", &C::pipeline, &P::transport,
             "stage-to-stage and replica transfers: auto (NCCL on GPUs when built with it), mpi or nccl",
-            "--transport", {"auto", "mpi", "nccl"}),
+            "--transport"),
       entry("pipeline.threads_per_rank", &C::pipeline, &P::threads_per_rank,
             "host threads per rank (Kokkos OpenMP backend); 0: Kokkos' choice (OMP_NUM_THREADS)",
             "--threads-per-rank"),
       entry("memory.recompute", &C::memory, &MemoryConfig::recompute,
-            "activations recomputed before backward instead of kept", "--recompute",
-            {"none", "attention", "mlp", "block"}),
+            "activations recomputed before backward instead of kept", "--recompute"),
       entry("memory.limit_per_rank", &C::memory, &MemoryConfig::limit_per_rank,
             "most memory a rank may need: auto (the node's available memory / its ranks), none, or a size (6GiB)",
             "--memory-limit-per-rank"),
@@ -144,14 +156,11 @@ const std::vector<Key>& keys() {
       entry("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume,
             "resume from: latest (in checkpoint.dir) or a checkpoint file (empty: start fresh)"),
       entry("checkpoint.fallback", &C::checkpoint, &CheckpointConfig::fallback,
-            "a corrupt checkpoint: error (exit 2) or load the previous complete one", "--fallback",
-            {"error", "previous"}),
+            "a corrupt checkpoint: error (exit 2) or load the previous complete one", "--fallback"),
       entry("checkpoint.on_failure", &C::checkpoint, &CheckpointConfig::on_failure,
-            "a checkpoint that cannot be written: stop (exit code 5) or continue training", "--on-checkpoint-failure",
-            {"stop", "continue"}),
+            "a checkpoint that cannot be written: stop (exit code 5) or continue training", "--on-checkpoint-failure"),
       entry("checkpoint.other_runs", &C::checkpoint, &CheckpointConfig::other_runs,
-            "checkpoint.dir holds another run's checkpoints: refuse to start, or keep them and write beside them",
-            "", {"refuse", "keep"}),
+            "checkpoint.dir holds another run's checkpoints: refuse to start, or keep them and write beside them"),
   };
   return table;
 }
@@ -241,6 +250,7 @@ std::string toml_value(const FieldRef& field) {
   if (auto p = std::get_if<std::int64_t*>(&field)) return fmt::format("{}", **p);
   if (auto p = std::get_if<std::uint64_t*>(&field)) return fmt::format("{}", **p);
   if (auto p = std::get_if<double*>(&field)) return format_double(**p);
+  if (auto p = std::get_if<EnumRef>(&field)) return toml_string(std::string(p->get()));
   return toml_string(*std::get<std::string*>(field));
 }
 
@@ -296,8 +306,10 @@ void assign_text(const Key& key, Config& config, const std::string& text) {
     if (first == last || end != last || error != std::errc())
       throw InputError(fmt::format("{} = {}: expected a number", shown_key, text));
     **p = value;
-  } else {
+  } else if (auto p = std::get_if<EnumRef>(&field)) {
     check_choice(key, text, shown_key, text);
+    p->set(text);
+  } else {
     *std::get<std::string*>(field) = text;
   }
 }
@@ -339,8 +351,12 @@ void assign_node(const Key& key, Config& config, const toml::node& node, const s
   } else {
     const auto* value = node.as_string();
     if (!value) fail("a string");
-    check_choice(key, value->get(), where, node_text(node));
-    *std::get<std::string*>(field) = value->get();
+    if (auto p = std::get_if<EnumRef>(&field)) {
+      check_choice(key, value->get(), where, node_text(node));
+      p->set(value->get());
+    } else {
+      *std::get<std::string*>(field) = value->get();
+    }
   }
 }
 
@@ -429,7 +445,10 @@ Config preset(const std::string& name) {
 }
 
 Config load_config_file(const std::string& path, Config base) {
-  const std::string text = read_bytes(path, path);  // never blocks: a FIFO or a device is refused
+  return parse_config(read_bytes(path, path), path, std::move(base));  // never blocks: a FIFO or a device is refused
+}
+
+Config parse_config(const std::string& text, const std::string& path, Config base) {
   const toml::table document = parse_toml(text, path);
   const std::vector<std::string> tables = table_names();
   for (const auto& [table_key, node] : document) {
@@ -497,11 +516,6 @@ void in_range(const char* key, double value, double low, bool low_open, double h
           format_double(low), format_double(high), high_closed ? "]" : ")");
 }
 
-void one_of(const char* key, const std::string& value) {
-  const Key* entry = find_key(key);
-  check_choice(*entry, value, key, toml_string(value));
-}
-
 }  // namespace
 
 void validate(const Config& config) {
@@ -529,7 +543,6 @@ void validate(const Config& config) {
           train.batch, train.microbatches);
 
   const OptimizerConfig& optim = config.optim;
-  one_of("optim.kind", optim.kind);
   positive("optim.lr", optim.lr);
   in_range("optim.min_lr", optim.min_lr, 0, false, optim.lr, true);
   at_least("optim.warmup_steps", optim.warmup_steps, 0);
@@ -553,13 +566,8 @@ void validate(const Config& config) {
   at_least("pipeline.pipeline_size", pipeline.pipeline_size, 1);
   at_least("pipeline.data_parallel", pipeline.data_parallel, 1);
   at_least("pipeline.chunks", pipeline.chunks, 1);
-  one_of("pipeline.schedule", pipeline.schedule);
-  one_of("pipeline.partition", pipeline.partition);
-  one_of("pipeline.dp_reduction", pipeline.dp_reduction);
-  one_of("pipeline.transport", pipeline.transport);
   at_least("pipeline.threads_per_rank", pipeline.threads_per_rank, 0);
   at_least("pipeline.dp_reduction_group", pipeline.dp_reduction_group, 1);
-  one_of("memory.recompute", config.memory.recompute);
   require(config.memory.limit_per_rank == "auto" || config.memory.limit_per_rank == "none" ||
               parse_bytes(config.memory.limit_per_rank).has_value(),
           "memory.limit_per_rank = '{}': expected auto, none or a size such as 6GiB, 512MiB, 2e9",
@@ -567,9 +575,9 @@ void validate(const Config& config) {
   positive("pipeline.recv_timeout_s", pipeline.recv_timeout_s);
   require(pipeline.vertical_sync == 0 || pipeline.vertical_sync == 1, "pipeline.vertical_sync = {}: expected 0 or 1",
           pipeline.vertical_sync);
-  require(pipeline.vertical_sync == 0 || pipeline.schedule == "pipedream",
+  require(pipeline.vertical_sync == 0 || pipeline.schedule == ScheduleKind::pipedream,
           "pipeline.vertical_sync = 1 needs pipeline.schedule = \"pipedream\" (got \"{}\")", pipeline.schedule);
-  require(pipeline.chunks == 1 || pipeline.schedule == "interleaved" || pipeline.schedule == "zb-v" ||
+  require(pipeline.chunks == 1 || pipeline.schedule == ScheduleKind::interleaved || pipeline.schedule == ScheduleKind::zb_v ||
               !pipeline.schedule_file.empty(),
           "pipeline.chunks = {} needs pipeline.schedule = \"interleaved\" or \"zb-v\" (got \"{}\")",
           pipeline.chunks, pipeline.schedule);
@@ -578,7 +586,7 @@ void validate(const Config& config) {
           "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", train.microbatches,
           pipeline.data_parallel);
   // The ordered reduction hands each replica whole groups of micro-batches.
-  if (pipeline.dp_reduction == "ordered" && pipeline.data_parallel > 1) {
+  if (pipeline.dp_reduction == DpReduction::ordered && pipeline.data_parallel > 1) {
     const int per_replica = train.microbatches / pipeline.data_parallel;
     require(per_replica % pipeline.dp_reduction_group == 0,
             "pipeline.dp_reduction_group = {} does not divide the {} micro-batches per replica (train.microbatches = "
@@ -622,6 +630,8 @@ CommandLine parse_command_line(const std::string& program, int argc, const char*
                               ->group("[" + key.table() + "]");
     if (const auto* text = std::get_if<std::string*>(&field))
       option->default_str(**text);
+    else if (const auto* named = std::get_if<EnumRef>(&field))
+      option->default_str(std::string(named->get()));
     else
       option->default_str(toml_value(field));
     options.push_back(option);

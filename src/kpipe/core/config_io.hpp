@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
+
 #include "kpipe/core/config.hpp"
+#include "kpipe/core/error.hpp"
 
 namespace CLI {
 class App;
@@ -33,12 +36,21 @@ CommandLine parse_command_line(const std::string& program, int argc, const char*
 // Applies the keys of a TOML file onto base. Unknown tables and keys, wrong types and unknown enum
 // values are errors; the file is not validated as a whole (validate() does that).
 Config load_config_file(const std::string& path, Config base);
+// The same for a TOML document held in memory (a checkpoint's config attribute); `path` names it in errors.
+Config parse_config(const std::string& text, const std::string& path, Config base);
 
 // Cross-field checks: positive sizes, known enum values, fractions in range, divisibility.
 void validate(const Config& config);
 
 // Every key, table by table, in a TOML document that load_config_file reads back to an equal Config.
 std::string to_toml(const Config& config);
+
+// A program's own enumerated option (kpipe-sim --schedule, say): the value its text names, or an InputError
+// "<option> = <text>: expected one of ...".
+template <class E> E option_value(const std::string& option, const std::string& text) {
+  if (const auto value = enum_from_string<E>(text)) return *value;
+  throw InputError(fmt::format("{} = {}: expected one of {}", option, text, fmt::join(EnumText<E>::names, ", ")));
+}
 
 // "tiny" (the struct defaults), "small" or "bench".
 Config preset(const std::string& name);

@@ -133,9 +133,10 @@ std::vector<std::vector<std::vector<T>>> read_older_versions(const runtime::Trai
   const Config& now = trainer.config();
   const Config then = checkpoint_config(reader.path());
   const auto name = [](const Config& c) {
-    return c.pipeline.schedule + (c.pipeline.vertical_sync == 1 && c.pipeline.schedule == "pipedream" ? " --vertical-sync" : "");
+    return fmt::format("{}{}", c.pipeline.schedule,
+                       c.pipeline.vertical_sync == 1 && c.pipeline.schedule == ScheduleKind::pipedream ? " --vertical-sync" : "");
   };
-  require(schedule::is_asynchronous_name(then.pipeline.schedule) && then.pipeline.schedule_file.empty(),
+  require(is_asynchronous(then.pipeline.schedule) && then.pipeline.schedule_file.empty(),
           "checkpoint.resume = '{}': a checkpoint of a synchronous run (pipeline.schedule = \"{}\"): an asynchronous "
           "run (\"{}\") resumes only from an asynchronous run's checkpoint, which holds the weight versions in flight",
           reader.path(), then.pipeline.schedule, name(now));
@@ -232,12 +233,6 @@ PauseHook pause_hook_from_environment() {
 void validate_checkpoint_config(const CheckpointConfig& config) {
   require(config.keep >= 2, "checkpoint.keep = {}: expected an integer >= 2", config.keep);
   require(config.every >= 0, "checkpoint.every = {}: expected an integer >= 0", config.every);
-  require(config.fallback == "error" || config.fallback == "previous",
-          "checkpoint.fallback = \"{}\": expected \"error\" or \"previous\"", config.fallback);
-  require(config.on_failure == "stop" || config.on_failure == "continue",
-          "checkpoint.on_failure = \"{}\": expected \"stop\" or \"continue\"", config.on_failure);
-  require(config.other_runs == "refuse" || config.other_runs == "keep",
-          "checkpoint.other_runs = \"{}\": expected \"refuse\" or \"keep\"", config.other_runs);
   require(config.resume != "latest" || !config.dir.empty(),
           "checkpoint.resume = \"latest\" needs checkpoint.dir (--checkpoint-dir)");
   require(config.every == 0 || !config.dir.empty(), "checkpoint.every = {} needs checkpoint.dir (--checkpoint-dir)",
@@ -301,19 +296,9 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
 
 Config checkpoint_config(const std::string& path) {
   const CheckpointInfo info = read_checkpoint_info(path);
-  // load_config_file reads files: hand it the attribute through a private temporary file.
-  std::string name = (fs::temp_directory_path() / "kpipe-config-XXXXXX").string();
-  const int fd = ::mkstemp(name.data());
-  require(fd >= 0, "checkpoint '{}': cannot create a temporary file for its config", path);
-  const bool written = ::write(fd, info.config_toml.data(), info.config_toml.size()) == ssize_t(info.config_toml.size());
-  ::close(fd);
   try {
-    require(written, "checkpoint '{}': cannot write a temporary file for its config", path);
-    Config config = load_config_file(name, Config{});
-    fs::remove(name);
-    return config;
+    return parse_config(info.config_toml, "config", Config{});
   } catch (const InputError& e) {
-    fs::remove(name);
     throw InputError(fmt::format("checkpoint '{}': config attribute: {}", path, e.what()));
   }
 }
@@ -371,7 +356,7 @@ void CheckpointDir::start_run(const std::string& run_id) {
         other_run = c.run_id;
       }
     const auto old = old_format_checkpoints(config_.dir);
-    if (config_.other_runs == "refuse" && (!others.empty() || !old.empty())) {
+    if (config_.other_runs == OtherRuns::refuse && (!others.empty() || !old.empty())) {
       std::string held;
       if (!others.empty())
         held = fmt::format("{} checkpoint{} of another run (run {}: {}{})", others.size(), others.size() > 1 ? "s" : "",
@@ -471,9 +456,10 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
   writer.set_attribute("/", "data_parallel", std::int64_t(config.pipeline.data_parallel));
   writer.set_attribute("/", "chunks", std::int64_t(config.pipeline.chunks));
   writer.set_attribute("/", "schedule",
-                       config.pipeline.schedule_file.empty() ? config.pipeline.schedule : config.pipeline.schedule_file);
+                       config.pipeline.schedule_file.empty() ? std::string(to_string(config.pipeline.schedule))
+                                                             : config.pipeline.schedule_file);
   writer.set_attribute("/", "tensors", tensors);
-  writer.set_attribute("/optimizer", "kind", config.optim.kind);
+  writer.set_attribute("/optimizer", "kind", std::string(to_string(config.optim.kind)));
   // AdamW's bias correction uses the count of updates so far, which is the step counter.
   writer.set_attribute("/optimizer", "step", step);
   // What the model's token ids mean, so that kpipe-generate decodes them (io/checkpoint_tokenizer.hpp).
@@ -606,7 +592,7 @@ template <class T> LoadedCheckpoint resume_training(runtime::Trainer<T>& trainer
                      static_cast<long long>(loaded.step));
       return loaded;
     } catch (const CorruptCheckpoint& e) {
-      if (config.fallback != "previous" || i + 1 == list.size()) throw;
+      if (config.fallback != CheckpointFallback::previous || i + 1 == list.size()) throw;
       if (speak)
         std::fprintf(stderr, "kpipe: %s; falling back to the previous complete checkpoint %s\n", e.what(),
                      list[i + 1].c_str());

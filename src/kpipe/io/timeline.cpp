@@ -237,7 +237,7 @@ TimelineRecorder<T>::TimelineRecorder(const runtime::Trainer<T>& trainer, const 
   info.data_parallel = grid.data_parallel;
   info.chunks = trainer.schedule().chunks;
   info.microbatches = trainer.schedule().microbatches;
-  info.schedule = config.pipeline.schedule_file.empty() ? config.pipeline.schedule : "file";
+  info.schedule = config.pipeline.schedule_file.empty() ? std::string(to_string(config.pipeline.schedule)) : "file";
   writer_ = std::make_unique<TimelineWriter>(path, info);
 }
 

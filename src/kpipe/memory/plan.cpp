@@ -60,7 +60,7 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
   const schedule::Schedule& s = replicated.replicas.at(replica);
   const int sequences = config.train.batch / config.train.microbatches;
   const std::int64_t rows = std::int64_t(sequences) * config.model.seq_len;
-  const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
+  const nn::Recompute recompute = config.memory.recompute;
   const auto ranges = partition::configured_partition(config, desc, replicated);
   const auto buffers = schedule::plan_buffers(s, stage, s.actions.at(stage));
   // Asynchronous schedules keep copies of the weight versions they hold (runtime/weight_versions.hpp), as
@@ -80,7 +80,7 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
     add(Category::parameters, m.parameters * std::int64_t(e));
     add(Category::gradients, m.parameters * std::int64_t(e));
     // Asynchronous schedules summing replicas in order: the buffer the sum of the replicas before arrives in.
-    if (s.asynchronous() && replicated.replica_count() > 1 && pc.dp_reduction == "ordered" && replica > 0)
+    if (s.asynchronous() && replicated.replica_count() > 1 && pc.dp_reduction == DpReduction::ordered && replica > 0)
       add(Category::gradients, m.parameters * std::int64_t(e));
     add(Category::optimizer, m.parameters * (2 * std::int64_t(e) + 1));
     if (s.asynchronous()) add(Category::weight_versions, versions.peak.at(c) * m.parameters * std::int64_t(e));

@@ -15,22 +15,6 @@ template <class T> View1<T> vector(const char* label, std::int64_t n) { return V
 template <class V> V pick(const V& a, const V& b) { return a.data() != nullptr ? a : b; }
 }  // namespace
 
-const char* to_string(Recompute mode) {
-  switch (mode) {
-    case Recompute::none: return "none";
-    case Recompute::attention: return "attention";
-    case Recompute::mlp: return "mlp";
-    case Recompute::block: return "block";
-  }
-  return "?";
-}
-
-Recompute parse_recompute(const std::string& name) {
-  for (Recompute mode : {Recompute::none, Recompute::attention, Recompute::mlp, Recompute::block})
-    if (name == to_string(mode)) return mode;
-  throw InputError(fmt::format("memory.recompute = '{}': expected none, attention, mlp or block", name));
-}
-
 unsigned kept_fields(Recompute mode) {
   using namespace stash_field;
   switch (mode) {

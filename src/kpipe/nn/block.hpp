@@ -5,6 +5,8 @@
 // (immediately for a full backward, after other work in a zero-bubble schedule).
 #include <string>
 
+#include "kpipe/core/config.hpp"
+
 #include "kpipe/nn/attention.hpp"
 #include "kpipe/nn/layernorm.hpp"
 #include "kpipe/nn/linear.hpp"
@@ -54,9 +56,8 @@ template <class T> struct BlockWork {
 //   attention  drop the attention core's output and probabilities [B, H, T, T]; recompute them from q|k|v
 //   mlp        drop the MLP's two [N, F] tensors; recompute them from ln2's output
 //   block      keep only the block's output (the next layer's input); recompute the rest from the input
-enum class Recompute { none, attention, mlp, block };
-const char* to_string(Recompute mode);
-Recompute parse_recompute(const std::string& name);  // InputError naming memory.recompute when unknown
+// (The key memory.recompute: kpipe::Recompute, core/config.hpp.)
+using kpipe::Recompute;
 
 // The stash's fields in groups, as bits (a set of groups is their OR).
 namespace stash_field {

@@ -23,7 +23,7 @@ std::vector<LayerRange> configured_partition(const Config& config, const model::
   const int sequences = config.train.batch / config.train.microbatches;
   InFlight held = in_flight(schedule, sequences);
   // Under recomputation a block keeps only part of its stash (nn/block.hpp's kept fields).
-  const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
+  const Recompute recompute = config.memory.recompute;
   if (recompute != nn::Recompute::none) {
     const auto& m = config.model;
     const nn::AttentionShape one{1, m.seq_len, m.n_heads, m.d_model / m.n_heads};

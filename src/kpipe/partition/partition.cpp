@@ -112,12 +112,7 @@ std::vector<LayerRange> balanced(const std::vector<double>& costs, int stages, c
 
 }  // namespace
 
-const std::vector<std::string>& partition_methods() {
-  static const std::vector<std::string> methods{"uniform", "balanced"};
-  return methods;
-}
-
-std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs, int stages, const std::string& method,
+std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs, int stages, PartitionKind method,
                                          const LayerMemory& memory) {
   const int layers = int(layer_costs.size());
   require(stages >= 1 && stages <= layers,
@@ -131,12 +126,10 @@ std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs,
     throw std::invalid_argument(fmt::format("partition: memory of {} and {} layers, {} stages; expected {} layers, {} "
                                             "stages", memory.state.size(), memory.stash.size(), memory.in_flight.size(),
                                             layers, stages));
-  if (method == "uniform") return uniform(layers, stages);
-  if (method == "balanced") return balanced(layer_costs, stages, memory);
-  throw InputError(fmt::format("pipeline.partition = '{}': unknown method (uniform, balanced)", method));
+  return method == PartitionKind::uniform ? uniform(layers, stages) : balanced(layer_costs, stages, memory);
 }
 
-std::vector<LayerRange> partition_layers(const model::ModelDesc& model, int ranks, int chunks, const std::string& method,
+std::vector<LayerRange> partition_layers(const model::ModelDesc& model, int ranks, int chunks, PartitionKind method,
                                          const InFlight& in_flight) {
   const int layers = int(model.layers.size());
   require(ranks >= 1, "pipeline.pipeline_size = {}: need at least one stage", ranks);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "kpipe/core/config.hpp"
 #include "kpipe/model/desc.hpp"
 
 namespace kpipe::partition {
@@ -34,8 +35,8 @@ struct LayerMemory {
   std::vector<double> in_flight;  // per stage: micro-batches held at the peak
 };
 
-// Generic form; errors name pipeline.partition (unknown method) and the stage and layer counts.
-std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs, int stages, const std::string& method,
+// Generic form; errors name the stage and layer counts.
+std::vector<LayerRange> partition_layers(const std::vector<double>& layer_costs, int stages, PartitionKind method,
                                          const LayerMemory& memory = {});
 
 // How a run holds micro-batches: per rank, the most in flight at once (schedule::peak_stash of its
@@ -50,7 +51,7 @@ struct InFlight {
 
 // For a model on `ranks` ranks with `chunks` chunks each (ranks*chunks virtual stages); errors name
 // pipeline.pipeline_size and pipeline.chunks.
-std::vector<LayerRange> partition_layers(const model::ModelDesc& model, int ranks, int chunks, const std::string& method,
+std::vector<LayerRange> partition_layers(const model::ModelDesc& model, int ranks, int chunks, PartitionKind method,
                                          const InFlight& in_flight = {});
 
 // Per layer: forward + backward (input and weight) FLOPs per sequence, the time the balanced method evens out.
@@ -67,6 +68,5 @@ std::vector<double> stage_memory(const LayerMemory& memory, const std::vector<La
 // Sum of the costs of each range.
 std::vector<double> stage_costs(const std::vector<double>& layer_costs, const std::vector<LayerRange>& ranges);
 
-const std::vector<std::string>& partition_methods();  // uniform, balanced
 
 }  // namespace kpipe::partition

@@ -33,7 +33,7 @@ std::vector<std::array<double, 4>> layer_seconds(const model::ModelDesc& desc, c
               "{}, {}, {}", p.model.vocab, p.model.seq_len, p.model.d_model, p.model.n_heads, p.model.mlp_ratio,
               desc.config.vocab, desc.config.seq_len, desc.config.d_model, desc.config.n_heads, desc.config.mlp_ratio);
       s = layer.kind == model::LayerKind::embedding ? p.embedding : layer.kind == model::LayerKind::head ? p.head : p.block;
-      if (layer.kind == model::LayerKind::block && !(p.recompute == nn::to_string(mode) && s[3] > 0)) s[3] = s[0] * share;
+      if (layer.kind == model::LayerKind::block && !(p.recompute == mode && s[3] > 0)) s[3] = s[0] * share;
     } else {
       const double rate = machine.flops_per_second;
       s = {layer.forward_flops / rate, layer.backward_input_flops / rate, layer.backward_weight_flops / rate, 0};
@@ -76,7 +76,7 @@ std::vector<schedule::Costs> stage_costs(const Config& config, const model::Mode
   base.per_byte = 1.0 / machine.bytes_per_second;
   base.activation_bytes = sequences * config.model.seq_len * config.model.d_model * sizeof(float);
   const auto ranges = partition::configured_partition(config, desc, replicated);
-  auto costs = stage_costs(desc, layer_seconds(desc, machine, nn::parse_recompute(config.memory.recompute)), ranges,
+  auto costs = stage_costs(desc, layer_seconds(desc, machine, config.memory.recompute), ranges,
                            sequences, base);
   // The optimizer step of each rank's parameters, charged to its chunk 0.
   const double per_parameter =

@@ -76,7 +76,11 @@ Profile read_profile(const std::string& path) {
   p.model.mlp_ratio = int(get<std::int64_t>(table, "model.mlp_ratio", file));
   p.model.n_layers = int(get<std::int64_t>(table, "model.n_layers", file));
   p.sequences = int(get<std::int64_t>(table, "measured.sequences", file));
-  p.recompute = get<std::string>(table, "measured.recompute", file);
+  const std::string recompute = get<std::string>(table, "measured.recompute", file);
+  const auto mode = enum_from_string<Recompute>(recompute);
+  require(mode.has_value(), "{}: measured.recompute = \"{}\": expected one of none, attention, mlp, block", file,
+          recompute);
+  p.recompute = *mode;
   p.steps = int(get<std::int64_t>(table, "measured.steps", file));
   p.embedding = get_times(table, "measured.embedding", file);
   p.block = get_times(table, "measured.block", file);

@@ -19,7 +19,7 @@ namespace kpipe::planner {
 struct Profile {
   ModelConfig model;
   int sequences = 1;
-  std::string recompute = "none";
+  Recompute recompute = Recompute::none;
   int steps = 0;
   std::array<double, 4> embedding{}, block{}, head{};  // seconds per sequence: F, I, W, recompute
   double optimizer = 0;                                 // seconds per parameter and step

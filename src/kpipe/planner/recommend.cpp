@@ -15,14 +15,15 @@ namespace kpipe::planner {
 namespace {
 
 struct Layout {
-  std::string schedule;
+  ScheduleKind schedule;
   int chunks;
 };
 
-const Layout layouts[] = {{"gpipe", 1}, {"1f1b", 1}, {"zb-h1", 1}, {"interleaved", 2}, {"interleaved", 3},
-                          {"interleaved", 4}, {"zb-v", 2}};
-const char* recompute_modes[] = {"none", "attention", "mlp", "block"};
-const char* partitions[] = {"uniform", "balanced"};
+const Layout layouts[] = {{ScheduleKind::gpipe, 1},       {ScheduleKind::one_f_one_b, 1}, {ScheduleKind::zb_h1, 1},
+                          {ScheduleKind::interleaved, 2}, {ScheduleKind::interleaved, 3}, {ScheduleKind::interleaved, 4},
+                          {ScheduleKind::zb_v, 2}};
+const Recompute recompute_modes[] = {Recompute::none, Recompute::attention, Recompute::mlp, Recompute::block};
+const PartitionKind partitions[] = {PartitionKind::uniform, PartitionKind::balanced};
 
 // Every layout of base on `ranks` ranks; `visit(candidate)` for each.
 template <class Visit> int search_layouts(const Config& base, int ranks, const Machine& machine, const Visit& visit) {
@@ -38,8 +39,8 @@ template <class Visit> int search_layouts(const Config& base, int ranks, const M
       for (int m = d; m <= std::min(base.train.batch, 256); m += d) {
         if (base.train.batch % m != 0) continue;
         const int local = m / d;
-        if (layout.schedule == "interleaved" && local % p != 0) continue;
-        if (base.pipeline.dp_reduction == "ordered" && d > 1 && local % base.pipeline.dp_reduction_group != 0) continue;
+        if (layout.schedule == ScheduleKind::interleaved && local % p != 0) continue;
+        if (base.pipeline.dp_reduction == DpReduction::ordered && d > 1 && local % base.pipeline.dp_reduction_group != 0) continue;
         Config c = base;
         c.pipeline.pipeline_size = p;
         c.pipeline.data_parallel = d;
@@ -50,8 +51,8 @@ template <class Visit> int search_layouts(const Config& base, int ranks, const M
         const schedule::Replicated replicated = schedule::configured_schedule(c);  // validated once per schedule
         std::vector<schedule::Schedule> lowered;
         for (const auto& s : replicated.replicas) lowered.push_back(schedule::lower(s));
-        for (const char* recompute : recompute_modes)
-          for (const char* partition : partitions) {
+        for (const Recompute recompute : recompute_modes)
+          for (const PartitionKind partition : partitions) {
             c.memory.recompute = recompute;
             c.pipeline.partition = partition;
             Candidate candidate;

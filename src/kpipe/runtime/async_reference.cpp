@@ -18,7 +18,7 @@ AsyncReference<T>::AsyncReference(const Config& config, const data::Corpus& corp
   const auto replicated = schedule::configured_schedule(config);  // validates the layout as a run would
   const auto ranges = partition::configured_partition(config, desc_, replicated);
   const int p = config.pipeline.pipeline_size;
-  const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
+  const nn::Recompute recompute = config.memory.recompute;
   for (int s = 0; s < p; ++s) {
     chunks_.push_back(std::make_unique<model::Chunk<T>>(desc_, ranges[s].first, ranges[s].last,
                                                         rules_.sequences_per_microbatch, recompute));

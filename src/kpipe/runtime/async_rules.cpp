@@ -10,7 +10,7 @@
 namespace kpipe::runtime {
 
 AsyncRules AsyncRules::of(const Config& config) {
-  require(schedule::is_asynchronous_name(config.pipeline.schedule), "pipeline.schedule = \"{}\": not asynchronous",
+  require(is_asynchronous(config.pipeline.schedule), "pipeline.schedule = \"{}\": not asynchronous",
           config.pipeline.schedule);
   AsyncRules r;
   r.updates = schedule::updates_of(config.pipeline.schedule, config.pipeline.vertical_sync == 1);
@@ -53,7 +53,7 @@ double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, 
   const double norm = std::sqrt(squares);
   if (std::isfinite(norm)) {
     const double lr = rules.learning_rate(optim, update), scale = nn::clip_factor(norm, optim.grad_clip);
-    if (optim.kind == "sgd")
+    if (optim.kind == OptimizerKind::sgd)
       nn::sgd_update(space, optim, lr, scale, p.values(), p.grads(), p.moment1(), p.decay_mask());
     else
       nn::adamw_update(space, optim, lr, update + 1, scale, p.values(), p.grads(), p.moment1(), p.moment2(),

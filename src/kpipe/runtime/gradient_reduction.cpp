@@ -9,7 +9,7 @@ namespace kpipe::runtime {
 
 template <class T>
 GradientReduction<T>::GradientReduction(const comm::ProcessGrid& grid, const schedule::Replicated& schedule,
-                                        const std::string& transport, double timeout_s,
+                                        comm::TransportKind transport, double timeout_s,
                                         std::function<void(const schedule::Action&)> on_timeout)
     : grid_(&grid), ordered_(schedule.ordered), chunks_(schedule.replicas.front().chunks), timeout_s_(timeout_s), on_timeout_(std::move(on_timeout)),
       transport_(comm::make_transport(transport, grid.replicas, timeout_s)) {

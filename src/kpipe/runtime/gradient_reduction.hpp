@@ -30,7 +30,7 @@ template <class T> class GradientReduction {
   // `transport`: the kind the sums travel by (comm::make_transport; the pipeline's, or "mpi" where running
   // sums on the stream could deadlock: schedule/stream_order.hpp). `on_timeout` is called (and must not
   // return) when a sum does not arrive within timeout_s.
-  GradientReduction(const comm::ProcessGrid& grid, const schedule::Replicated& schedule, const std::string& transport,
+  GradientReduction(const comm::ProcessGrid& grid, const schedule::Replicated& schedule, comm::TransportKind transport,
                     double timeout_s, std::function<void(const schedule::Action&)> on_timeout);
 
   // Asynchronous schedules with several replicas: the buffer each chunk's partial sums arrive in (counted as

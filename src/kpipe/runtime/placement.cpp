@@ -44,9 +44,10 @@ constexpr bool nccl_built = build::nccl && !host_memory;
 
 }  // namespace
 
-std::string default_transport(const PipelineConfig& pipeline) {
-  if (pipeline.transport != "auto") return pipeline.transport;
-  return nccl_built && !schedule::is_asynchronous_name(pipeline.schedule) ? "nccl" : "mpi";
+comm::TransportKind default_transport(const PipelineConfig& pipeline) {
+  if (pipeline.transport == TransportChoice::nccl) return comm::TransportKind::nccl;
+  if (pipeline.transport == TransportChoice::mpi) return comm::TransportKind::mpi;
+  return nccl_built && !is_asynchronous(pipeline.schedule) ? comm::TransportKind::nccl : comm::TransportKind::mpi;
 }
 
 Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {
@@ -72,7 +73,7 @@ Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {
   // The transport, the same on every rank: NCCL only if every node gives each of its ranks a GPU of its own.
   int shares_gpu = !host_memory && node.local_size > p.gpus_on_node;
   shares_gpu = comm::allreduce(shares_gpu, MPI_MAX, world, {limit, "the placement's check of GPUs per node"});
-  if (pipeline.transport == "nccl" && error.empty()) {
+  if (pipeline.transport == TransportChoice::nccl && error.empty()) {
     if (!nccl_built)
       error = fmt::format("pipeline.transport = \"nccl\": this kpipe was built {} (NCCL needs a CUDA build with "
                           "KPIPE_ENABLE_NCCL=ON); use \"mpi\" or \"auto\"",
@@ -90,8 +91,8 @@ Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {
       comm::first_failure(world, {error.empty() ? 0 : 2, -1, error}, {limit, "the placement's agreement"});
   if (failure) throw InputError(failure.message);
   p.transport = default_transport(pipeline);
-  if (p.transport == "nccl" && shares_gpu) {
-    p.transport = "mpi";
+  if (p.transport == comm::TransportKind::nccl && shares_gpu) {
+    p.transport = comm::TransportKind::mpi;
     p.note = fmt::format("pipeline.transport = \"auto\": {} ranks share {} GPU(s) on node {}, which NCCL refuses; "
                          "using MPI through pinned host buffers",
                          node.local_size, p.gpus_on_node, node.name);

@@ -5,7 +5,7 @@
 //
 //   Placement placement = runtime::place_rank(config.pipeline, MPI_COMM_WORLD);  // before Kokkos
 //   runtime::KokkosSession kokkos(placement);
-//   config.pipeline.transport = placement.transport;                               // "mpi" or "nccl"
+//   ... placement.transport: mpi or nccl
 //
 // Bad combinations are InputErrors, raised identically on every rank (one line, exit 2): NCCL asked for on a
 // build without it (or without GPUs), NCCL with more ranks on a node than it has GPUs (NCCL refuses two ranks
@@ -14,6 +14,7 @@
 
 #include <string>
 
+#include "kpipe/comm/transport.hpp"
 #include "kpipe/core/config.hpp"
 
 namespace kpipe::runtime {
@@ -23,7 +24,7 @@ struct Placement {
   int device = -1;        // GPU on the node, by node-local rank; -1: none (host backends)
   int gpus_on_node = 0;   // GPUs this rank sees
   int ranks_on_node = 1;
-  std::string transport;  // "mpi" or "nccl"
+  comm::TransportKind transport = comm::TransportKind::mpi;
   std::string note;       // one line worth telling the user (a fallback, oversubscribed cores); may be empty
 };
 
@@ -33,7 +34,12 @@ Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world);
 // "auto" without looking at the node: NCCL where kpipe is built with it and its buffers live on a GPU, except
 // for the asynchronous schedules, which run over MPI (runtime/trainer.cpp says why).
 // What a Trainer built without place_rank (tests, library users) uses.
-std::string default_transport(const PipelineConfig& pipeline);
+comm::TransportKind default_transport(const PipelineConfig& pipeline);
+
+// pipeline.transport as the placement resolved it (mpi or nccl), for a run configured after place_rank.
+constexpr TransportChoice resolved_choice(comm::TransportKind kind) {
+  return kind == comm::TransportKind::nccl ? TransportChoice::nccl : TransportChoice::mpi;
+}
 
 // Kokkos initialized with the placement's threads and device for the object's lifetime (Kokkos 4's
 // InitializationSettings, Kokkos 3's InitArguments). Kokkos' environment variables still apply to everything

@@ -76,7 +76,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
     rules_ = AsyncRules::of(config);
     // Stream-ordered transports (NCCL) need every transfer's order proved per pair of ranks for the
     // whole run; the asynchronous lists' messages cross step boundaries, which that proof does not cover.
-    require(default_transport(pc) == "mpi" && std::getenv("KPIPE_TEST_TRANSPORT") == nullptr,
+    require(default_transport(pc) == comm::TransportKind::mpi && std::getenv("KPIPE_TEST_TRANSPORT") == nullptr,
             "pipeline.transport = \"{}\" with pipeline.schedule = \"{}\": asynchronous schedules run over MPI "
             "only in this version (\"auto\" picks MPI for them)", pc.transport, pc.schedule);
   }
@@ -89,10 +89,10 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   // up its own pipeline), they go by MPI from the host, proved for that instead.
   // Test hook: KPIPE_TEST_TRANSPORT=mpi-stream-ordered runs MPI with NCCL's semantics
   // (comm/stream_ordered_mpi.hpp), so that CPU tests run the NCCL path end to end.
-  std::string transport = default_transport(pc);
-  if (const char* kind = std::getenv("KPIPE_TEST_TRANSPORT")) transport = kind;
-  std::string sums = transport;  // what the replicas' gradient sums travel by
-  if (transport == "nccl" || transport == "mpi-stream-ordered") {
+  comm::TransportKind transport = default_transport(pc);
+  if (std::getenv("KPIPE_TEST_TRANSPORT")) transport = comm::TransportKind::mpi_stream_ordered;
+  comm::TransportKind sums = transport;  // what the replicas' gradient sums travel by
+  if (comm::stream_ordered(transport)) {
     replicated_ = schedule::order_for_streams(replicated_);
     schedule::validate(replicated_);
     if (replicated_.ordered) {
@@ -100,7 +100,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
         schedule::validate_stream_order(replicated_, schedule::SumTransport::stream);
       } catch (const InputError&) {
         schedule::validate_stream_order(replicated_, schedule::SumTransport::mpi);
-        sums = "mpi";
+        sums = comm::TransportKind::mpi;
       }
     } else {
       schedule::validate_stream_order(replicated_);
@@ -115,7 +115,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   // The balanced partition weighs each stage's memory with what the schedule keeps in flight there; the
   // memory plan (and the limit just enforced) used the same partition.
   const auto ranges = partition::configured_partition(config, desc_, replicated_);
-  const nn::Recompute recompute = nn::parse_recompute(config.memory.recompute);
+  const nn::Recompute recompute = config.memory.recompute;
   std::vector<model::Chunk<T>*> chunks;
   for (int c = 0; c < pc.chunks; ++c) {
     const auto& r = ranges.at(schedule_.virtual_stage(grid.stage, c));
@@ -143,7 +143,7 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   transport_ = comm::make_transport(transport, grid.pipeline, pc.recv_timeout_s);
   reduction_ = std::make_unique<GradientReduction<T>>(grid_, replicated_, sums, pc.recv_timeout_s,
                                                       [this](const Action& a) { timeout(a, actions_.size()); });
-  if (asynchronous_) reduction_->reserve_update_sums(space_, chunks, pc.dp_reduction == "ordered");
+  if (asynchronous_) reduction_->reserve_update_sums(space_, chunks, pc.dp_reduction == DpReduction::ordered);
   const auto rows = std::int64_t(sequences_per_microbatch_) * config.model.seq_len;
   memory::Scope scope(memory::Category::workspaces);  // memory/plan.cpp counts these three
   // Asynchronous schedules: a step forwards up to m + p - 1 consecutive micro-batches (the first one, its
@@ -579,7 +579,7 @@ template <class T> void Trainer<T>::optimizer_step(StepStats& stats) {
   const double scale = nn::clip_factor(stats.grad_norm, config_.optim.grad_clip);
   for (auto& chunk : chunks_) {
     auto& p = chunk->params();
-    if (config_.optim.kind == "sgd")
+    if (config_.optim.kind == OptimizerKind::sgd)
       nn::sgd_update(space_, config_.optim, stats.lr, scale, p.values(), p.grads(), p.moment1(), p.decay_mask());
     else
       nn::adamw_update(space_, config_.optim, stats.lr, step_ + 1, scale, p.values(), p.grads(), p.moment1(),

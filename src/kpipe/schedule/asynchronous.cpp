@@ -13,13 +13,11 @@ int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Updates updates_of(const std::string& name, bool vertical_sync) {
-  if (name == "pipedream") return vertical_sync ? Updates::vertical_sync : Updates::pipedream;
-  if (name == "2bw") return Updates::two_bw;
+Updates updates_of(ScheduleKind schedule, bool vertical_sync) {
+  if (schedule == ScheduleKind::pipedream) return vertical_sync ? Updates::vertical_sync : Updates::pipedream;
+  if (schedule == ScheduleKind::two_bw) return Updates::two_bw;
   return Updates::flush;
 }
-
-bool is_asynchronous_name(const std::string& name) { return name == "pipedream" || name == "2bw"; }
 
 int versions_bound(Updates updates, int ranks, int vstage) {
   switch (updates) {

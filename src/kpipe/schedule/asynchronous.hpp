@@ -29,6 +29,7 @@
 #include <utility>
 #include <vector>
 
+#include "kpipe/core/config.hpp"
 #include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::schedule {
@@ -42,9 +43,8 @@ struct AsyncOptions {
 // Bad values throw InputError naming the key (pipeline.pipeline_size, train.microbatches: 2bw needs m >= p).
 Schedule asynchronous(Updates updates, int ranks, int microbatches, const AsyncOptions& options = {});
 
-// Parses "pipedream" / "2bw" (with vertical_sync for pipedream: Updates::vertical_sync); flush otherwise.
-Updates updates_of(const std::string& schedule_name, bool vertical_sync);
-bool is_asynchronous_name(const std::string& schedule_name);  // pipedream, 2bw
+// pipedream (with vertical_sync: Updates::vertical_sync) and 2bw's updates; flush for the others.
+Updates updates_of(ScheduleKind schedule, bool vertical_sync);
 
 // The version rule above, numbered from the newest version when the lists begin: what micro-batch k (0 at
 // the lists' first) reads on virtual stage `vstage`.

@@ -17,7 +17,7 @@ Replicated configured_schedule(const Config& c) {
           "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", c.train.microbatches,
           p.data_parallel);
   const int local = c.train.microbatches / p.data_parallel;
-  if (is_asynchronous_name(p.schedule) && p.schedule_file.empty()) {
+  if (is_asynchronous(p.schedule) && p.schedule_file.empty()) {
     // No flush: the lists of a whole run of Horizon::steps() steps (asynchronous.hpp), whose middle step
     // repeats in a longer run; a run executes them step by step.
     require(p.chunks == 1, "pipeline.chunks = {} with pipeline.schedule = \"{}\": asynchronous schedules run one chunk per "
@@ -39,7 +39,7 @@ Replicated configured_schedule(const Config& c) {
           "pipeline.schedule = \"pipedream\" or \"2bw\", whose lists the run generates", p.schedule_file);
   s = lower(s);
   validate(s);
-  Replicated r = p.dp_reduction == "ordered" ? order_reduction(s, p.data_parallel, p.dp_reduction_group)
+  Replicated r = p.dp_reduction == DpReduction::ordered ? order_reduction(s, p.data_parallel, p.dp_reduction_group)
                                              : allreduce_replicas(s, p.data_parallel);
   try {
     validate(r);

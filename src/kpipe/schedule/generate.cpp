@@ -1,5 +1,8 @@
 #include "kpipe/schedule/generate.hpp"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <deque>
 #include <stdexcept>
@@ -282,30 +285,42 @@ Schedule split_backward(const Schedule& s) {
   return out;
 }
 
-const std::vector<std::string>& schedule_names() {
-  static const std::vector<std::string> names{"naive", "gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"};
-  return names;
+
+Schedule generate(ScheduleKind kind, int ranks, int microbatches, int chunks) {
+  switch (kind) {
+    case ScheduleKind::naive: return naive(ranks, microbatches, chunks);
+    case ScheduleKind::gpipe: return gpipe(ranks, microbatches, chunks);
+    case ScheduleKind::one_f_one_b:
+      require_one_chunk("1f1b", ranks, microbatches, chunks);
+      return one_f_one_b(ranks, microbatches);
+    case ScheduleKind::interleaved: return interleaved(ranks, microbatches, chunks);
+    case ScheduleKind::zb_h1:
+      require_one_chunk("zb-h1", ranks, microbatches, chunks);
+      return zero_bubble_h1(ranks, microbatches);
+    case ScheduleKind::zb_v:
+      require(chunks == 2, "pipeline.chunks = {}: schedule 'zb-v' runs two chunks per rank (pipeline.chunks = 2)",
+              chunks);
+      return zero_bubble_v(ranks, microbatches);
+    case ScheduleKind::pipedream:
+    case ScheduleKind::two_bw: break;
+  }
+  throw InputError(fmt::format("pipeline.schedule = '{}': an asynchronous schedule (schedule/asynchronous.hpp generates "
+                               "its lists)", kind));
 }
 
-Schedule generate(const std::string& name, int ranks, int microbatches, int chunks) {
-  if (name == "naive") return naive(ranks, microbatches, chunks);
-  if (name == "gpipe") return gpipe(ranks, microbatches, chunks);
-  if (name == "1f1b") {
-    require_one_chunk("1f1b", ranks, microbatches, chunks);
-    return one_f_one_b(ranks, microbatches);
-  }
-  if (name == "interleaved") return interleaved(ranks, microbatches, chunks);
-  if (name == "zb-h1") {
-    require_one_chunk("zb-h1", ranks, microbatches, chunks);
-    return zero_bubble_h1(ranks, microbatches);
-  }
-  if (name == "zb-v") {
-    require(chunks == 2, "pipeline.chunks = {}: schedule 'zb-v' runs two chunks per rank (pipeline.chunks = 2)",
-            chunks);
-    return zero_bubble_v(ranks, microbatches);
-  }
-  throw InputError(fmt::format(
-      "pipeline.schedule = '{}': unknown schedule (naive, gpipe, 1f1b, interleaved, zb-h1, zb-v)", name));
+Schedule generate(std::string_view name, int ranks, int microbatches, int chunks) {
+  const auto kind = enum_from_string<ScheduleKind>(name);
+  if (!kind || is_asynchronous(*kind))
+    throw InputError(fmt::format("pipeline.schedule = '{}': unknown schedule ({})", name,
+                                 fmt::join(synchronous_schedules(), ", ")));
+  return generate(*kind, ranks, microbatches, chunks);
+}
+
+std::vector<ScheduleKind> synchronous_schedules() {
+  std::vector<ScheduleKind> kinds;
+  for (std::size_t i = 0; i < EnumText<ScheduleKind>::names.size(); ++i)
+    if (!is_asynchronous(ScheduleKind(i))) kinds.push_back(ScheduleKind(i));
+  return kinds;
 }
 
 }  // namespace kpipe::schedule

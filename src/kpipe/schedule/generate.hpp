@@ -6,8 +6,10 @@
 //
 // Arguments: ranks = pipeline.pipeline_size, microbatches = train.microbatches, chunks = pipeline.chunks;
 // bad values throw InputError naming the key.
-#include <string>
+#include <string_view>
 #include <vector>
+
+#include "kpipe/core/config.hpp"
 
 #include "kpipe/schedule/schedule.hpp"
 
@@ -44,9 +46,12 @@ Schedule zero_bubble_v(int ranks, int microbatches);
 // Replaces every B by I then W (the split form), in place. Lowered schedules are re-lowered.
 Schedule split_backward(const Schedule& s);
 
-// The generator called `name` (one of schedule_names()); an unknown name throws InputError naming
+// The synchronous generator `kind` (an asynchronous one throws InputError: asynchronous.hpp generates those).
+Schedule generate(ScheduleKind kind, int ranks, int microbatches, int chunks = 1);
+// The same by name, for tools and tests that name a schedule; an unknown name throws InputError naming
 // pipeline.schedule.
-Schedule generate(const std::string& name, int ranks, int microbatches, int chunks = 1);
-const std::vector<std::string>& schedule_names();  // naive, gpipe, 1f1b, interleaved, zb-h1, zb-v
+Schedule generate(std::string_view name, int ranks, int microbatches, int chunks = 1);
+// naive, gpipe, 1f1b, interleaved, zb-h1, zb-v.
+std::vector<ScheduleKind> synchronous_schedules();
 
 }  // namespace kpipe::schedule

@@ -147,7 +147,7 @@ Schedule parse_named(const std::string& text, int microbatches, int chunks, cons
               source, line_no);
       s.updates = tokens[1] == "flush" ? Updates::flush
                   : tokens[1] == "2bw" ? Updates::two_bw
-                                       : updates_of("pipedream", tokens[1] == "vertical-sync");
+                                       : updates_of(ScheduleKind::pipedream, tokens[1] == "vertical-sync");
       continue;
     }
     if (tokens[0] == "resumed") {
