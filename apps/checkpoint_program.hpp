@@ -14,6 +14,7 @@
 #include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/exit_codes.hpp"
 #include "kpipe/runtime/placement.hpp"
 
 namespace kpipe::apps {
@@ -42,10 +43,9 @@ template <class Run> int run_checkpoint_program(int argc, char** argv, CLI::App&
     rc = 0;
   } catch (const InputError& e) {
     if (rank == 0) fmt::print(stderr, "{}: error: {}\n", name, e.what());
-    rc = exit_bad_input;
+    rc = exit_status(ExitCode::bad_input);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "{}: rank {}: error: {}\n", name, rank, e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort_job(ExitCode::failure, fmt::format("{}: rank {}: error: {}", name, rank, e.what()));
   }
   {
     // MPI_Finalize waits for every rank: bounded like every other wait.

@@ -90,8 +90,10 @@ int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
   auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
   double loss = 0;
   {
-    runtime::Trainer<float> trainer(config, corpus, grid);
-    io::load_checkpoint(trainer, o.checkpoint);
+    runtime::TrainerOptions options;
+    options.transport = transport;
+    runtime::Trainer<float> trainer(config, corpus, grid, options);
+    io::load_checkpoint(trainer.stage(), o.checkpoint);
     loss = trainer.evaluate();
   }
   comm::free_grid(grid);

@@ -87,14 +87,15 @@ int generate(Options o, kpipe::comm::TransportKind transport, int rank, int worl
   // One sequence per micro-batch (the trainer's schedule, never run here, wants p of them when interleaved).
   config.train.batch = config.train.microbatches = o.pipeline_size;
   validate(config);
-  data::Corpus corpus;  // holds no text: only the tokenizer, for the model's vocabulary check
-  corpus.tokenizer = tokenizer;
+  const model::ModelDesc desc = model::describe(config.model);
   auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
   double seconds = 0;
   {
-    runtime::Trainer<float> trainer(config, corpus, grid);
-    io::load_checkpoint(trainer, o.checkpoint);
-    runtime::Generator<float> generator(trainer, tokenizer);
+    // The model alone: no optimizer, no training lists run; the layout's plan places the layers.
+    const runtime::RunPlan plan = runtime::plan_run(config, desc, grid, transport);
+    runtime::StageModel<float> stage(config, desc, grid, plan);
+    io::load_checkpoint(stage, o.checkpoint);
+    runtime::Generator<float> generator(stage, plan, tokenizer);
     std::vector<Token> tokens = prompt;
     TextStream stream(tokenizer, rank == 0 && !o.quiet);
     stream.update(tokens, false);

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/exit_codes.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/core/hash.hpp"
 #include "kpipe/io/checkpoint.hpp"
@@ -336,6 +337,6 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const kpipe::InputError& e) {
     fmt::print(stderr, "kpipe-inspect: error: {}\n", one_line(e.what()));
-    return kpipe::exit_bad_input;
+    return kpipe::exit_status(kpipe::ExitCode::bad_input);
   }
 }

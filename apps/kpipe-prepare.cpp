@@ -18,6 +18,7 @@
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/exit_codes.hpp"
 #include "kpipe/h5/file.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
@@ -152,7 +153,7 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const kpipe::InputError& error) {
     std::fprintf(stderr, "kpipe-prepare: error: %s\n", error.what());
-    return kpipe::exit_bad_input;
+    return kpipe::exit_status(kpipe::ExitCode::bad_input);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "kpipe-prepare: internal error: %s\n", error.what());
     return 1;

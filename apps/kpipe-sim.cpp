@@ -30,6 +30,7 @@
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/exit_codes.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/partition/configured.hpp"
@@ -439,7 +440,7 @@ int main(int argc, char** argv) {
         return plan_main(argc, argv);
       } catch (const kpipe::InputError& e) {
         std::fprintf(stderr, "kpipe-sim: error: %s\n", e.what());
-        return kpipe::exit_bad_input;
+        return kpipe::exit_status(kpipe::ExitCode::bad_input);
       }
     }
   Options o;
@@ -492,9 +493,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "kpipe-sim: error: %s\n", e.what());
-    return kpipe::exit_bad_input;
+    return kpipe::exit_status(kpipe::ExitCode::bad_input);
   } catch (const kpipe::InputError& e) {
     std::fprintf(stderr, "kpipe-sim: error: %s\n", in_option_terms(e.what()).c_str());
-    return kpipe::exit_bad_input;
+    return kpipe::exit_status(kpipe::ExitCode::bad_input);
   }
 }

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/exit_codes.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/io/checkpoint.hpp"
@@ -34,10 +36,6 @@
 
 namespace {
 
-// train.max_skipped_steps non-finite steps in a row (docs/traces.md, docs/user-guide.md).
-constexpr int exit_non_finite = 4;
-// A checkpoint could not be written (checkpoint.on_failure = "stop", or on a stop signal).
-constexpr int exit_checkpoint_failed = 5;
 
 std::string duration(double seconds) {
   const auto s = static_cast<long>(seconds + 0.5);
@@ -46,7 +44,26 @@ std::string duration(double seconds) {
 
 // set_up becomes true once every rank has agreed that the run can start: errors before that are the same
 // on every rank (agreed), errors after it may be one rank's alone.
-int train(kpipe::Config config, int rank, bool& set_up) {
+// Fault injection for kpipe's own tests, from the environment of kpipe-train (the library reads none):
+// KPIPE_TEST_STALL="<world rank>:<seconds>" makes that rank sleep before its first step, and
+// KPIPE_TEST_PAUSE_IN_CHECKPOINT="<step>:<seconds>" pauses every writer of that step's checkpoint half-way.
+struct FaultInjection {
+  int stall_rank = -1;
+  double stall_seconds = 0;
+  kpipe::io::CheckpointDir::Pause pause;
+};
+
+FaultInjection fault_injection() {
+  FaultInjection f;
+  if (const char* stall = std::getenv("KPIPE_TEST_STALL")) std::sscanf(stall, "%d:%lf", &f.stall_rank, &f.stall_seconds);
+  if (const char* pause = std::getenv("KPIPE_TEST_PAUSE_IN_CHECKPOINT")) {
+    long long step = -1;
+    if (std::sscanf(pause, "%lld:%lf", &step, &f.pause.seconds) == 2) f.pause.step = step;
+  }
+  return f;
+}
+
+int train(kpipe::Config config, kpipe::comm::TransportKind transport, int rank, bool& set_up) {
   using namespace kpipe;
   auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel,
                                config.pipeline.recv_timeout_s);
@@ -60,7 +77,8 @@ int train(kpipe::Config config, int rank, bool& set_up) {
   std::unique_ptr<runtime::MetricsWriter> metrics_writer;
   std::unique_ptr<runtime::Trainer<float>> trainer_owner;
   std::unique_ptr<io::ActivationTracer<float>> tracer;
-  std::unique_ptr<io::TimelineRecorder<float>> timeline;
+  std::unique_ptr<io::TimelineRecorder> timeline;
+  const FaultInjection faults = fault_injection();
   comm::agree(grid.world, {timeout, "checking the run's inputs and outputs"}, [&] {
     corpus = data::load_corpus(config.data, config.train.seed, config.model.seq_len);
     data::fit_vocabulary(config.model, corpus);  // the data's vocabulary (a BPE token file's, say) sizes the model
@@ -71,12 +89,20 @@ int train(kpipe::Config config, int rank, bool& set_up) {
   // A second agreement, which every rank enters: the trainer's constructor has collectives of its own
   // (memory.limit_per_rank = auto), which must not meet a rank already agreeing on an input's failure.
   comm::agree(grid.world, {timeout, "setting up the trainer, the trace and the timeline"}, [&] {
-    trainer_owner = std::make_unique<runtime::Trainer<float>>(config, corpus, grid);
+    runtime::TrainerOptions options;
+    options.transport = transport;
+    options.stall_rank = faults.stall_rank;
+    options.stall_seconds = faults.stall_seconds;
+    trainer_owner = std::make_unique<runtime::Trainer<float>>(config, corpus, grid, options);
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
-    if (!config.output.trace.empty())
-      tracer = std::make_unique<io::ActivationTracer<float>>(*trainer_owner, grid, config, io::trace_options(config));
+    if (!config.output.trace.empty()) {
+      tracer = std::make_unique<io::ActivationTracer<float>>(trainer_owner->stage(), trainer_owner->plan(),
+                                                             io::trace_options(config));
+      trainer_owner->set_observer(tracer->observer());
+    }
     if (!config.output.timeline.empty())
-      timeline = std::make_unique<io::TimelineRecorder<float>>(*trainer_owner, grid, config, config.output.timeline);
+      timeline = std::make_unique<io::TimelineRecorder>(grid, config, trainer_owner->plan().lists(),
+                                                        config.output.timeline);
   });
   auto& metrics = *metrics_writer;
   auto& trainer = *trainer_owner;
@@ -84,8 +110,12 @@ int train(kpipe::Config config, int rank, bool& set_up) {
   // written every checkpoint.every steps and on SIGUSR1/SIGTERM (the handlers are installed first thing in
   // main).
   std::unique_ptr<io::CheckpointDir> checkpoints;
-  if (!config.checkpoint.dir.empty()) checkpoints = std::make_unique<io::CheckpointDir>(config.checkpoint, grid.world, timeout);
-  const io::LoadedCheckpoint resumed = io::resume_training(trainer, config.checkpoint);
+  if (!config.checkpoint.dir.empty()) {
+    checkpoints = std::make_unique<io::CheckpointDir>(config.checkpoint, grid.world, timeout);
+    checkpoints->pause_in_write(faults.pause);
+  }
+  const auto resumed = io::resume_training(trainer.stage(), config.checkpoint);
+  if (!resumed.path.empty()) trainer.resume(resumed.step, resumed.older);
   if (checkpoints) {
     checkpoints->start_run(resumed.run_id);
     if (rank == 0 && !checkpoints->warning().empty()) fmt::print(stderr, "kpipe-train: warning: {}\n", checkpoints->warning());
@@ -96,7 +126,7 @@ int train(kpipe::Config config, int rank, bool& set_up) {
   // A checkpoint that could not be written leaves `latest` and the older ones as they were. True when
   // written; `stopping`: the run ends after it whatever happens (a stop signal).
   auto save = [&](bool stopping) {
-    const io::SaveResult result = io::save_checkpoint(trainer, *checkpoints);
+    const io::SaveResult result = io::save_checkpoint(trainer.stage(), trainer.next_step(), corpus.tokenizer, *checkpoints);
     if (rank == 0 && result.ok) {
       fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {})\n", result.path, trainer.next_step());
       if (!result.warning.empty()) fmt::print(stderr, "kpipe-train: warning: {}\n", result.warning);
@@ -104,11 +134,12 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     if (rank == 0 && !result.ok)
       fmt::print(stderr, "kpipe-train: {}; `latest` and the older checkpoints are unchanged; {}\n", result.message,
                  stopping || config.checkpoint.on_failure == CheckpointFailure::stop
-                     ? fmt::format("stopping with exit code {}", exit_checkpoint_failed)
+                     ? fmt::format("stopping with exit code {}", exit_status(ExitCode::checkpoint_failed))
                      : std::string("training goes on (checkpoint.on_failure = continue)"));
     return result.ok;
   };
   auto finish = [&](int code) {
+    trainer.set_observer({});
     tracer.reset();
     timeline.reset();
     comm::free_grid(grid);
@@ -133,7 +164,7 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     if (tracer) tracer->begin_step(s);
     const auto stats = trainer.step();
     if (tracer) tracer->end_step();
-    if (timeline) timeline->record(stats);
+    if (timeline) timeline->record(stats, trainer.executor().timeline());
     // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
     // after train.max_skipped_steps in a row (every rank sees the same stats, so every rank stops).
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
@@ -148,14 +179,14 @@ int train(kpipe::Config config, int rank, bool& set_up) {
       optimizer_seconds += stats.optimizer_seconds;
       ++counted_steps;
     }
-    if (profiling && s == first_step) trainer.profile_layers(true);  // the first step allocates: not timed
+    if (profiling && s == first_step) trainer.stage().profile_layers(true);  // the first step allocates: not timed
     metrics.write_step(stats);
     if (config.train.max_skipped_steps > 0 && skipped_in_a_row >= config.train.max_skipped_steps) {
       if (rank == 0)
         fmt::print(stderr, "kpipe-train: stopping: {} steps in a row with a non-finite loss or gradient "
                            "(train.max_skipped_steps = {}); exit code {}\n",
-                   skipped_in_a_row, config.train.max_skipped_steps, exit_non_finite);
-      return finish(exit_non_finite);
+                   skipped_in_a_row, config.train.max_skipped_steps, exit_status(ExitCode::non_finite));
+      return finish(exit_status(ExitCode::non_finite));
     }
     const bool last = s + 1 == config.train.steps;
     if (rank == 0 && (s % config.train.log_every == 0 || last)) {
@@ -167,18 +198,18 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     bool saved = false;
     if (config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0) {
       saved = save(false);
-      if (!saved && config.checkpoint.on_failure == CheckpointFailure::stop) return finish(exit_checkpoint_failed);
+      if (!saved && config.checkpoint.on_failure == CheckpointFailure::stop) return finish(exit_status(ExitCode::checkpoint_failed));
     }
     if (const int signal = runtime::stop_requested(grid.world, timeout)) {  // collective: every rank agrees
       if (config.checkpoint.dir.empty()) {
         if (rank == 0) fmt::print(stderr, "kpipe-train: signal {} after step {}: no checkpoint.dir, nothing saved\n", signal, s + 1);
         return finish(1);
       }
-      if (!saved && !save(true)) return finish(exit_checkpoint_failed);
+      if (!saved && !save(true)) return finish(exit_status(ExitCode::checkpoint_failed));
       const int code = runtime::stop_exit_code(signal);
       if (rank == 0)
         fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} ({})\n", signal,
-                   s + 1, code, code == runtime::exit_checkpointed_on_signal ? "requeue me" : "terminated");
+                   s + 1, code, code == exit_status(ExitCode::checkpointed_on_signal) ? "requeue me" : "terminated");
       return finish(code);
     }
     if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last) {
@@ -187,7 +218,7 @@ int train(kpipe::Config config, int rank, bool& set_up) {
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto report = runtime::pipeline_report(trainer, grid, busy, pipeline_seconds);
+  const auto report = runtime::pipeline_report(trainer.stage(), trainer.plan(), trainer.executor(), busy, pipeline_seconds);
   if (rank == 0 && config.pipeline.pipeline_size > 1) {
     std::string ranks;
     for (int k = 0; k < grid.pipeline_size; ++k)
@@ -201,22 +232,22 @@ int train(kpipe::Config config, int rank, bool& set_up) {
                1e3 * report.cost_i, 1e3 * report.cost_w, ranks);
   }
   if (profiling) {
-    trainer.profile_layers(false);
-    runtime::write_layer_profile(trainer, config.output.profile, optimizer_seconds / std::max(counted_steps, 1),
+    trainer.stage().profile_layers(false);
+    runtime::write_layer_profile(trainer.stage(), config.output.profile, optimizer_seconds / std::max(counted_steps, 1),
                                  counted_steps);
     if (rank == 0) fmt::print(stderr, "kpipe-train: layer profile written: {}\n", config.output.profile);
   }
-  const auto memory = runtime::memory_report(trainer, meter);
+  runtime::FinalMetrics final;
+  final.val_loss = trainer.evaluate();  // before the memory report: evaluation's buffers are predicted too
+  const auto memory = runtime::memory_report(trainer.stage(), trainer.plan(), meter);
   if (rank == 0)
     fmt::print(stderr, "memory per rank, MiB predicted/measured (memory.recompute = {}):\n{}\n", config.memory.recompute,
                runtime::format_memory_report(memory));
-  runtime::FinalMetrics final;
   final.memory_predicted = memory.predicted;
   final.memory_measured = memory.measured;
   final.measured_bubble = report.measured_mean;
   final.simulated_bubble = report.simulated_mean;
   final.steps = trainer.next_step();
-  final.val_loss = trainer.evaluate();
   final.param_checksum = trainer.param_checksum();
   final.seconds = seconds;
   final.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
@@ -276,22 +307,20 @@ int main(int argc, char** argv) {
       if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
       config.pipeline.transport = kpipe::runtime::resolved_choice(placement.transport);
       kpipe::runtime::KokkosSession kokkos(placement);
-      rc = train(config, rank, set_up);
+      rc = train(config, placement.transport, rank, set_up);
     }
   } catch (const kpipe::InputError& e) {
     if (!set_up) {
       // Before training, every failure is agreed by all ranks (or the same everywhere); one says so.
       if (rank == 0) fmt::print(stderr, "kpipe-train: error: {}\n", e.what());
-      rc = kpipe::exit_bad_input;
+      rc = kpipe::exit_status(kpipe::ExitCode::bad_input);
     } else {
       // During training it may be this rank's alone: say where, and take the whole job down (no hang).
-      fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
-      MPI_Abort(MPI_COMM_WORLD, kpipe::exit_bad_input);
+      kpipe::abort_job(kpipe::ExitCode::bad_input, fmt::format("kpipe-train: rank {}: error: {}", rank, e.what()));
     }
   } catch (const std::exception& e) {
     // Anything else may have struck one rank only: say where, and take the whole job down (no hang).
-    fmt::print(stderr, "kpipe-train: rank {}: error: {}\n", rank, e.what());
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    kpipe::abort_job(kpipe::ExitCode::failure, fmt::format("kpipe-train: rank {}: error: {}", rank, e.what()));
   }
   {
     // MPI_Finalize waits for every rank: bounded like every other wait.

@@ -29,9 +29,11 @@ void BM_GenerateToken(benchmark::State& state) {
   config.train.batch = config.train.microbatches = 1;
   auto grid = kpipe::comm::make_grid(MPI_COMM_SELF, 1, 1);
   {
-    kpipe::data::Corpus corpus;  // bytes: which ids may come out does not change the cost
-    kpipe::runtime::Trainer<float> trainer(config, corpus, grid);
-    kpipe::runtime::Generator<float> generator(trainer, corpus.tokenizer);
+    const kpipe::data::Tokenizer bytes;  // which ids may come out does not change the cost
+    const auto desc = kpipe::model::describe(config.model);
+    const auto plan = kpipe::runtime::plan_run(config, desc, grid, kpipe::comm::TransportKind::mpi);
+    kpipe::runtime::StageModel<float> stage(config, desc, grid, plan);
+    kpipe::runtime::Generator<float> generator(stage, plan, bytes);
     kpipe::runtime::SamplingOptions options;
     // A full window: every token sees seq_len - 1 before it, the steady state of a long generation.
     std::vector<kpipe::Token> context(std::size_t(config.model.seq_len), 'a');
@@ -43,7 +45,7 @@ void BM_GenerateToken(benchmark::State& state) {
       context.push_back(generator.next(context, options, position++));
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
-    const double window_flops = trainer.desc().forward_flops_per_sequence();
+    const double window_flops = desc.forward_flops_per_sequence();
     const double cached_flops = cached_token_flops(config.model, config.model.seq_len - 1);
     state.counters["ms_per_token"] = benchmark::Counter(1e3 * seconds / double(state.iterations()));
     state.counters["tokens_per_s"] = benchmark::Counter(double(state.iterations()) / seconds);

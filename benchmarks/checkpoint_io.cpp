@@ -60,11 +60,11 @@ int main(int argc, char** argv) {
       checkpoints.start_run("");
       std::vector<double> writes, reads;
       std::string path;
+      auto& stage = trainer.stage();
       for (int i = 0; i < repeat; ++i) {
-        trainer.set_next_step(i + 1);
         MPI_Barrier(MPI_COMM_WORLD);
         double t = now();
-        const auto saved = kpipe::io::save_checkpoint(trainer, checkpoints);
+        const auto saved = kpipe::io::save_checkpoint(stage, i + 1, corpus.tokenizer, checkpoints);
         MPI_Barrier(MPI_COMM_WORLD);
         writes.push_back(now() - t);
         if (!saved.ok) {
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
         }
         path = saved.path;
         t = now();
-        kpipe::io::load_checkpoint(trainer, path);
+        kpipe::io::load_checkpoint(stage, path);
         MPI_Barrier(MPI_COMM_WORLD);
         reads.push_back(now() - t);
       }

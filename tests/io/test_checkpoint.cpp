@@ -26,6 +26,7 @@
 #include "kpipe/h5/file.hpp"
 #include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/runtime/trainer.hpp"
+#include "support/checkpointing.hpp"
 #include "support/corpus.hpp"
 #include "support/tiny_config.hpp"
 
@@ -91,7 +92,7 @@ template <class Fn> std::string corruption_of(Fn&& fn) {
 }
 
 std::string saved(runtime::Trainer<float>& trainer, io::CheckpointDir& dir) {
-  const io::SaveResult result = io::save_checkpoint(trainer, dir);
+  const io::SaveResult result = test::save(trainer, dir);
   EXPECT_TRUE(result.ok) << result.message;
   return result.path;
 }
@@ -106,8 +107,8 @@ std::string saved_after(const Config& c, int steps, const std::string& dir, int 
 // Everything a checkpoint restores: the values, both moments, the step.
 std::uint64_t state_hash(const runtime::Trainer<float>& trainer) {
   std::uint64_t h = fnv1a64_basis;
-  for (int c = 0; c < trainer.chunks(); ++c) {
-    const auto& store = trainer.chunk(c).params();
+  for (int c = 0; c < trainer.stage().chunks(); ++c) {
+    const auto& store = trainer.stage().chunk(c).params();
     for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()}) {
       auto host = Kokkos::create_mirror_view_and_copy(HostSpace{}, *buffer);
       h = fnv1a64(host.data(), host.span() * sizeof(float), h);
@@ -141,7 +142,7 @@ TEST(Checkpoint, RoundTripRestoresEveryTensorTheMomentsAndTheStep) {
   EXPECT_EQ(fs::path(path).filename(), "step-00000002.h5");
   SelfRun b(c);
   EXPECT_NE(state_hash(b.trainer), state_hash(a.trainer));
-  const auto loaded = io::load_checkpoint(b.trainer, path);
+  const auto loaded = test::load(b.trainer, path);
   EXPECT_EQ(loaded.step, 2);
   EXPECT_EQ(loaded.run_id, dir.dir.run_id());
   EXPECT_EQ(b.trainer.next_step(), 2);
@@ -154,10 +155,10 @@ TEST(Checkpoint, NonFiniteStateIsNeverWritten) {
   test::TempDir tmp;
   SelfRun a(test::tiny_config(6));
   a.trainer.step();
-  const auto moment = a.trainer.chunk(0).params().moment2();
+  const auto moment = a.trainer.stage().chunk(0).params().moment2();
   Kokkos::deep_copy(Kokkos::subview(moment, 5), std::numeric_limits<float>::infinity());
   Dir dir(tmp.path("ck"));
-  const io::SaveResult result = io::save_checkpoint(a.trainer, dir.dir);
+  const io::SaveResult result = test::save(a.trainer, dir.dir);
   EXPECT_FALSE(result.ok);
   EXPECT_NE(result.message.find("non-finite"), std::string::npos) << result.message;
   EXPECT_TRUE(io::checkpoint_files(tmp.path("ck")).empty());
@@ -201,8 +202,8 @@ TEST(Checkpoint, FlippedTensorBytesAreNamed) {
   const std::string path = saved_after(c, 1, tmp.path("ck"));
   // Find the stored bytes of one tensor in the file by their value, and flip one of them.
   SelfRun probe(c);
-  io::load_checkpoint(probe.trainer, path);
-  const auto weight = probe.trainer.chunk(0).params().matrix(2, "mlp/fc/weight");
+  test::load(probe.trainer, path);
+  const auto weight = probe.trainer.stage().chunk(0).params().matrix(2, "mlp/fc/weight");
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace{}, weight);
   const std::string needle(reinterpret_cast<const char*>(host.data()), 64);
   std::string bytes = read_file(path);
@@ -211,7 +212,7 @@ TEST(Checkpoint, FlippedTensorBytesAreNamed) {
   bytes[at + 13] ^= 0x10;
   write_file(path, bytes);
   SelfRun run(c);
-  const std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, path); });
+  const std::string message = corruption_of([&] { test::load(run.trainer, path); });
   EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
   EXPECT_NE(message.find("/model/layers/02/mlp/fc/weight"), std::string::npos) << message;
   EXPECT_NE(message.find("checksum"), std::string::npos) << message;
@@ -302,7 +303,7 @@ TEST(Checkpoint, MetadataRewrittenThroughHdf5IsRefusedNamingTheAttribute) {
   // The step (resuming "at step 1" with step 3's weights), and the config (ln_eps) changed silently.
   rewrite_root_attribute(path, "step", std::int64_t(1));
   SelfRun run(c);
-  std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, path); });
+  std::string message = corruption_of([&] { test::load(run.trainer, path); });
   EXPECT_NE(message.find("attribute step"), std::string::npos) << message;
   EXPECT_NE(message.find("reads 1"), std::string::npos) << message;
   EXPECT_NE(message.find("says 3"), std::string::npos) << message;
@@ -335,7 +336,7 @@ TEST(Checkpoint, FlippedBitsInTheMetadataAreDetected) {
     write_file(path, bytes);
     SelfRun run(c);
     SCOPED_TRACE(::testing::Message() << "flip at " << at);
-    const std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, path); });
+    const std::string message = corruption_of([&] { test::load(run.trainer, path); });
     EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
   }
 }
@@ -346,7 +347,7 @@ TEST(Checkpoint, NoBitFlipAnywhereLoadsADifferentState) {
   const std::string path = saved_after(c, 2, tmp.path("ck"));
   const std::string original = read_file(path);
   SelfRun reference(c);
-  io::load_checkpoint(reference.trainer, path);
+  test::load(reference.trainer, path);
   const std::uint64_t expected = state_hash(reference.trainer);
   // A flip in unused space (alignment gaps) may pass; one in anything that is read must be refused.
   std::mt19937_64 random(12345);
@@ -359,7 +360,7 @@ TEST(Checkpoint, NoBitFlipAnywhereLoadsADifferentState) {
     write_file(path, bytes);
     SelfRun run(c);
     try {
-      io::load_checkpoint(run.trainer, path);
+      test::load(run.trainer, path);
       EXPECT_EQ(state_hash(run.trainer), expected) << "a flip at byte " << at << " loaded a different state";
     } catch (const InputError&) {
       ++refused;
@@ -387,7 +388,7 @@ TEST(Checkpoint, ADatasetCopiedInFromAnotherCheckpointIsRefusedNamingIt) {
   H5Fclose(source);
   H5Fclose(target);
   SelfRun run(c);
-  const std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, two); });
+  const std::string message = corruption_of([&] { test::load(run.trainer, two); });
   EXPECT_NE(message.find(name), std::string::npos) << message;
   EXPECT_NE(message.find("another checkpoint"), std::string::npos) << message;
 }
@@ -408,18 +409,18 @@ TEST(Checkpoint, AFileOfAnotherStepOrRunInPlaceIsRefused) {
   resume.dir = tmp.path("ck");
   resume.resume = "latest";
   SelfRun run(c);
-  std::string message = corruption_of([&] { io::resume_training(run.trainer, resume); });
+  std::string message = corruption_of([&] { test::resume(run.trainer, resume); });
   EXPECT_NE(message.find("holds step 1, not the step 2"), std::string::npos) << message;
   // Another run's step 2 in its place: `latest` recorded this run's.
   write_file(two, kept);
   const std::string other = saved_after(c, 2, tmp.path("other"));
   fs::copy_file(other, two, fs::copy_options::overwrite_existing);
-  message = corruption_of([&] { io::resume_training(run.trainer, resume); });
+  message = corruption_of([&] { test::resume(run.trainer, resume); });
   EXPECT_NE(message.find("belongs to run"), std::string::npos) << message;
   EXPECT_NE(message.find(dir.dir.run_id()), std::string::npos) << message;
   // With fallback = "previous" the run's step 1 is loaded instead.
   resume.fallback = CheckpointFallback::previous;
-  const auto loaded = io::resume_training(run.trainer, resume);
+  const auto loaded = test::resume(run.trainer, resume);
   EXPECT_EQ(fs::path(loaded.path).filename(), "step-00000001.h5");
   EXPECT_EQ(run.trainer.next_step(), 1);
 }
@@ -433,7 +434,7 @@ TEST(Checkpoint, TruncatedFilesAreNamed) {
     write_file(path, bytes.substr(0, keep));
     SelfRun run(c);
     SCOPED_TRACE(::testing::Message() << "kept " << keep << " bytes");
-    const std::string message = corruption_of([&] { io::load_checkpoint(run.trainer, path); });
+    const std::string message = corruption_of([&] { test::load(run.trainer, path); });
     EXPECT_NE(message.find("step-00000001.h5"), std::string::npos) << message;
   }
 }
@@ -446,7 +447,7 @@ TEST(Checkpoint, ModelMismatchNamesTheTensorAndBothShapes) {
   wider.model.d_model = 32;
   SelfRun run(wider);
   bool corrupt = true;
-  std::string message = error_of([&] { io::load_checkpoint(run.trainer, path); }, &corrupt);
+  std::string message = error_of([&] { test::load(run.trainer, path); }, &corrupt);
   EXPECT_FALSE(corrupt);
   EXPECT_NE(message.find("model/layers/00/wte"), std::string::npos) << message;
   EXPECT_NE(message.find("[256, 16]"), std::string::npos) << message;
@@ -455,14 +456,14 @@ TEST(Checkpoint, ModelMismatchNamesTheTensorAndBothShapes) {
   Config deeper = c;
   deeper.model.n_layers = 3;
   SelfRun run3(deeper);
-  message = error_of([&] { io::load_checkpoint(run3.trainer, path); });
+  message = error_of([&] { test::load(run3.trainer, path); });
   EXPECT_NE(message.find("model/layers/03/ln1/gamma"), std::string::npos) << message;
   EXPECT_NE(message.find("not in the checkpoint"), std::string::npos) << message;
 
   Config shallower = c;
   shallower.model.n_layers = 1;
   SelfRun run1(shallower);
-  message = error_of([&] { io::load_checkpoint(run1.trainer, path); });
+  message = error_of([&] { test::load(run1.trainer, path); });
   EXPECT_NE(message.find("model/layers/02/ln_f/gamma"), std::string::npos) << message;  // the head moved
 }
 
@@ -521,7 +522,7 @@ TEST(Checkpoint, AnotherRunsCheckpointsAreRefusedOrKeptNeverPruned) {
   EXPECT_EQ(io::read_latest(dir).name, "step-00000004.h5");
   // Its step 5 would replace the other run's: refused, and nothing changes.
   b.trainer.step();
-  const io::SaveResult clash = io::save_checkpoint(b.trainer, d.dir);
+  const io::SaveResult clash = test::save(b.trainer, d.dir);
   EXPECT_FALSE(clash.ok);
   EXPECT_NE(clash.message.find("belongs to another run"), std::string::npos) << clash.message;
   EXPECT_EQ(io::read_checkpoint_info(dir + "/step-00000005.h5").run_id, first_run);
@@ -544,7 +545,7 @@ TEST(Checkpoint, ResumingContinuesTheRunItLoaded) {
   resume.dir = dir;
   resume.resume = "latest";
   SelfRun b(c);
-  const auto loaded = io::resume_training(b.trainer, resume);
+  const auto loaded = test::resume(b.trainer, resume);
   EXPECT_EQ(loaded.run_id, run_id);
   Dir d(dir, 2, loaded.run_id);  // the same run: its checkpoints are this run's
   for (int s = 0; s < 3; ++s) {
@@ -600,7 +601,7 @@ TEST(Checkpoint, AnIncompleteCheckpointIsNeverLoaded) {
   resume.dir = dir;
   resume.resume = "latest";
   SelfRun run(c);
-  EXPECT_EQ(io::resume_training(run.trainer, resume).path, done);
+  EXPECT_EQ(test::resume(run.trainer, resume).path, done);
   EXPECT_EQ(run.trainer.next_step(), 1);
   // The next save clears the stale temporary file.
   a.trainer.step();
@@ -626,11 +627,11 @@ TEST(Checkpoint, FallbackLoadsThePreviousCheckpointOfTheRun) {
   cc.dir = dir;
   cc.resume = "latest";
   SelfRun strict(c);
-  const std::string message = error_of([&] { io::resume_training(strict.trainer, cc); });
+  const std::string message = error_of([&] { test::resume(strict.trainer, cc); });
   EXPECT_NE(message.find("step-00000002.h5"), std::string::npos) << message;
   cc.fallback = CheckpointFallback::previous;
   SelfRun lenient(c);
-  EXPECT_EQ(fs::path(io::resume_training(lenient.trainer, cc).path).filename(), "step-00000001.h5");
+  EXPECT_EQ(fs::path(test::resume(lenient.trainer, cc).path).filename(), "step-00000001.h5");
   EXPECT_EQ(lenient.trainer.next_step(), 1);
 }
 
@@ -654,7 +655,7 @@ TEST(Checkpoint, TheOldFormatIsRefusedNamingItsVersion) {
   resume.dir = dir;
   resume.resume = "latest";
   SelfRun run(test::tiny_config(6));
-  std::string message = error_of([&] { io::resume_training(run.trainer, resume); });
+  std::string message = error_of([&] { test::resume(run.trainer, resume); });
   EXPECT_NE(message.find("format_version 1"), std::string::npos) << message;
   // A new run there is refused too (another run's checkpoints), never pruned.
   message = error_of([&] { Dir d(dir); });

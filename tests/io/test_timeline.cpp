@@ -130,12 +130,12 @@ TEST(TimelineRecorder, EveryActionOfAOneRankRunInOrder) {
   std::vector<Action> want;
   {
     runtime::Trainer<float> trainer(c, corpus, grid);
-    io::TimelineRecorder<float> recorder(trainer, grid, c, path);
+    io::TimelineRecorder recorder(grid, c, trainer.plan().lists(), path);
     for (int s = 0; s < 2; ++s) {
       trainer.step();
-      recorder.record(s);
+      recorder.record(s, trainer.executor().timeline());
     }
-    for (const Action& a : trainer.schedule().actions[0])
+    for (const Action& a : trainer.plan().lists().actions[0])
       if (a.op != Op::step) want.push_back(a);
   }
   comm::free_grid(grid);

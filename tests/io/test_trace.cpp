@@ -224,12 +224,13 @@ TEST(ActivationTracer, TracesEveryKthStepOfATrainingRun) {
     runtime::Trainer<float> trainer(c, test::corpus(), grid);
     // A NaN in one weight of block 2 (layer 2): its output turns non-finite, the layers before stay clean.
     {
-      auto& params = trainer.chunk(0).params();
+      auto& params = trainer.stage().chunk(0).params();
       auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), params.values());
       host(params.layer_range(2).first + 3) = std::numeric_limits<float>::quiet_NaN();
       Kokkos::deep_copy(params.values(), host);
     }
-    io::ActivationTracer<float> tracer(trainer, grid, c, io::trace_options(c));
+    io::ActivationTracer<float> tracer(trainer.stage(), trainer.plan(), io::trace_options(c));
+    trainer.set_observer(tracer.observer());
     for (int s = 0; s < c.train.steps; ++s) {
       tracer.begin_step(s);
       const auto stats = trainer.step();
@@ -267,7 +268,8 @@ TEST(ActivationTracer, StatisticsOfAHealthyRunAreFinite) {
   auto grid = comm::make_grid(MPI_COMM_SELF, 1, 1);
   {
     runtime::Trainer<float> trainer(c, test::corpus(), grid);
-    io::ActivationTracer<float> tracer(trainer, grid, c, io::trace_options(c));
+    io::ActivationTracer<float> tracer(trainer.stage(), trainer.plan(), io::trace_options(c));
+    trainer.set_observer(tracer.observer());
     tracer.begin_step(0);
     EXPECT_FALSE(trainer.step().skipped);
     tracer.end_step();

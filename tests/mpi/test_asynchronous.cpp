@@ -65,8 +65,8 @@ TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
         EXPECT_EQ(r.forward, schedule::rule_version(updates, p, k.microbatches, grid.stage, int(r.microbatch), false));
       }
       // Versions held: measured = the validator's count from the lists = the theory.
-      const int predicted = schedule::versions_held(trainer.schedule())[grid.stage];
-      EXPECT_EQ(trainer.peak_versions(0), predicted);
+      const int predicted = schedule::versions_held(trainer.plan().lists())[grid.stage];
+      EXPECT_EQ(trainer.stage().versions(0).peak(), predicted);
       if (k.extra_steps >= 0) {
         EXPECT_EQ(predicted, schedule::versions_bound(updates, p, grid.stage));
       }
@@ -108,7 +108,7 @@ TEST(Asynchronous, DataParallelLayoutsReproduceTheReference) {
           }
           if (exact) EXPECT_EQ(trainer.param_checksum(), reference.param_checksum());
           for (const auto& r : trainer.versions_read()) EXPECT_EQ(r.backward, r.forward) << "micro-batch " << r.microbatch;
-          EXPECT_EQ(trainer.peak_versions(0), schedule::versions_held(trainer.schedule())[grid.stage]);
+          EXPECT_EQ(trainer.stage().versions(0).peak(), schedule::versions_held(trainer.plan().lists())[grid.stage]);
           EXPECT_TRUE(std::isfinite(trainer.evaluate()));
         }
         comm::free_grid(grid);
@@ -120,9 +120,9 @@ TEST(Asynchronous, DataParallelLayoutsReproduceTheReference) {
 TEST(Asynchronous, AutoTransportIsMpi) {
   for (const char* schedule : {"pipedream", "2bw"}) {
     Config c = async_config(schedule, 0, 1, 2, 1);
-    EXPECT_EQ(runtime::default_transport(c.pipeline), "mpi") << schedule;
+    EXPECT_EQ(runtime::default_transport(c.pipeline), comm::TransportKind::mpi) << schedule;
     c.pipeline.transport = TransportChoice::nccl;
-    EXPECT_EQ(runtime::default_transport(c.pipeline), "nccl") << schedule << ": asked for, then refused by the trainer";
+    EXPECT_EQ(runtime::default_transport(c.pipeline), comm::TransportKind::nccl) << schedule << ": asked for, then refused by the trainer";
   }
 }
 

@@ -15,6 +15,7 @@
 #include "kpipe/io/checkpoint_file.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
+#include "support/checkpointing.hpp"
 #include "support/corpus.hpp"
 #include "support/mpi_world.hpp"
 
@@ -74,7 +75,7 @@ Segment run(const Config& c, MPI_Comm comm, const std::string& from, int steps, 
   Segment out;
   {
     runtime::Trainer<float> trainer(c, test::corpus(), grid);
-    if (!from.empty()) io::load_checkpoint(trainer, from);
+    if (!from.empty()) test::load(trainer, from);
     for (int s = 0; s < steps; ++s) out.losses.push_back(trainer.step().loss);
     if (!to.empty()) {
       CheckpointConfig cc;
@@ -82,7 +83,7 @@ Segment run(const Config& c, MPI_Comm comm, const std::string& from, int steps, 
       cc.keep = 2;
       io::CheckpointDir dir(cc, comm, c.pipeline.recv_timeout_s);
       dir.start_run("");
-      const io::SaveResult saved = io::save_checkpoint(trainer, dir);
+      const io::SaveResult saved = test::save(trainer, dir);
       EXPECT_TRUE(saved.ok) << saved.message;
     }
     out.checksum = trainer.param_checksum();

@@ -38,7 +38,7 @@ std::vector<Token> generate(Config c, MPI_Comm comm, int stages, int chunks, con
   {
     data::Corpus corpus;  // bytes; the trainer initializes the weights from (seed, layer, name)
     runtime::Trainer<float> trainer(c, corpus, grid);
-    runtime::Generator<float> generator(trainer, corpus.tokenizer);
+    runtime::Generator<float> generator(trainer.stage(), trainer.plan(), corpus.tokenizer);
     generator.generate(tokens, 20, o);
   }
   comm::free_grid(grid);

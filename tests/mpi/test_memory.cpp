@@ -56,15 +56,15 @@ void expect_prediction_equals_measurement(const Config& c, const std::string& wh
     runtime::Trainer<float> trainer(c, test::corpus(), grid);
     for (int s = 0; s < 3; ++s) trainer.step();
     trainer.evaluate();
-    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.replicated(), grid.replica, grid.stage);
+    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.plan().run(), grid.replica, grid.stage);
     const auto measured = meter.peak();
     EXPECT_EQ(measured, plan.bytes) << what << " rank " << grid.world_rank << "\n  measured:" << bytes_text(measured)
                                     << "\n  predicted:" << bytes_text(plan.bytes);
     EXPECT_EQ(meter.live(), measured) << what << ": nothing is freed while training";
-    EXPECT_EQ(trainer.message_buffers(), plan.message_buffers) << what;
-    for (int k = 0; k < trainer.chunks(); ++k) {
-      EXPECT_EQ(trainer.chunk(k).allocated_slots(), plan.chunks[k].slots) << what << " chunk " << k;
-      EXPECT_EQ(trainer.chunk(k).allocated_backward_sets(), plan.chunks[k].backward_sets) << what << " chunk " << k;
+    EXPECT_EQ(trainer.executor().message_buffers(), plan.message_buffers) << what;
+    for (int k = 0; k < trainer.stage().chunks(); ++k) {
+      EXPECT_EQ(trainer.stage().chunk(k).allocated_slots(), plan.chunks[k].slots) << what << " chunk " << k;
+      EXPECT_EQ(trainer.stage().chunk(k).allocated_backward_sets(), plan.chunks[k].backward_sets) << what << " chunk " << k;
     }
     EXPECT_EQ(measured[int(memory::Category::weight_versions)], 0) << what;
     EXPECT_GT(measured[int(memory::Category::activations)], 0) << what << ": the meter sees the slots";
@@ -99,14 +99,14 @@ void expect_async_prediction_equals_measurement(const Config& c, const std::stri
     runtime::Trainer<float> trainer(c, test::corpus(), grid);
     for (int s = 0; s < c.train.steps; ++s) trainer.step();
     trainer.evaluate();
-    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.replicated(), grid.replica, grid.stage);
+    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.plan().run(), grid.replica, grid.stage);
     const auto measured = meter.peak();
     EXPECT_EQ(measured, plan.bytes) << what << " rank " << grid.world_rank << "\n  measured:" << bytes_text(measured)
                                     << "\n  predicted:" << bytes_text(plan.bytes);
-    EXPECT_EQ(trainer.message_buffers(), plan.message_buffers) << what;
+    EXPECT_EQ(trainer.executor().message_buffers(), plan.message_buffers) << what;
     const auto versions = measured[int(memory::Category::weight_versions)];
     const auto parameters = measured[int(memory::Category::parameters)];
-    EXPECT_EQ(versions, trainer.peak_versions(0) * parameters) << what;
+    EXPECT_EQ(versions, trainer.stage().versions(0).peak() * parameters) << what;
   }
   comm::free_grid(grid);
 }

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -38,9 +37,9 @@ void expect_like_one_rank(Config c, int pipeline_size, int data_parallel, const 
   const TrainingRun reference = train(c, MPI_COMM_SELF);
   c.pipeline.pipeline_size = pipeline_size;
   c.pipeline.data_parallel = data_parallel;
-  setenv("KPIPE_TEST_TRANSPORT", "mpi-stream-ordered", 1);
-  const TrainingRun run = train(c, MPI_COMM_WORLD);
-  unsetenv("KPIPE_TEST_TRANSPORT");
+  runtime::TrainerOptions options;
+  options.transport = comm::TransportKind::mpi_stream_ordered;
+  const TrainingRun run = train(c, MPI_COMM_WORLD, options);
   test::expect_identical(run, reference, what);
 }
 

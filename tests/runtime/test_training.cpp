@@ -34,7 +34,7 @@ Result train(const Config& c, const data::Corpus& corpus) {
     for (int s = 0; s < c.train.steps; ++s) r.losses.push_back(trainer.step().loss);
     r.checksum = trainer.param_checksum();
     r.val_loss = trainer.evaluate();
-    auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), trainer.chunk(0).params().values());
+    auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), trainer.stage().chunk(0).params().values());
     r.params.assign(host.data(), host.data() + host.extent(0));
   }
   comm::free_grid(grid);

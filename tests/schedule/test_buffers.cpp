@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "kpipe/schedule/buffers.hpp"
+#include "kpipe/schedule/forward_only.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -59,7 +60,7 @@ TEST(Buffers, EveryReceiveIsPostedOnceAndInTimeAndEveryMicroBatchRetiredOnce) {
           EXPECT_GE(k, i) << "posted at or before its own position";
           ++posted[k];
         }
-        if (plan.last_touch[i]) ++retired[list[i].chunk * s.microbatches + list[i].microbatch];
+        for (const int chunk : plan.retire[i]) ++retired[chunk * s.microbatches + list[i].microbatch];
       }
       for (std::size_t k = 0; k < list.size(); ++k) {
         if (is_recv(list[k].op)) {
@@ -69,6 +70,20 @@ TEST(Buffers, EveryReceiveIsPostedOnceAndInTimeAndEveryMicroBatchRetiredOnce) {
       EXPECT_EQ(std::count(retired.begin(), retired.end(), 1), s.chunks * s.microbatches);
     }
   }
+}
+
+// Forward-only lists hand a micro-batch from chunk to chunk of one rank in place: a chunk's slot lives until the
+// next chunk's forward has read its output, and then goes back (one slot per chunk however many micro-batches).
+TEST(Buffers, ForwardOnlyListsKeepASlotUntilTheNextLocalChunkReadIt) {
+  const Schedule s = forward_only(interleaved(1, 4, 3), 4);  // one rank, three chunks: F0c0 F0c1 F0c2 F1c0 ...
+  const auto& list = s.actions[0];
+  const BufferPlan plan = plan_buffers(s, 0, list);
+  ASSERT_EQ(list[1], (Action{Op::forward, 0, 1, -1}));
+  EXPECT_EQ(plan.retire[0], std::vector<int>{}) << "chunk 0's output is read next";
+  EXPECT_EQ(plan.retire[1], std::vector<int>{0});
+  EXPECT_EQ(plan.retire[2], (std::vector<int>{2, 1}));
+  EXPECT_EQ(plan.slots, (std::vector<int>{1, 1, 1}));
+  EXPECT_EQ(plan.message_buffers, 0);
 }
 
 // 1F1B on two ranks, two micro-batches, rank 1 (F0 B0 F1 B1): the first receive lands in a new buffer, the

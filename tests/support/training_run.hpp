@@ -23,11 +23,11 @@ struct TrainingRun {
   std::vector<int> predicted_stash;   // the validator's count, per rank
 };
 
-inline TrainingRun train(const Config& c, MPI_Comm comm) {
+inline TrainingRun train(const Config& c, MPI_Comm comm, const runtime::TrainerOptions& options = {}) {
   auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
   TrainingRun run;
   {
-    runtime::Trainer<float> trainer(c, corpus(), grid);
+    runtime::Trainer<float> trainer(c, corpus(), grid, options);
     for (int s = 0; s < c.train.steps; ++s) {
       const auto stats = trainer.step();
       run.losses.push_back(stats.loss);
@@ -35,8 +35,8 @@ inline TrainingRun train(const Config& c, MPI_Comm comm) {
     }
     run.checksum = trainer.param_checksum();
     run.val_loss = trainer.evaluate();
-    run.peak_stash = trainer.peak_stash();
-    run.predicted_stash = schedule::peak_stash(trainer.schedule());
+    run.peak_stash = trainer.executor().peak_stash();
+    run.predicted_stash = schedule::peak_stash(trainer.plan().lists());
   }
   comm::free_grid(grid);
   return run;

@@ -1,4 +1,5 @@
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/exit_codes.hpp"
 
 #include <fmt/format.h>
 
@@ -110,10 +111,7 @@ std::string list_ranks(const std::vector<int>& ranks) {
 }
 
 [[noreturn]] void end_job(const std::string& message) {
-  std::fprintf(stderr, "kpipe: %s; aborting\n", message.c_str());
-  std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, exit_timeout);
-  std::_Exit(exit_timeout);
+  abort_job(ExitCode::peer_lost, "kpipe: " + message + "; aborting");
 }
 
 // Runs one non-blocking collective started by `start` under the bound, with the arrival messages.

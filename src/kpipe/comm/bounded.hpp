@@ -22,9 +22,6 @@
 
 namespace kpipe::comm {
 
-// Exit code of a job ended because a rank stopped answering (the same as a receive timeout).
-inline constexpr int exit_timeout = 3;
-
 // How long a collective may wait, and what it is, for the message: "the loss allreduce of step 12".
 struct Bound {
   double seconds = 300;

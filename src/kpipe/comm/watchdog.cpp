@@ -1,4 +1,5 @@
 #include "kpipe/comm/watchdog.hpp"
+#include "kpipe/core/exit_codes.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -15,7 +16,7 @@ Watchdog::Watchdog(int rank, Bound bound) {
                  "or died meanwhile); ending the job\n",
                  rank, bound.what.c_str(), bound.seconds);
     std::fflush(stderr);
-    std::_Exit(exit_timeout);
+    std::_Exit(exit_status(ExitCode::peer_lost));
   });
 }
 

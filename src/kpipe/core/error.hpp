@@ -1,6 +1,7 @@
 #pragma once
 // Two kinds of failure. InputError: the user's input (config, data, checkpoint, schedule, world size) is
-// wrong; the message is one line naming the key and the value, and apps exit with code 2 on every rank.
+// wrong; the message is one line naming the key and the value, and apps exit with ExitCode::bad_input on every
+// rank (core/exit_codes.hpp).
 // Anything else is a bug or a system failure.
 #include <fmt/format.h>
 
@@ -8,8 +9,6 @@
 #include <string>
 
 namespace kpipe {
-
-inline constexpr int exit_bad_input = 2;
 
 struct InputError : std::runtime_error {
   using std::runtime_error::runtime_error;

@@ -128,9 +128,8 @@ void check_identity(const CheckpointReader& reader, const Expected* expected) {
 // flight, and which micro-batch reads which, are those of one schedule, layout and micro-batch count
 // (another layout's run would not be the uninterrupted one's continuation). Then the older versions.
 template <class T>
-std::vector<std::vector<std::vector<T>>> read_older_versions(const runtime::Trainer<T>& trainer,
-                                                             const CheckpointReader& reader) {
-  const Config& now = trainer.config();
+OlderVersions<T> read_older_versions(const runtime::StageModel<T>& stage, const CheckpointReader& reader) {
+  const Config& now = stage.config();
   const Config then = checkpoint_config(reader.path());
   const auto name = [](const Config& c) {
     return fmt::format("{}{}", c.pipeline.schedule,
@@ -148,13 +147,13 @@ std::vector<std::vector<std::vector<T>>> read_older_versions(const runtime::Trai
           "(the versions in flight are theirs), not \"{}\", {}, {}, {}",
           reader.path(), name(then), then.pipeline.pipeline_size, then.pipeline.data_parallel, then.train.microbatches,
           name(now), now.pipeline.pipeline_size, now.pipeline.data_parallel, now.train.microbatches);
-  std::vector<std::vector<std::vector<T>>> older(trainer.chunks());
+  OlderVersions<T> older(stage.chunks());
   // A checkpoint of a run's last step holds no older version: its pipeline was drained (a longer run
   // from it starts its asynchronous pipeline anew from the newest weights).
   if (reader.number("step") >= then.train.steps) return older;
-  for (int c = 0; c < trainer.chunks(); ++c) {
-    const auto& store = trainer.chunk(c).params();
-    for (int j = 1; j <= trainer.older_versions(c); ++j) {
+  for (int c = 0; c < stage.chunks(); ++c) {
+    const auto& store = stage.chunk(c).params();
+    for (int j = 1; j <= stage.older_versions(c, 0); ++j) {
       std::vector<T> values;
       if (reader.find(older_version_root(j) + store.slots().front().path())) values.resize(store.size());
       // Absent: no micro-batch in flight read it, as the checkpoint's run was near its end; a run with more
@@ -173,17 +172,18 @@ std::vector<std::vector<std::vector<T>>> read_older_versions(const runtime::Trai
 }
 
 template <class T>
-LoadedCheckpoint load(runtime::Trainer<T>& trainer, const std::string& path, const Expected* expected) {
-  LoadedCheckpoint loaded;
-  std::vector<std::vector<std::vector<T>>> older;  // asynchronous runs: per chunk, the older versions
-  const double timeout = trainer.config().pipeline.recv_timeout_s;
-  collectively(trainer.grid().world, timeout, fmt::format("loading checkpoint '{}'", path), [&] {
+LoadedCheckpoint<T> load(runtime::StageModel<T>& stage, const std::string& path, const Expected* expected) {
+  LoadedCheckpoint<T> loaded;
+  const double timeout = stage.config().pipeline.recv_timeout_s;
+  collectively(stage.grid().world, timeout, fmt::format("loading checkpoint '{}'", path), [&] {
     const CheckpointReader reader(checkpoint_file_of(path));
     check_identity(reader, expected);
-    loaded = {reader.path(), reader.number("step"), reader.text("run_id")};
+    loaded.path = reader.path();
+    loaded.step = reader.number("step");
+    loaded.run_id = reader.text("run_id");
     require(loaded.step >= 0, "checkpoint file '{}': step = {}", reader.path(), loaded.step);
-    for (int c = 0; c < trainer.chunks(); ++c) {
-      auto& store = trainer.chunk(c).params();
+    for (int c = 0; c < stage.chunks(); ++c) {
+      auto& store = stage.chunk(c).params();
       std::vector<T> values(store.size()), moment1(store.size()), moment2(store.size());
       for (const auto& slot : store.slots()) {
         const std::string name = slot.path();
@@ -195,17 +195,15 @@ LoadedCheckpoint load(runtime::Trainer<T>& trainer, const std::string& path, con
       copy_to_device(moment1, store.moment1());
       copy_to_device(moment2, store.moment2());
     }
-    if (trainer.asynchronous()) older = read_older_versions(trainer, reader);
+    if (stage.versioned()) loaded.older = read_older_versions(stage, reader);
     // Every tensor of the model was found; a checkpoint with more is of a larger model.
     std::int64_t model_tensors = 0;
-    for (const auto& layer : trainer.desc().layers) model_tensors += std::int64_t(layer.params.size());
+    for (const auto& layer : stage.desc().layers) model_tensors += std::int64_t(layer.params.size());
     const std::int64_t tensors = reader.number("tensors");
     require(tensors == model_tensors,
             "checkpoint '{}': holds {} tensors, the model {} (model.n_layers = {}): not the same model", reader.path(),
-            tensors, model_tensors, trainer.desc().config.n_layers);
+            tensors, model_tensors, stage.desc().config.n_layers);
   });
-  trainer.set_next_step(loaded.step);
-  if (trainer.asynchronous()) trainer.resume_asynchronous(older);
   return loaded;
 }
 
@@ -220,15 +218,6 @@ std::vector<std::string> split_lines(const std::string& text) {
 
 // ---- public -------------------------------------------------------------------------------------------
 
-PauseHook pause_hook_from_environment() {
-  PauseHook hook;
-  if (const char* text = std::getenv("KPIPE_TEST_PAUSE_IN_CHECKPOINT")) {
-    long long step = -1;
-    double seconds = 0;
-    if (std::sscanf(text, "%lld:%lf", &step, &seconds) == 2) hook = {step, seconds};
-  }
-  return hook;
-}
 
 void validate_checkpoint_config(const CheckpointConfig& config) {
   require(config.keep >= 2, "checkpoint.keep = {}: expected an integer >= 2", config.keep);
@@ -380,11 +369,13 @@ void CheckpointDir::start_run(const std::string& run_id) {
 
 // ---- saving -------------------------------------------------------------------------------------------
 
-template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, CheckpointDir& dir) {
-  const auto& grid = trainer.grid();
-  const Config& config = trainer.config();
+template <class T>
+SaveResult save_checkpoint(runtime::StageModel<T>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
+                           CheckpointDir& dir) {
+  const auto& grid = stage.grid();
+  const Config& config = stage.config();
   const double timeout = dir.timeout_s();
-  const std::int64_t step = trainer.next_step();
+  stage.bind_newest();  // the parameters are the newest version (asynchronous runs)
   const std::string name = checkpoint_file_name(step);
   SaveResult result;
   result.path = (fs::path(dir.path()) / name).string();
@@ -393,8 +384,8 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
 
   // A checkpoint with a non-finite value is never written: every rank checks its state, all agree.
   int bad = 0;
-  for (int c = 0; c < trainer.chunks(); ++c) {
-    const auto& store = trainer.chunk(c).params();
+  for (int c = 0; c < stage.chunks(); ++c) {
+    const auto& store = stage.chunk(c).params();
     for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()})
       if (!std::isfinite(nn::sum_squares<T>(ExecSpace(), *buffer))) bad = 1;
   }
@@ -419,8 +410,8 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
   CheckpointWriter writer(grid.world, timeout);
   std::vector<std::vector<T>> buffers;
   std::int64_t tensors = 0;
-  for (int c = 0; c < trainer.chunks() && grid.replica == 0; ++c) {
-    const auto& store = trainer.chunk(c).params();
+  for (int c = 0; c < stage.chunks() && grid.replica == 0; ++c) {
+    const auto& store = stage.chunk(c).params();
     buffers.push_back(host_copy(store.values()));
     buffers.push_back(host_copy(store.moment1()));
     buffers.push_back(host_copy(store.moment2()));
@@ -434,8 +425,8 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
       writer.add_tensor(moment2_root + tensor, slot.spec->shape, moment2.data() + slot.offset);
     }
     // Asynchronous runs: the older versions the micro-batches in flight read (resume forwards them again).
-    for (int j = 1; j <= trainer.older_versions(c); ++j) {
-      std::vector<T> values = trainer.older_version(c, j);
+    for (int j = 1; j <= stage.older_versions(c, step); ++j) {
+      std::vector<T> values = stage.older_version(c, j);
       if (values.empty()) continue;  // read by no micro-batch in flight (near the run's end)
       buffers.push_back(std::move(values));
       const auto& version = buffers.back();
@@ -443,7 +434,7 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
         writer.add_tensor(older_version_root(j) + slot.path(), slot.spec->shape, version.data() + slot.offset);
     }
   }
-  for (const auto& layer : trainer.desc().layers) tensors += std::int64_t(layer.params.size());
+  for (const auto& layer : stage.desc().layers) tensors += std::int64_t(layer.params.size());
   // Metadata: the same on every rank (rank 0's clock), all of it in the checksummed manifest.
   const std::string created = comm::bcast(grid.world_rank == 0 ? utc_now() : std::string(), 0, grid.world, bound);
   writer.set_attribute("/", "step", step);
@@ -463,7 +454,7 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
   // AdamW's bias correction uses the count of updates so far, which is the step counter.
   writer.set_attribute("/optimizer", "step", step);
   // What the model's token ids mean, so that kpipe-generate decodes them (io/checkpoint_tokenizer.hpp).
-  add_tokenizer(writer, trainer.corpus().tokenizer, grid.world_rank == 0);
+  add_tokenizer(writer, tokenizer, grid.world_rank == 0);
   writer.set_attribute("/training", "step", step);
   writer.set_attribute("/training", "seed", std::int64_t(config.train.seed));
   writer.set_attribute("/training", "sampler",
@@ -471,7 +462,7 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
   writer.set_attribute("/training", "rng",
                        std::string("none beyond train.seed: initialization is keyed by (seed, layer, name), sampling "
                                    "by (seed, step, sequence)"));
-  const PauseHook hook = pause_hook_from_environment();
+  const CheckpointDir::Pause hook = dir.pause();
   if (hook.step == step && hook.seconds > 0)
     writer.on_half_written([&] {
       std::fprintf(stderr, "kpipe: test hook: pausing %g s in the middle of writing %s\n", hook.seconds, tmp.c_str());
@@ -526,14 +517,15 @@ template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, Chec
 
 // ---- loading ------------------------------------------------------------------------------------------
 
-template <class T> LoadedCheckpoint load_checkpoint(runtime::Trainer<T>& trainer, const std::string& path) {
-  return load(trainer, path, nullptr);
+template <class T> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T>& stage, const std::string& path) {
+  return load(stage, path, nullptr);
 }
 
-template <class T> LoadedCheckpoint resume_training(runtime::Trainer<T>& trainer, const CheckpointConfig& config) {
+template <class T>
+LoadedCheckpoint<T> resume_training(runtime::StageModel<T>& stage, const CheckpointConfig& config) {
   if (config.resume.empty()) return {};
-  const auto& grid = trainer.grid();
-  const double timeout = trainer.config().pipeline.recv_timeout_s;
+  const auto& grid = stage.grid();
+  const double timeout = stage.config().pipeline.recv_timeout_s;
   // Rank 0 picks the candidates (newest first) so that every rank tries the same ones: the file `latest`
   // names, then that run's older checkpoints.
   std::string candidates;
@@ -586,7 +578,7 @@ template <class T> LoadedCheckpoint resume_training(runtime::Trainer<T>& trainer
       // The first candidate must be exactly what `latest` recorded; older ones of the same run.
       Expected want = expected;
       if (i > 0 || !from_latest) want.manifest_hash = 0;
-      const LoadedCheckpoint loaded = load(trainer, list[i], from_latest ? &want : nullptr);
+      LoadedCheckpoint<T> loaded = load(stage, list[i], from_latest ? &want : nullptr);
       if (speak)
         std::fprintf(stderr, "kpipe: resumed from checkpoint %s (step %lld)\n", loaded.path.c_str(),
                      static_cast<long long>(loaded.step));
@@ -601,11 +593,11 @@ template <class T> LoadedCheckpoint resume_training(runtime::Trainer<T>& trainer
   return {};
 }
 
-template SaveResult save_checkpoint(runtime::Trainer<float>&, CheckpointDir&);
-template SaveResult save_checkpoint(runtime::Trainer<double>&, CheckpointDir&);
-template LoadedCheckpoint load_checkpoint(runtime::Trainer<float>&, const std::string&);
-template LoadedCheckpoint load_checkpoint(runtime::Trainer<double>&, const std::string&);
-template LoadedCheckpoint resume_training(runtime::Trainer<float>&, const CheckpointConfig&);
-template LoadedCheckpoint resume_training(runtime::Trainer<double>&, const CheckpointConfig&);
+template SaveResult save_checkpoint(runtime::StageModel<float>&, std::int64_t, const data::Tokenizer&, CheckpointDir&);
+template SaveResult save_checkpoint(runtime::StageModel<double>&, std::int64_t, const data::Tokenizer&, CheckpointDir&);
+template LoadedCheckpoint<float> load_checkpoint(runtime::StageModel<float>&, const std::string&);
+template LoadedCheckpoint<double> load_checkpoint(runtime::StageModel<double>&, const std::string&);
+template LoadedCheckpoint<float> resume_training(runtime::StageModel<float>&, const CheckpointConfig&);
+template LoadedCheckpoint<double> resume_training(runtime::StageModel<double>&, const CheckpointConfig&);
 
 }  // namespace kpipe::io

@@ -1,10 +1,9 @@
 #pragma once
-// Checkpoints of a training: the trainer's whole state as one checkpoint file (io/checkpoint_file.hpp),
+// Checkpoints of a training: a stage model's whole state as one checkpoint file (io/checkpoint_file.hpp),
 // step-<N>.h5 in the run's checkpoint directory (io/checkpoint_store.hpp), loaded by tensor name on any
 // layout. Layout and reasons: docs/checkpoint-format.md.
 //
-// Every function taking a Trainer or a CheckpointDir is collective over the trainer's world
-// communicator, with every wait bounded by pipeline.recv_timeout_s. Failures are agreed on before anyone
+// Every function taking a StageModel or a CheckpointDir is collective over the stage's world communicator, with every wait bounded by pipeline.recv_timeout_s. Failures are agreed on before anyone
 // returns: every rank throws the same InputError (the lowest failing rank's message) or returns the same
 // SaveResult, so no rank waits for another that has given up.
 #include <mpi.h>
@@ -18,7 +17,8 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/io/checkpoint_file.hpp"
 #include "kpipe/io/checkpoint_store.hpp"
-#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/data/tokenizer.hpp"
+#include "kpipe/runtime/stage_model.hpp"
 
 namespace kpipe::io {
 
@@ -70,6 +70,14 @@ class CheckpointDir {
   bool locked() const;
   // A line for the log (world rank 0): the file system could not lock the directory ("" otherwise).
   std::string warning() const;
+  // Fault injection for tests: writing the checkpoint of step `step` pauses `seconds` once each rank has
+  // written half of its datasets (the job can then be killed mid-write).
+  struct Pause {
+    std::int64_t step = -1;
+    double seconds = 0;
+  };
+  void pause_in_write(Pause pause) { pause_ = pause; }
+  const Pause& pause() const { return pause_; }
 
  private:
   CheckpointConfig config_;
@@ -77,6 +85,7 @@ class CheckpointDir {
   double timeout_s_;
   std::string run_id_;
   std::unique_ptr<DirectoryLock> lock_;  // world rank 0 only
+  Pause pause_;
 };
 
 // The outcome of a save, the same on every rank.
@@ -87,39 +96,41 @@ struct SaveResult {
   std::string warning;  // ok, but something after publication failed (pruning)
 };
 
-// Writes the trainer's state as step-<next_step>.h5 in dir (an asynchronous trainer's older weight versions
-// in flight too, /weight_versions/<j>/...): written as a temporary file by every rank
+// Writes the stage model's state at step boundary `step` (the optimizer steps taken) as step-<step>.h5 in dir,
+// with the run's tokenizer (an asynchronous run's older weight versions in flight too, /weight_versions/<j>/...): written as a temporary file by every rank
 // (io/checkpoint_file.hpp), published by a rename only once every rank's bytes are on storage, then
 // `latest` is updated and this run's checkpoints beyond checkpoint.keep are removed, oldest first. A
 // failure anywhere (disk full, I/O error, non-finite state) publishes nothing: `latest` and every older
 // checkpoint stay as they were.
-template <class T> SaveResult save_checkpoint(runtime::Trainer<T>& trainer, CheckpointDir& dir);
+template <class T>
+SaveResult save_checkpoint(runtime::StageModel<T>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
+                           CheckpointDir& dir);
 
-struct LoadedCheckpoint {
-  std::string path;  // the checkpoint file
+// The older weight versions an asynchronous run's checkpoint holds for this rank's chunks: [chunk][j - 1] is
+// the version j updates before the newest (an empty one: no micro-batch in flight read it; no versions at all
+// for a chunk: a drained run's checkpoint, whose newest weights stand for them).
+template <class T> using OlderVersions = std::vector<std::vector<std::vector<T>>>;
+
+template <class T> struct LoadedCheckpoint {
+  std::string path;  // the checkpoint file ("": nothing loaded)
   std::int64_t step = 0;
   std::string run_id;
+  OlderVersions<T> older;  // a versioned stage's (asynchronous run); empty otherwise
 };
 
-// Loads a checkpoint (a file, or a checkpoint.dir's latest) into the trainer and sets its next step; an
-// asynchronous trainer also gets the older weight versions in flight and resumes its lists there (same
-// schedule, pipeline size and micro-batches only: InputError otherwise).
-// Throws CorruptCheckpoint or InputError on every rank alike.
-template <class T> LoadedCheckpoint load_checkpoint(runtime::Trainer<T>& trainer, const std::string& path);
+// Loads a checkpoint (a file, or a checkpoint.dir's latest) into the stage model's chunks: the newest weights
+// and the optimizer state, on any layout; for a versioned stage (asynchronous run) also the older weight
+// versions in flight (same schedule, pipeline size and micro-batches only: InputError otherwise). The trainer
+// resumes from what it returns (Trainer::resume). Throws CorruptCheckpoint or InputError on every rank alike.
+template <class T> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T>& stage, const std::string& path);
 
 // Applies checkpoint.resume: "" does nothing; "latest" loads the checkpoint `latest` names in
 // checkpoint.dir (none there: starts fresh), checking that it is the file `latest` recorded; anything else
 // is a checkpoint file. With fallback = "previous", a corrupt one gives way to the same run's next older
 // one. Progress lines go to stderr on world rank 0. Returns what was loaded (path "" when nothing).
 template <class T>
-LoadedCheckpoint resume_training(runtime::Trainer<T>& trainer, const CheckpointConfig& config);
+LoadedCheckpoint<T> resume_training(runtime::StageModel<T>& stage, const CheckpointConfig& config);
 
-// Test hook KPIPE_TEST_PAUSE_IN_CHECKPOINT="<step>:<seconds>": writing the checkpoint of that step pauses
-// once each rank has written half of its datasets (the job can then be killed mid-write).
-struct PauseHook {
-  std::int64_t step = -1;
-  double seconds = 0;
-};
-PauseHook pause_hook_from_environment();
+
 
 }  // namespace kpipe::io

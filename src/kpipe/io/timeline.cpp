@@ -226,24 +226,23 @@ std::string chrome_trace(const TimelineFile& timeline) {
   return document.dump(1) + "\n";
 }
 
-template <class T>
-TimelineRecorder<T>::TimelineRecorder(const runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid,
-                                      const Config& config, const std::string& path)
-    : trainer_(&trainer), grid_(grid), timeout_s_(config.pipeline.recv_timeout_s) {
+TimelineRecorder::TimelineRecorder(const comm::ProcessGrid& grid, const Config& config, const schedule::Schedule& lists,
+                                   const std::string& path)
+    : grid_(grid), timeout_s_(config.pipeline.recv_timeout_s) {
   if (grid.world_rank != 0) return;
   TimelineInfo info;
   info.ranks = grid.world_size;
   info.pipeline_size = grid.pipeline_size;
   info.data_parallel = grid.data_parallel;
-  info.chunks = trainer.schedule().chunks;
-  info.microbatches = trainer.schedule().microbatches;
+  info.chunks = lists.chunks;
+  info.microbatches = lists.microbatches;
   info.schedule = config.pipeline.schedule_file.empty() ? std::string(to_string(config.pipeline.schedule)) : "file";
   writer_ = std::make_unique<TimelineWriter>(path, info);
 }
 
-template <class T> void TimelineRecorder<T>::record(std::int64_t step) {
+void TimelineRecorder::record(std::int64_t step, const std::vector<runtime::TimedAction>& actions) {
   std::vector<double> packed;
-  for (const auto& a : trainer_->last_timeline())
+  for (const auto& a : actions)
     packed.insert(packed.end(), {double(step), double(grid_.world_rank), double(int(a.action.op)),
                                  double(a.action.microbatch), double(a.action.chunk), double(a.action.peer), a.start,
                                  a.end, double(a.bytes)});
@@ -265,12 +264,9 @@ template <class T> void TimelineRecorder<T>::record(std::int64_t step) {
   writer_->append(rows);
 }
 
-template <class T> void TimelineRecorder<T>::record(const runtime::StepStats& stats) {
+void TimelineRecorder::record(const runtime::StepStats& stats, const std::vector<runtime::TimedAction>& actions) {
   if (writer_) writer_->append(StepRow{stats.step, stats.loss, stats.lr, stats.grad_norm, stats.seconds, stats.tokens});
-  record(stats.step);
+  record(stats.step, actions);
 }
-
-template class TimelineRecorder<float>;
-template class TimelineRecorder<double>;
 
 }  // namespace kpipe::io

@@ -10,7 +10,7 @@
 
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/h5/file.hpp"
-#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/runtime/step_stats.hpp"
 #include "kpipe/schedule/render.hpp"
 
 namespace kpipe::io {
@@ -69,17 +69,18 @@ std::vector<double> measured_bubble(const TimelineFile& timeline);
 // track per rank, steps laid end to end (each step starts where the slowest rank ended the previous one).
 std::string chrome_trace(const TimelineFile& timeline);
 
-// Records a trainer's timeline after every step: construct and call record() on every rank of the world.
-template <class T> class TimelineRecorder {
+// Records a run's timeline after every step: construct and call record() on every rank of the world.
+class TimelineRecorder {
  public:
-  TimelineRecorder(const runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid, const Config& config,
+  // `lists`: the schedule the run executes (its chunks and micro-batches per step).
+  TimelineRecorder(const comm::ProcessGrid& grid, const Config& config, const schedule::Schedule& lists,
                    const std::string& path);
-  void record(std::int64_t step);  // collective over the world: rank 0 appends every rank's last step
+  // Collective over the world: rank 0 appends every rank's actions of step `step`.
+  void record(std::int64_t step, const std::vector<runtime::TimedAction>& actions);
   // The same, and rank 0 appends the step's loss, learning rate, gradient norm, time and tokens to /steps.
-  void record(const runtime::StepStats& stats);
+  void record(const runtime::StepStats& stats, const std::vector<runtime::TimedAction>& actions);
 
  private:
-  const runtime::Trainer<T>* trainer_;
   comm::ProcessGrid grid_;
   double timeout_s_;  // bound of the gather (pipeline.recv_timeout_s)
   std::unique_ptr<TimelineWriter> writer_;  // rank 0 only

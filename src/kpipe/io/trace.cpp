@@ -280,27 +280,27 @@ TraceOptions trace_options(const Config& config) {
 // ---- The tracer ----
 
 template <class T>
-ActivationTracer<T>::ActivationTracer(runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid, const Config& config,
+ActivationTracer<T>::ActivationTracer(const runtime::StageModel<T>& stage, const runtime::RunPlan& plan,
                                       const TraceOptions& options)
-    : trainer_(&trainer),
-      grid_(grid),
+    : stage_(&stage),
+      plan_(&plan),
+      grid_(stage.grid()),
       options_(options),
       selection_(options.layers),
-      timeout_s_(config.pipeline.recv_timeout_s) {
+      timeout_s_(stage.config().pipeline.recv_timeout_s) {
+  const Config& config = stage.config();
+  const auto& grid = stage.grid();
   require(options.every >= 1, "output.trace_every = {}: expected an integer >= 1", options.every);
   if (grid.world_rank == 0) {
     TraceInfo info;
     info.every = options.every;
     info.layers = options.layers;
     info.microbatches = config.train.microbatches;
-    info.model_layers = int(trainer.desc().layers.size());
+    info.model_layers = int(stage.desc().layers.size());
     info.config = to_toml(config);
     writer_ = std::make_unique<TraceWriter>(options.path, info);
   }
-  trainer.set_observer([this](const schedule::Action& action, int slot) { observe(action, slot); });
 }
-
-template <class T> ActivationTracer<T>::~ActivationTracer() { trainer_->set_observer({}); }
 
 template <class T> void ActivationTracer<T>::begin_step(std::int64_t step) {
   step_ = step;
@@ -313,9 +313,9 @@ template <class T> void ActivationTracer<T>::observe(const schedule::Action& act
   using schedule::Op;
   if (!active_ || action.op == Op::backward_weight) return;
   const TraceKind kind = action.op == Op::forward ? TraceKind::output : TraceKind::gradient;
-  auto& chunk = trainer_->chunk(action.chunk);
-  const int microbatch = trainer_->global_microbatch(action.microbatch);
-  for (int layer = 0; layer < int(trainer_->desc().layers.size()); ++layer) {
+  const auto& chunk = stage_->chunk(action.chunk);
+  const int microbatch = plan_->global_microbatch(action.microbatch);
+  for (int layer = 0; layer < int(stage_->desc().layers.size()); ++layer) {
     if (!chunk.has_layer(layer) || !selection_.contains(layer)) continue;
     const View2<const T> x =
         kind == TraceKind::output ? chunk.layer_output(slot, layer) : chunk.layer_output_grad(slot, layer);

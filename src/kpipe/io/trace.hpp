@@ -14,7 +14,9 @@
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/h5/file.hpp"
-#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/runtime/run_plan.hpp"
+#include "kpipe/runtime/stage_model.hpp"
+#include "kpipe/runtime/step_stats.hpp"
 
 namespace kpipe::io {
 
@@ -112,23 +114,26 @@ struct TraceOptions {
 
 TraceOptions trace_options(const Config& config);
 
-// Observes a trainer (it installs itself as the trainer's observer; one observer per trainer) and writes
-// the trace. Construct and call begin_step / end_step on every rank of the world alike.
+// Reads a stage model's layer outputs and gradients after each compute action (install observer() as the
+// trainer's, and remove it before the tracer goes) and writes the trace. Construct and call begin_step /
+// end_step on every rank of the world alike.
 template <class T> class ActivationTracer {
  public:
-  ActivationTracer(runtime::Trainer<T>& trainer, const comm::ProcessGrid& grid, const Config& config,
-                   const TraceOptions& options);
-  ~ActivationTracer();
+  ActivationTracer(const runtime::StageModel<T>& stage, const runtime::RunPlan& plan, const TraceOptions& options);
   ActivationTracer(const ActivationTracer&) = delete;
   ActivationTracer& operator=(const ActivationTracer&) = delete;
 
   void begin_step(std::int64_t step);  // records during this step when step % every == 0
   void end_step();                     // collective over the world: rank 0 appends what every rank recorded
-  // Called by the trainer after each compute action (public for the observer binding).
-  void observe(const schedule::Action& action, int slot);
+  runtime::ActionObserver observer() {
+    return [this](const schedule::Action& action, int slot) { observe(action, slot); };
+  }
 
  private:
-  runtime::Trainer<T>* trainer_;
+  void observe(const schedule::Action& action, int slot);
+
+  const runtime::StageModel<T>* stage_;
+  const runtime::RunPlan* plan_;
   comm::ProcessGrid grid_;
   TraceOptions options_;
   LayerSelection selection_;

@@ -8,6 +8,7 @@
 #include "kpipe/nn/block.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/schedule/buffers.hpp"
+#include "kpipe/schedule/forward_only.hpp"
 
 namespace kpipe::memory {
 
@@ -89,8 +90,25 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
     add(Category::workspaces, m.workspace_bytes);
     r.chunks.push_back(m);
   }
+  // Evaluation runs forward-only lists of up to a step's micro-batches (runtime/evaluator.hpp) with buffers of
+  // its own: its spares come on top, its slots from the same pools.
+  int evaluation_spares = 0;
+  std::vector<int> evaluation_slots(s.chunks, 0);
+  for (int n = 1; n <= s.microbatches; ++n) {
+    const schedule::Schedule list = schedule::forward_only(s, n);
+    const auto plan = schedule::plan_buffers(list, stage, list.actions.at(stage));
+    evaluation_spares = std::max(evaluation_spares, plan.message_buffers);
+    for (int c = 0; c < s.chunks; ++c) evaluation_slots[c] = std::max(evaluation_slots[c], plan.slots.at(c));
+  }
+  for (int c = 0; c < s.chunks; ++c)
+    if (evaluation_slots[c] > r.chunks[c].slots) {
+      add(Category::activations, (evaluation_slots[c] - r.chunks[c].slots) * r.chunks[c].slot_bytes);
+      r.chunks[c].slots = evaluation_slots[c];
+    }
   r.message_buffers = buffers.message_buffers;
-  add(Category::messages, std::int64_t(buffers.message_buffers) * rows * config.model.d_model * std::int64_t(e));
+  r.evaluation_buffers = evaluation_spares;
+  add(Category::messages,
+      std::int64_t(r.message_buffers + r.evaluation_buffers) * rows * config.model.d_model * std::int64_t(e));
   // The trainer's host staging rows of tokens (inputs, targets) for each of its micro-batches, and its
   // per-micro-batch loss sums on the device.
   // (asynchronous schedules: the m + p - 1 micro-batches a step may forward)

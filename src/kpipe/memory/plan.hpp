@@ -35,7 +35,8 @@ struct RankMemory {
   int world_rank = 0, replica = 0, stage = 0;
   Bytes bytes{};  // per category
   std::vector<ChunkMemory> chunks;
-  int message_buffers = 0;
+  int message_buffers = 0;     // spare [N, C] buffers of the training lists
+  int evaluation_buffers = 0;  // and of evaluation's forward-only lists
   std::int64_t total() const { return memory::total(bytes); }
 };
 

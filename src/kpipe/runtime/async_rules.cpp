@@ -4,7 +4,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/nn/optimizer.hpp"
-#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/runtime/stage_model.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
 namespace kpipe::runtime {

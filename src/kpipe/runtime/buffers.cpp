@@ -67,16 +67,18 @@ template <class T> void Buffers<T>::move_in_gradient(int chunk, int microbatch) 
 }
 
 template <class T>
-comm::Transfer& Buffers<T>::add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after) {
-  sends_.push_back({chunk, slot_[chunk][microbatch % microbatches_], gradient, delivered_after, {}, {}});
+comm::Transfer& Buffers<T>::add_send(const schedule::Action& action, bool gradient, std::size_t delivered_after) {
+  const int chunk = action.chunk;
+  sends_.push_back({action, chunk, slot_[chunk][action.microbatch % microbatches_], gradient, delivered_after, {}, {}});
   return sends_.back().transfer;
 }
 
 // Only the schedule decides when a buffer comes back, never how fast a peer happened to be, so the number
 // of buffers allocated is the same on every run.
-template <class T> void Buffers<T>::reclaim(std::size_t done, const std::function<void(comm::Transfer&)>& wait) {
+template <class T>
+void Buffers<T>::reclaim(std::size_t done, const std::function<void(comm::Transfer&, const schedule::Action&)>& wait) {
   for (auto& s : sends_) {
-    if (s.transfer.active() && s.delivered_after <= done) wait(s.transfer);
+    if (s.transfer.active() && s.delivered_after <= done) wait(s.transfer, s.action);
     if (!s.transfer.active() && s.detached.data() != nullptr) {
       spares_.push_back(s.detached);
       s.detached = View2<T>();

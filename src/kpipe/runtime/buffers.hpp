@@ -10,6 +10,7 @@
 
 #include "kpipe/comm/transport.hpp"
 #include "kpipe/model/chunk.hpp"
+#include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::runtime {
 
@@ -34,11 +35,12 @@ template <class T> class Buffers {
   void move_in_activation(int chunk, int microbatch);
   void move_in_gradient(int chunk, int microbatch);
 
-  // A send of the slot's output (activation) or input gradient starts: where the transport's Transfer goes.
-  comm::Transfer& add_send(int chunk, int microbatch, bool gradient, std::size_t delivered_after);
-  // After position `done`: waits (through `wait`, which returns at once there) on the sends delivered by
-  // then, and their detached buffers become spares.
-  void reclaim(std::size_t done, const std::function<void(comm::Transfer&)>& wait);
+  // A send (`action`) of the slot's output (activation) or input gradient starts: where the transport's
+  // Transfer goes.
+  comm::Transfer& add_send(const schedule::Action& action, bool gradient, std::size_t delivered_after);
+  // After position `done`: waits (through `wait`, which returns at once there, and is told which send it
+  // waits for) on the sends delivered by then, and their detached buffers become spares.
+  void reclaim(std::size_t done, const std::function<void(comm::Transfer&, const schedule::Action&)>& wait);
   // The micro-batch is done on the chunk: its slot goes back to the pool, a send still reading from it
   // taking its buffer along (a spare takes its place in the slot).
   void retire(int chunk, int microbatch);
@@ -49,6 +51,7 @@ template <class T> class Buffers {
   View2<T> take_spare();
 
   struct Send {
+    schedule::Action action;
     int chunk, slot;
     bool gradient;
     std::size_t delivered_after;

@@ -3,33 +3,34 @@
 //
 // Full-window recompute, not a KV cache: each new token runs the ordinary forward of one sequence (the last
 // model.seq_len tokens of the text, at positions 0..L-1; the positions after L hold padding that causal
-// attention keeps the real ones from seeing) down the virtual stages, exactly as training and evaluation
-// run it. The last stage samples from the logits at position L-1 and the token goes to every rank of the
-// pipeline. Why: it reuses the layers' kernels unchanged (every backend, no second attention path to keep
-// bit-identical), the logits are the training forward's to the bit on every layout (so the same seed gives
-// the same text on 1 and 2 ranks), and with kpipe's context lengths (a few hundred tokens) one pipelined
-// forward per token is cheap next to the cost of a cache kept coherent across stages. The price: each
-// token costs a whole window's forward, about seq_len times a cached step's FLOPs
-// (benchmarks/bench_generate.cpp measures it).
+// attention keeps the real ones from seeing) down the virtual stages, as a forward-only list of one
+// micro-batch (schedule/forward_only.hpp) run by the same executor as training. The last stage samples from the
+// logits at position L-1 and the token goes to every rank of the pipeline. Why: it reuses the layers' kernels
+// unchanged (every backend, no second attention path to keep bit-identical), the logits are the training
+// forward's to the bit on every layout (so the same seed gives the same text on 1 and 2 ranks), and with
+// kpipe's context lengths (a few hundred tokens) one pipelined forward per token is cheap next to the cost of a
+// cache kept coherent across stages. The price: each token costs a whole window's forward, about seq_len times
+// a cached step's FLOPs (benchmarks/bench_generate.cpp measures it).
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "kpipe/core/tensor.hpp"
-#include "kpipe/comm/transport.hpp"
 #include "kpipe/data/tokenizer.hpp"
+#include "kpipe/runtime/executor.hpp"
+#include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/sampling.hpp"
-#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/runtime/stage_model.hpp"
+#include "kpipe/runtime/token_staging.hpp"
 
 namespace kpipe::runtime {
 
 template <class T> class Generator {
  public:
-  // The trainer supplies the model chunks of this rank (built for micro-batches of one sequence:
-  // train.batch = train.microbatches, e.g. both = pipeline_size) and the layout; the tokenizer says which ids
-  // may be generated.
-  // Collective over the trainer's pipeline.
-  Generator(Trainer<T>& trainer, const data::Tokenizer& tokenizer);
+  // The stage model's chunks (built for micro-batches of one sequence: train.batch = train.microbatches) on
+  // the plan's layout; the tokenizer says which ids may be generated.
+  Generator(StageModel<T>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer);
   ~Generator();
 
   // The next token after `context` (non-empty; only its last seq_len tokens are seen); `position` keys the
@@ -42,13 +43,14 @@ template <class T> class Generator {
                 const std::function<void(Token)>& on_token = {});
 
  private:
-  [[noreturn]] void timeout(const char* what, int peer) const;
-
-  Trainer<T>* trainer_;
+  StageModel<T>* stage_;
   std::vector<bool> allowed_;  // per id of the model's vocabulary
-  std::vector<int> slots_;     // one per chunk
-  comm::Transport* transport_;  // the trainer's: stage-to-stage on the pipeline communicator
-  Kokkos::View<Token*, HostSpace> host_tokens_;
+  Program program_;            // one micro-batch's forwards down the pipeline
+  Executor<T> executor_;
+  TokenStaging tokens_;
+  Kokkos::View<double*, MemSpace> losses_;  // the list's loss slot (not used)
+  View1<T> logits_;                         // the last stage's logits at the text's last position
+  std::int64_t length_ = 0;                 // of the window being run
   ExecSpace space_;
 };
 

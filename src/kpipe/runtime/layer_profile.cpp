@@ -9,18 +9,18 @@
 namespace kpipe::runtime {
 
 template <class T>
-void write_layer_profile(const Trainer<T>& trainer, const std::string& path, double optimizer_seconds, int steps) {
-  const auto& grid = trainer.grid();
-  const auto& config = trainer.config();
+void write_layer_profile(const StageModel<T>& stage, const std::string& path, double optimizer_seconds, int steps) {
+  const auto& grid = stage.grid();
+  const auto& config = stage.config();
   // Every layer is on one rank of each pipeline: the sum over a pipeline puts each in its place.
-  const auto mine = trainer.layer_seconds();
+  const auto mine = stage.layer_seconds();
   std::vector<double> all(mine.size() * 4);
   for (std::size_t l = 0; l < mine.size(); ++l)
     for (int k = 0; k < 4; ++k) all[4 * l + k] = mine[l][k];
   const comm::Bound bound{config.pipeline.recv_timeout_s, "gathering the layer profile"};
   comm::allreduce(all, MPI_SUM, grid.pipeline, bound);
   std::int64_t params = 0;
-  for (int c = 0; c < trainer.chunks(); ++c) params += trainer.chunk(c).params().size();
+  for (int c = 0; c < stage.chunks(); ++c) params += stage.chunk(c).params().size();
   const double per_parameter = params > 0 ? optimizer_seconds / double(params) : 0.0;
   const double mean = comm::allreduce(per_parameter, MPI_SUM, grid.world, bound);
   if (grid.world_rank != 0) return;
@@ -39,7 +39,7 @@ void write_layer_profile(const Trainer<T>& trainer, const std::string& path, dou
   planner::write_profile(path, p);
 }
 
-template void write_layer_profile(const Trainer<float>&, const std::string&, double, int);
-template void write_layer_profile(const Trainer<double>&, const std::string&, double, int);
+template void write_layer_profile(const StageModel<float>&, const std::string&, double, int);
+template void write_layer_profile(const StageModel<double>&, const std::string&, double, int);
 
 }  // namespace kpipe::runtime

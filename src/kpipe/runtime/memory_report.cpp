@@ -8,10 +8,10 @@
 
 namespace kpipe::runtime {
 
-template <class T> MemoryReport memory_report(const Trainer<T>& trainer, const memory::Meter& meter) {
-  const auto& grid = trainer.grid();
-  const auto plan = memory::plan_rank(trainer.config(), trainer.desc(), trainer.replicated(), grid.replica, grid.stage,
-                                      sizeof(T));
+template <class T>
+MemoryReport memory_report(const StageModel<T>& stage, const RunPlan& run, const memory::Meter& meter) {
+  const auto& grid = stage.grid();
+  const auto plan = memory::plan_rank(stage.config(), stage.desc(), run.run(), grid.replica, grid.stage, sizeof(T));
   constexpr int n = memory::category_count;
   std::vector<std::int64_t> mine(2 * n + 1);
   const auto measured = meter.peak();
@@ -21,7 +21,7 @@ template <class T> MemoryReport memory_report(const Trainer<T>& trainer, const m
   }
   mine[2 * n] = meter.other_peak();
   const std::vector<std::int64_t> all =
-      comm::allgather(mine, grid.world, {trainer.config().pipeline.recv_timeout_s, "gathering the memory report"});
+      comm::allgather(mine, grid.world, {stage.config().pipeline.recv_timeout_s, "gathering the memory report"});
   MemoryReport report;
   for (int r = 0; r < grid.world_size; ++r) {
     const std::int64_t* row = &all[std::size_t(r) * mine.size()];
@@ -57,7 +57,7 @@ std::string format_memory_report(const MemoryReport& r) {
   return text;
 }
 
-template MemoryReport memory_report(const Trainer<float>&, const memory::Meter&);
-template MemoryReport memory_report(const Trainer<double>&, const memory::Meter&);
+template MemoryReport memory_report(const StageModel<float>&, const RunPlan&, const memory::Meter&);
+template MemoryReport memory_report(const StageModel<double>&, const RunPlan&, const memory::Meter&);
 
 }  // namespace kpipe::runtime

@@ -6,7 +6,8 @@
 
 #include "kpipe/memory/meter.hpp"
 #include "kpipe/memory/plan.hpp"
-#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/runtime/run_plan.hpp"
+#include "kpipe/runtime/stage_model.hpp"
 
 namespace kpipe::runtime {
 
@@ -16,9 +17,9 @@ struct MemoryReport {
   bool matches() const { return predicted == measured; }
 };
 
-// Collective over the trainer's world: every rank gets every rank's figures.
+// Collective over the stage's world: every rank gets every rank's figures.
 template <class T>
-MemoryReport memory_report(const Trainer<T>& trainer, const memory::Meter& meter);
+MemoryReport memory_report(const StageModel<T>& stage, const RunPlan& plan, const memory::Meter& meter);
 
 // A table, one row per rank, MiB predicted/measured per category, and a last line on what differs.
 std::string format_memory_report(const MemoryReport& report);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kpipe/core/memory_category.hpp"
-#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/runtime/step_stats.hpp"
 
 namespace kpipe::runtime {
 

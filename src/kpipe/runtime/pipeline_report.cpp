@@ -8,30 +8,31 @@
 namespace kpipe::runtime {
 
 template <class T>
-PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGrid& grid, double busy,
-                               double pipeline_seconds) {
+PipelineReport pipeline_report(const StageModel<T>& stage, const RunPlan& plan, const Executor<T>& executor,
+                               double busy, double pipeline_seconds) {
+  const auto& grid = stage.grid();
   PipelineReport r;
   const int p = grid.pipeline_size;
   // Idle time counts against the whole pipeline's time, as the simulator counts it against the makespan: a
   // last stage that finishes early still waits for the first stage's last backward before the step ends.
   // (Steps start together: each ends with collectives over the whole world.)
-  const comm::Bound bound{trainer.config().pipeline.recv_timeout_s, "gathering the pipeline report"};
+  const comm::Bound bound{stage.config().pipeline.recv_timeout_s, "gathering the pipeline report"};
   const double makespan = comm::allreduce(pipeline_seconds, MPI_MAX, grid.pipeline, bound);
   const double mine = makespan > 0 ? 1.0 - busy / makespan : 0.0;
   r.measured_bubble = comm::allgather(std::vector<double>{mine}, grid.pipeline, bound);
-  r.peak_stash = comm::allgather(std::vector<int>{trainer.peak_stash()}, grid.pipeline, bound);
+  r.peak_stash = comm::allgather(std::vector<int>{executor.peak_stash()}, grid.pipeline, bound);
   int slots = 0;
-  for (int c = 0; c < trainer.chunks(); ++c) slots += trainer.chunk(c).allocated_slots();
+  for (int c = 0; c < stage.chunks(); ++c) slots += stage.chunk(c).allocated_slots();
   r.allocated_slots = comm::allgather(std::vector<int>{slots}, grid.pipeline, bound);
 
   // Per-action costs as each virtual stage measured them (stages differ: the first has the embedding, the
   // last the head, and a rank's chunks differ as well); the report's single figures are their means over
   // the stages that ran each kind.
-  const auto& lowered = trainer.schedule();
-  const int chunks = trainer.chunks();
+  const auto& lowered = plan.lists();
+  const int chunks = stage.chunks();
   std::vector<double> own(4 * std::size_t(chunks));
   for (int c = 0; c < chunks; ++c) {
-    const auto seconds = trainer.mean_action_seconds(c);
+    const auto seconds = executor.mean_action_seconds(c);
     std::copy(seconds.begin(), seconds.end(), own.begin() + 4 * c);
   }
   const std::vector<double> all = comm::allgather(own, grid.pipeline, bound);
@@ -58,7 +59,7 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
   // What runs: every replica's lists with the reduction's actions (the running sum's hops cost what its
   // bytes would at zero latency: messages are not measured here), this replica's ranks reported.
-  const auto sim = schedule::simulate(trainer.replicated(), costs);
+  const auto sim = schedule::simulate(plan.run(), costs);
   // Asynchronous schedules: the steady state's (the steps kpipe-train counts; schedule/simulate.hpp).
   const auto& idle = lowered.asynchronous() ? sim.steady_idle_fraction : sim.idle_fraction;
   r.simulated_bubble.assign(idle.begin() + std::ptrdiff_t(grid.replica) * p,
@@ -71,7 +72,9 @@ PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGri
   return r;
 }
 
-template PipelineReport pipeline_report(const Trainer<float>&, const comm::ProcessGrid&, double, double);
-template PipelineReport pipeline_report(const Trainer<double>&, const comm::ProcessGrid&, double, double);
+template PipelineReport pipeline_report(const StageModel<float>&, const RunPlan&, const Executor<float>&, double,
+                                       double);
+template PipelineReport pipeline_report(const StageModel<double>&, const RunPlan&, const Executor<double>&, double,
+                                        double);
 
 }  // namespace kpipe::runtime

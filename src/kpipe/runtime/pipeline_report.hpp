@@ -4,7 +4,9 @@
 // predicts).
 #include <vector>
 
-#include "kpipe/runtime/trainer.hpp"
+#include "kpipe/runtime/executor.hpp"
+#include "kpipe/runtime/run_plan.hpp"
+#include "kpipe/runtime/stage_model.hpp"
 
 namespace kpipe::runtime {
 
@@ -18,10 +20,11 @@ struct PipelineReport {
   std::vector<int> allocated_slots;      // measured, per pipeline rank: slots in the pools of its chunks
 };
 
-// Collective over the trainer's pipeline (every rank of it calls it). `busy` and `pipeline_seconds` are
-// this rank's sums over the steps to count (e.g. all but the first).
+// Collective over the stage's pipeline (every rank of it calls it): what `executor` measured running the
+// plan's lists on `stage`. `busy` and `pipeline_seconds` are this rank's sums over the steps to count (e.g. all
+// but the first).
 template <class T>
-PipelineReport pipeline_report(const Trainer<T>& trainer, const comm::ProcessGrid& grid, double busy,
-                               double pipeline_seconds);
+PipelineReport pipeline_report(const StageModel<T>& stage, const RunPlan& plan, const Executor<T>& executor,
+                               double busy, double pipeline_seconds);
 
 }  // namespace kpipe::runtime

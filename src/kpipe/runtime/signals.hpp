@@ -11,13 +11,15 @@
 
 #include <csignal>
 
+#include "kpipe/core/exit_codes.hpp"
+
 namespace kpipe::runtime {
 
-// "Checkpoint written on a signal: requeue me" (EX_TEMPFAIL of sysexits.h: a temporary failure, retry).
-inline constexpr int exit_checkpointed_on_signal = 75;
-
-// The exit code after a checkpoint written on `signal`: 75 for SIGUSR1, 128 + signal otherwise.
-constexpr int stop_exit_code(int signal) { return signal == SIGUSR1 ? exit_checkpointed_on_signal : 128 + signal; }
+// The exit code after a checkpoint written on `signal`: ExitCode::checkpointed_on_signal (75) for SIGUSR1,
+// 128 + signal otherwise.
+constexpr int stop_exit_code(int signal) {
+  return signal == SIGUSR1 ? exit_status(ExitCode::checkpointed_on_signal) : 128 + signal;
+}
 
 // Installs the handlers for SIGUSR1 and SIGTERM (sigaction, SA_RESTART). kpipe-train calls it first thing in
 // main, so that a signal sent while the job starts (MPI, Kokkos, data, model) is kept, not fatal.

@@ -29,7 +29,7 @@ BufferPlan plan_buffers(const Schedule& s, int rank, const std::vector<Action>& 
   const int chunks = s.chunks, m = s.microbatch_count();
   BufferPlan plan;
   plan.post_before.resize(n);
-  plan.last_touch.assign(n, false);
+  plan.retire.resize(n);
   plan.delivered_after = delivery_points(s, rank, list);
   // Asynchronous lists hold several steps: what a step posts and waits for stays within it (a send not
   // known delivered earlier is waited on at its step's end S), so that every step is run on its own.
@@ -48,11 +48,21 @@ BufferPlan plan_buffers(const Schedule& s, int rank, const std::vector<Action>& 
       if (is_recv(list[k].op)) plan.post_before[i].push_back(k);
   }
   {
+    // The latest action touching each (chunk, micro-batch) slot: its own actions, and the forward of the next
+    // virtual stage on this rank, which reads the slot's output in place.
     std::vector<std::vector<bool>> seen(chunks, std::vector<bool>(m, false));
+    const auto touch = [&](std::size_t i, int chunk, int microbatch) {
+      if (seen[chunk][microbatch]) return;
+      seen[chunk][microbatch] = true;
+      plan.retire[i].push_back(chunk);
+    };
     for (std::size_t i = n; i-- > 0;) {
       const Action& a = list[i];
-      if (!(is_compute(a.op) || is_comm(a.op)) || seen[a.chunk][a.microbatch]) continue;
-      seen[a.chunk][a.microbatch] = plan.last_touch[i] = true;
+      if (!(is_compute(a.op) || is_comm(a.op))) continue;
+      touch(i, a.chunk, a.microbatch);
+      const int vstage = s.virtual_stage(rank, a.chunk);
+      if (a.op == Op::forward && vstage > 0 && s.rank_of(vstage - 1) == rank)
+        touch(i, s.chunk_of(vstage - 1), a.microbatch);
     }
   }
 
@@ -108,14 +118,14 @@ BufferPlan plan_buffers(const Schedule& s, int rank, const std::vector<Action>& 
       default: break;
     }
     reclaim(i);
-    if (plan.last_touch[i]) {
+    for (const int done : plan.retire[i]) {
       for (auto& send : sends)
-        if (send.chunk == c && send.slot == slot[c][mb] && send.active && !send.detached) {
+        if (send.chunk == done && send.slot == slot[done][mb] && send.active && !send.detached) {
           take_spare();  // takes the slot's buffer's place; the send keeps the buffer
           send.detached = true;
         }
-      slots[c].give(slot[c][mb]);
-      slot[c][mb] = -1;
+      slots[done].give(slot[done][mb]);
+      slot[done][mb] = -1;
     }
   }
   for (int c = 0; c < chunks; ++c) {

@@ -6,8 +6,9 @@
 //  - a forward takes a slot from its chunk's pool (the lowest free one) and swaps the received activation
 //    into it, a backward the received gradient: the slot's own buffer becomes a spare;
 //  - backward_input takes a set of backward buffers from its chunk's pool, backward_weight gives it back;
-//  - a send is waited on at its delivery point (delivery.hpp); at the last action of a micro-batch on a chunk
-//    its slot goes back to the pool, and a send that still reads from the slot takes its buffer along, a
+//  - a send is waited on at its delivery point (delivery.hpp); after the last action that touches a
+//    micro-batch's slot on a chunk (its own last action, or the forward of the next virtual stage on the same
+//    rank, which reads the slot's output: forward-only lists end a micro-batch there) the slot goes back to the pool, and a send that still reads from the slot takes its buffer along, a
 //    spare taking its place; the buffer becomes a spare again at the send's delivery point.
 // A step ends with every send delivered and every buffer back, so each step needs what the first did.
 // Asynchronous lists (several steps, no flush) keep micro-batches in flight across step boundaries: their
@@ -22,7 +23,9 @@ namespace kpipe::schedule {
 
 struct BufferPlan {
   std::vector<std::vector<std::size_t>> post_before;  // per position: receives to post before running it
-  std::vector<bool> last_touch;                       // per position: the last action of its (chunk, micro-batch)
+  // Per position: the chunks whose slot of the action's micro-batch goes back to the pool after it (the last
+  // action touching that slot).
+  std::vector<std::vector<int>> retire;
   std::vector<std::size_t> delivered_after;           // per position: a send's delivery point (list size otherwise;
                                                       // asynchronous: at the latest its step's S)
   std::vector<int> slots;          // per chunk: activation slots its pool reaches

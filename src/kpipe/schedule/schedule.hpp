@@ -82,6 +82,8 @@ struct Schedule {
   Placement placement = Placement::interleaved;
   std::vector<std::vector<Action>> actions;  // one list per rank
   Updates updates = Updates::flush;
+  // Forward-only lists (forward_only.hpp: evaluation, generation): forwards and their messages, no backward.
+  bool forward_only = false;
   // Asynchronous schedules: the steps the lists hold (micro-batches are numbered 0 .. steps * microbatches - 1
   // across them) and, per rank, the weight versions held when the lists begin: versions 1 - n .. 0 (n = 1 for
   // a fresh run; a run resumed from a checkpoint starts with the versions its micro-batches in flight read).
@@ -107,7 +109,7 @@ struct Schedule {
   friend bool operator==(const Schedule& a, const Schedule& b) {
     return a.ranks == b.ranks && a.microbatches == b.microbatches && a.chunks == b.chunks &&
            a.placement == b.placement && a.actions == b.actions && a.updates == b.updates && a.steps == b.steps &&
-           a.versions_at_start == b.versions_at_start;
+           a.versions_at_start == b.versions_at_start && a.forward_only == b.forward_only;
   }
   friend bool operator!=(const Schedule& a, const Schedule& b) { return !(a == b); }
 };

@@ -116,6 +116,7 @@ void check_rank(const Schedule& s, int r, bool lowered) {
         break;
       case Op::backward:
       case Op::backward_input:
+        if (s.forward_only) reject(s, r, i, "a backward in a forward-only list");
         if (!seen.forward[at]) reject(s, r, i, fmt::format("backward of {} before its forward", of_mb(s, a)));
         if (seen.backward[at] || seen.input[at]) reject(s, r, i, fmt::format("second backward of {}", of_mb(s, a)));
         if (lowered && grad_from_other_rank && !seen.recv_gradient[at])
@@ -129,6 +130,7 @@ void check_rank(const Schedule& s, int r, bool lowered) {
         }
         break;
       case Op::backward_weight:
+        if (s.forward_only) reject(s, r, i, "a backward in a forward-only list");
         if (seen.backward[at])
           reject(s, r, i, fmt::format("weight gradient of {} after its full backward B", of_mb(s, a)));
         if (!seen.input[at])
@@ -177,7 +179,8 @@ void check_rank(const Schedule& s, int r, bool lowered) {
       const int at = grid.index(j, s.virtual_stage(r, c));
       const Action a{Op::forward, j, c, -1};
       require(seen.forward[at], "schedule rank {}: no forward of {}", r, of_mb(s, a));
-      require(seen.backward[at] || seen.input[at], "schedule rank {}: no backward of {}", r, of_mb(s, a));
+      require(s.forward_only || seen.backward[at] || seen.input[at], "schedule rank {}: no backward of {}", r,
+              of_mb(s, a));
       require(!seen.input[at] || seen.weight[at], "schedule rank {}: input gradient (I) of {} without its weight "
               "gradient (W)", r, of_mb(s, a));
     }

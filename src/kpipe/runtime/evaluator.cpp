@@ -1,0 +1,70 @@
+#include "kpipe/runtime/evaluator.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kpipe/comm/bounded.hpp"
+#include "kpipe/data/sampler.hpp"
+#include "kpipe/schedule/forward_only.hpp"
+
+namespace kpipe::runtime {
+
+template <class T>
+Evaluator<T>::Evaluator(StageModel<T>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
+                        Kokkos::View<double*, MemSpace> losses, int tag_base)
+    : stage_(&stage), plan_(&plan), corpus_(&corpus), tokens_(&tokens), losses_(std::move(losses)),
+      tag_base_(tag_base), executor_(std::make_unique<Executor<T>>(stage, plan.local_microbatches)) {}
+
+template <class T> Evaluator<T>::~Evaluator() = default;
+
+template <class T> const Program& Evaluator<T>::program(int microbatches) {
+  auto it = programs_.find(microbatches);
+  if (it == programs_.end())
+    it = programs_
+             .emplace(microbatches, program_of(schedule::forward_only(plan_->lists(), microbatches),
+                                               stage_->grid().stage, tag_base_, "evaluation"))
+             .first;
+  return it->second;
+}
+
+template <class T> double Evaluator<T>::evaluate(std::int64_t step) {
+  stage_->bind_newest();
+  const auto& config = stage_->config();
+  const auto& grid = stage_->grid();
+  const int seq = config.model.seq_len, mb = plan_->sequences_per_microbatch;
+  const std::int64_t available = data::validation_windows(std::int64_t(corpus_->validation.size()), seq);
+  std::int64_t windows = std::min<std::int64_t>(available, std::int64_t(config.train.eval_batches) * config.train.batch);
+  windows -= windows % mb;
+  if (windows == 0) return std::nan("");
+  // Micro-batch j of replica r holds windows (j d + r) mb ..: the replicas take turns, as they always did.
+  const std::int64_t microbatches = windows / mb, d = grid.data_parallel;
+  const std::int64_t local = (microbatches - grid.replica + d - 1) / d;
+  const auto first_window = [&](std::int64_t j) { return (j * d + grid.replica) * mb; };
+  const auto chunks = stage_->chunk_pointers();
+  const bool holds_tokens = std::any_of(chunks.begin(), chunks.end(), [](const auto* c) { return c->first() || c->last(); });
+  double loss_sum = 0;
+  std::vector<double> sums(losses_.extent(0));
+  for (std::int64_t done = 0; done < local;) {
+    const int n = int(std::min<std::int64_t>(plan_->local_microbatches, local - done));
+    if (holds_tokens)
+      for (int k = 0; k < n; ++k)
+        data::fill_validation_windows(corpus_->validation, first_window(done + k), mb, seq, tokens_->inputs(k),
+                                      tokens_->targets(k));
+    const Program& list = program(n);
+    const ListData data{tokens_, [](std::int64_t k) { return int(k); }, [](std::int64_t k) { return int(k); },
+                        losses_};
+    executor_->run(list, 0, list.actions.size(), {}, nullptr, data, step);
+    Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(sums.data(), sums.size()),
+                      losses_);
+    for (int k = 0; k < n; ++k) loss_sum += sums[k];  // in window order, as on one rank
+    done += n;
+  }
+  loss_sum = comm::allreduce(loss_sum, MPI_SUM, grid.world,
+                             {config.pipeline.recv_timeout_s, fmt::format("the validation-loss allreduce of step {}", step)});
+  return loss_sum / double(windows * seq);
+}
+
+template class Evaluator<float>;
+template class Evaluator<double>;
+
+}  // namespace kpipe::runtime

@@ -1,0 +1,270 @@
+#include "kpipe/runtime/executor.hpp"
+
+#include <limits>
+#include <utility>
+
+#include "kpipe/core/clock.hpp"
+#include "kpipe/runtime/peer_lost.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
+
+namespace kpipe::runtime {
+
+using schedule::Action;
+using schedule::Op;
+
+namespace {
+
+
+constexpr std::size_t all_sends = std::numeric_limits<std::size_t>::max();
+
+}  // namespace
+
+int microbatch_period(const schedule::Schedule& lists) {
+  return lists.asynchronous() ? schedule::tag_period(lists) : lists.microbatches;
+}
+
+Program program_of(const schedule::Schedule& lists, int rank, int tag_base, std::string activity) {
+  Program p{lists, lists.actions.at(rank), {}, tag_base, std::move(activity)};
+  p.buffers = schedule::plan_buffers(lists, rank, p.actions);
+  return p;
+}
+
+// Where one run stands on this rank (the buffers are the Buffers' business).
+template <class T> struct Executor<T>::Run {
+  const Program* program = nullptr;
+  Offset offset;
+  UpdatePolicy<T>* updates = nullptr;
+  const ListData* data = nullptr;
+  std::int64_t step = 0;
+  std::vector<comm::Transfer> recv;  // per position
+  std::vector<bool> posted;          // per position
+  std::vector<std::size_t> timed;    // per ActionClock index: the compute action's timeline entry
+  double start = 0, busy = 0;
+};
+
+template <class T>
+Executor<T>::Executor(StageModel<T>& stage, int period)
+    : stage_(&stage),
+      buffers_(stage.chunk_pointers(), period),
+      action_seconds_(stage.chunks()),
+      action_count_(stage.chunks()) {}
+
+template <class T> Executor<T>::~Executor() = default;
+
+Action instance_of(const Program& program, std::size_t i, const Offset& offset) {
+  Action a = offset.steps == 0 ? program.actions[i] : schedule::shifted(program.actions[i], program.lists, offset.steps, 0);
+  // A resumed run's lists number micro-batches and versions from the resume; versions below the run's first
+  // are the initial weights (the rule's max(0, ...)).
+  if ((offset.microbatch == 0 && offset.version == 0) || a.op == Op::step) return a;
+  a.microbatch += int(offset.microbatch);
+  if (a.op == Op::update) a.version += offset.version;
+  else if (schedule::is_compute(a.op)) a.version = std::max(0, a.version + offset.version);
+  return a;
+}
+
+template <class T> void Executor<T>::lost(const Run& run, const Action& a, std::size_t position) const {
+  peer_lost(stage_->grid(), {run.program->activity, run.step, position}, a, stage_->chunks(),
+            stage_->config().pipeline.recv_timeout_s);
+}
+
+template <class T>
+double Executor<T>::run(const Program& program, std::size_t begin, std::size_t end, const Offset& offset,
+                        UpdatePolicy<T>* updates, const ListData& data, std::int64_t step) {
+  auto& transport = stage_->transport();
+  const double timeout = stage_->config().pipeline.recv_timeout_s;
+  Run run;
+  run.program = &program;
+  run.offset = offset;
+  run.updates = updates;
+  run.data = &data;
+  run.step = step;
+  run.start = seconds_now();
+  timeline_.clear();
+  clock_.start(space_);
+  if (program.lists.asynchronous()) buffers_.begin_async_step();
+  else buffers_.begin_step();
+  run.recv.assign(program.actions.size(), comm::Transfer{});
+  run.posted.assign(program.actions.size(), false);
+  Kokkos::deep_copy(space_, data.losses, 0.0);  // micro-batches whose loss is elsewhere count 0
+  for (std::size_t i = begin; i < end; ++i) execute(run, i);
+  if (!program.lists.asynchronous()) {
+    buffers_.reclaim(program.actions.size(), [&](comm::Transfer& transfer, const Action& send) {
+      if (!transport.wait(space_, transfer, timeout)) lost(run, send, end);
+    });
+    // Stream-ordered transfers: the host learns here, with a bound, that the stream got through them.
+    if (transport.stream_ordered() && !transport.synchronize(space_, timeout))
+      lost(run, Action{Op::step, 0, 0, -1}, end);
+  }
+  read_action_times(run);  // waits for the stream to finish the run's last compute action
+  ++runs_;
+  return run.busy;
+}
+
+template <class T> void Executor<T>::finish_sends(const Program& program, std::int64_t step) {
+  auto& transport = stage_->transport();
+  Run run;
+  run.program = &program;
+  run.step = step;
+  buffers_.reclaim(all_sends, [&](comm::Transfer& transfer, const Action& send) {
+    if (!transport.wait(space_, transfer, stage_->config().pipeline.recv_timeout_s))
+      lost(run, send, program.actions.size());
+  });
+}
+
+// A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which the
+// forward (activation) or backward (gradient) that uses it swaps into the slot. So a receive in flight holds
+// one [N, C] buffer, never a whole stash slot.
+template <class T> void Executor<T>::post_receive(Run& run, std::size_t i) {
+  if (run.posted[i]) return;
+  const Action a = instance_of(*run.program, i, run.offset);
+  const Program& program = *run.program;
+  const View2<T> buffer = buffers_.receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient);
+  const int tag = program.tag_base +
+                  schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
+  run.recv[i] = stage_->transport().recv(space_, buffer.data(), buffer.span() * sizeof(T), a.peer, tag);
+  run.posted[i] = true;
+}
+
+template <class T> void Executor<T>::execute(Run& run, std::size_t i) {
+  const Action a = instance_of(*run.program, i, run.offset);
+  const Program& program = *run.program;
+  const auto& list = program.actions;
+  const auto& plan = program.buffers;
+  auto& transport = stage_->transport();
+  const double timeout = stage_->config().pipeline.recv_timeout_s;
+  // Receives the coming actions need, posted now so that they arrive while this one runs. (Not on a
+  // stream-ordered transport: a receive posted ahead would hold the stream until its data arrived.)
+  if (!transport.stream_ordered())
+    for (std::size_t k : plan.post_before[i]) post_receive(run, k);
+  const double start = seconds_now();
+  // Consecutive messages go out as one group (NCCL: a pair of ranks sending to each other cannot deadlock;
+  // schedule/stream_order.hpp proves the groups safe). MPI posts never block: the calls do nothing there.
+  const bool message = schedule::is_comm(a.op);
+  if (message && (i == 0 || !schedule::is_comm(list[i - 1].op))) transport.begin_group();
+  switch (a.op) {
+    case Op::recv_activation:
+    case Op::recv_gradient:
+      post_receive(run, i);
+      if (!transport.wait(space_, run.recv[i], timeout)) lost(run, a, i);
+      break;
+    case Op::send_activation:
+    case Op::send_gradient: {
+      auto& chunk = stage_->chunk(a.chunk);
+      const int slot = buffers_.slot(a.chunk, a.microbatch);
+      const View2<T>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
+      const int tag = program.tag_base +
+                      schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
+      // The transport orders the send after the kernels queued so far (they complete the buffer).
+      buffers_.add_send(a, a.op == Op::send_gradient, plan.delivered_after[i]) =
+          transport.send(space_, buffer.data(), buffer.span() * sizeof(T), a.peer, tag);
+      break;
+    }
+    case Op::forward:
+    case Op::backward:
+    case Op::backward_input:
+    case Op::backward_weight: compute(run, a); break;
+    case Op::recv_sum:
+    case Op::send_sum: run.updates->run(a); break;
+    case Op::update: {
+      run.updates->run(a);
+      space_.fence();
+      timeline_.push_back({a, start - run.start, seconds_now() - run.start, 0});
+      run.busy += seconds_now() - start;  // work, as F and B are (the simulator charges it as `step`)
+      break;
+    }
+    case Op::step: return;  // the run's end (asynchronous lists: a step boundary)
+  }
+  if (message && (i + 1 == list.size() || !schedule::is_comm(list[i + 1].op))) transport.end_group();
+  if (message) {  // host time of posting (and, for receives, of waiting)
+    const auto& chunk = stage_->chunk(a.chunk);
+    timeline_.push_back({a, start - run.start, seconds_now() - run.start, chunk.rows() * chunk.channels() * std::int64_t(sizeof(T))});
+  }
+  if (schedule::is_reduction(a.op)) {
+    const auto& grads = stage_->chunk(a.chunk).params().grads();
+    timeline_.push_back({a, start - run.start, seconds_now() - run.start, std::int64_t(grads.span() * sizeof(T))});
+  }
+  if (observer_ && schedule::is_compute(a.op)) observer_(a, buffers_.slot(a.chunk, a.microbatch));
+  buffers_.reclaim(i, [&](comm::Transfer& transfer, const Action& send) {
+    if (!transport.wait(space_, transfer, timeout)) lost(run, send, i);
+  });
+  for (const int chunk : plan.retire[i]) buffers_.retire(chunk, a.microbatch);
+}
+
+// F, B, I or W on its chunk, timed on the stream (no fence: the span is read at the run's end).
+template <class T> void Executor<T>::compute(Run& run, const Action& a) {
+  const auto& lists = run.program->lists;
+  const int c = a.chunk, mb = a.microbatch, rank = stage_->grid().stage;
+  auto& chunk = stage_->chunk(c);
+  const int vstage = stage_->virtual_stage(c);
+  // The previous virtual stage's chunk when it is on this rank too (the data is handed over in place).
+  const int local_prev = vstage > 0 && lists.rank_of(vstage - 1) == rank ? lists.chunk_of(vstage - 1) : -1;
+  const std::size_t timed = clock_.begin(space_);
+  if (run.updates && a.op != Op::backward_weight) run.updates->before_compute(a);
+  switch (a.op) {
+    case Op::forward: {
+      const int slot = buffers_.take_slot(c, mb);
+      buffers_.move_in_activation(c, mb);
+      if (local_prev >= 0)  // the previous virtual stage's output, kept in its slot, is our input
+        Kokkos::deep_copy(space_, chunk.input(slot), stage_->chunk(local_prev).output(buffers_.slot(local_prev, mb)));
+      if (chunk.first() || chunk.last()) run.data->tokens->load(space_, chunk, slot, run.data->row(mb));
+      chunk.forward(space_, slot);
+      if (chunk.last())  // left on the device: read once at the run's end
+        chunk.loss_sum(space_, slot, Kokkos::subview(run.data->losses, run.data->loss_slot(mb)));
+      peak_stash_ = std::max(peak_stash_, ++stash_);
+      if (lists.forward_only) --stash_;  // nothing is kept for a backward
+      break;
+    }
+    case Op::backward:
+    case Op::backward_input: {
+      const int slot = buffers_.slot(c, mb);
+      buffers_.move_in_gradient(c, mb);
+      chunk.backward_input(space_, slot, run.updates->loss_scale());
+      if (local_prev >= 0)
+        Kokkos::deep_copy(space_, stage_->chunk(local_prev).output_grad(buffers_.slot(local_prev, mb)),
+                          chunk.input_grad(slot));
+      if (a.op == Op::backward) {
+        chunk.backward_weight(space_, slot);
+        --stash_;
+      }
+      run.updates->after_backward(a);
+      break;
+    }
+    case Op::backward_weight:
+      chunk.backward_weight(space_, buffers_.slot(c, mb));
+      --stash_;
+      break;
+    default: break;
+  }
+  clock_.end(space_, timed);
+  timeline_.push_back({a, 0, 0, 0});
+  run.timed.push_back(timeline_.size() - 1);
+}
+
+// The compute actions' spans, now that the stream has run them (ActionClock), into the timeline and the means.
+template <class T> void Executor<T>::read_action_times(Run& run) {
+  const auto spans = clock_.read();
+  for (std::size_t k = 0; k < spans.size(); ++k) {
+    TimedAction& entry = timeline_[run.timed[k]];
+    entry.start = spans[k].start;
+    entry.end = spans[k].end;
+    const double seconds = spans[k].end - spans[k].start;
+    run.busy += seconds;
+    if (runs_ > 0) {  // the first run allocates the stash: not representative
+      action_seconds_[entry.action.chunk][int(entry.action.op)] += seconds;
+      ++action_count_[entry.action.chunk][int(entry.action.op)];
+    }
+  }
+}
+
+template <class T> std::array<double, 4> Executor<T>::mean_action_seconds(int chunk) const {
+  std::array<double, 4> mean{};
+  const auto& seconds = action_seconds_.at(chunk);
+  const auto& count = action_count_.at(chunk);
+  for (int k = 0; k < 4; ++k) mean[k] = count[k] > 0 ? seconds[k] / double(count[k]) : 0.0;
+  return mean;
+}
+
+template class Executor<float>;
+template class Executor<double>;
+
+}  // namespace kpipe::runtime

@@ -1,0 +1,43 @@
+#pragma once
+// Synchronous schedules' updates (the flush): every micro-batch's weight gradients accumulate through the
+// step's lists in micro-batch order, the replicas' sums meet (in the lists, as the ordered reduction's running
+// sum, or by allreduce after them), and one optimizer step follows: the global gradient norm from per-layer
+// sums placed by global layer index (the same on every layout), a step skipped on every rank alike when the
+// loss or the norm is not finite, clipping, AdamW or SGD.
+#include <memory>
+
+#include "kpipe/runtime/gradient_reduction.hpp"
+#include "kpipe/runtime/run_plan.hpp"
+#include "kpipe/runtime/stage_model.hpp"
+#include "kpipe/runtime/update_policy.hpp"
+
+namespace kpipe::runtime {
+
+template <class T> class FlushUpdates final : public UpdatePolicy<T> {
+ public:
+  FlushUpdates(StageModel<T>& stage, const RunPlan& plan);
+  ~FlushUpdates() override;
+
+  Windows windows(std::int64_t step, std::int64_t microbatch) const override {
+    return {step, plan_->global_microbatch(int(microbatch)) * plan_->sequences_per_microbatch};
+  }
+  T loss_scale() const override;
+  int loss_slot(std::int64_t microbatch) const override { return plan_->global_microbatch(int(microbatch)); }
+  void begin_step(std::int64_t step) override { step_ = step; }
+  void before_compute(const schedule::Action&) override {}
+  void after_backward(const schedule::Action&) override {}
+  void run(const schedule::Action& action) override;
+  void contribute(std::vector<double>&) const override {}
+  void finish(std::int64_t step, const std::vector<double>& sums, StepStats& stats) override;
+
+ private:
+  void optimizer_step(std::int64_t step, StepStats& stats);
+
+  StageModel<T>* stage_;
+  const RunPlan* plan_;
+  std::unique_ptr<GradientReduction<T>> reduction_;
+  std::int64_t step_ = 0;
+  ExecSpace space_;
+};
+
+}  // namespace kpipe::runtime

@@ -1,0 +1,38 @@
+#include "kpipe/runtime/run_plan.hpp"
+
+#include "kpipe/core/error.hpp"
+#include "kpipe/partition/configured.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
+
+namespace kpipe::runtime {
+
+RunPlan plan_run(const Config& config, const model::ModelDesc& desc, const comm::ProcessGrid& grid,
+                 comm::TransportKind transport, std::int64_t first_step) {
+  const auto& tc = config.train;
+  require(tc.microbatches % grid.data_parallel == 0,
+          "train.microbatches = {} is not divisible by pipeline.data_parallel = {}", tc.microbatches,
+          grid.data_parallel);
+  RunPlan p;
+  p.transport = transport;
+  p.replica = grid.replica;
+  p.stage = grid.stage;
+  p.local_microbatches = tc.microbatches / grid.data_parallel;
+  p.sequences_per_microbatch = tc.batch / tc.microbatches;
+  p.schedule = schedule::plan(config, delivery_of(transport), {first_step});
+  // The balanced partition weighs each stage's memory with what the schedule keeps in flight there; the memory
+  // plan uses the same partition. A resumed run's lists hold what the fresh run's held: the same partition.
+  p.ranges = partition::configured_partition(config, desc, first_step > 0 ? schedule::plan(config, delivery_of(transport)).run
+                                                                          : p.schedule.run);
+  const auto& lists = p.lists();
+  p.actions = lists.actions.at(grid.stage);
+  p.buffers = schedule::plan_buffers(lists, grid.stage, p.actions);
+  if (lists.asynchronous()) {
+    p.steps = schedule::step_ranges(p.actions);
+    p.template_step = schedule::Horizon{lists.ranks, lists.microbatches}.template_step();
+  } else {
+    p.steps = {{0, p.actions.size()}};
+  }
+  return p;
+}
+
+}  // namespace kpipe::runtime

@@ -1,0 +1,41 @@
+#pragma once
+// What a step did, as every rank reports it: the figures of one optimizer step (or, asynchronous schedules,
+// one step's share of the lists) and the actions this rank ran in it.
+#include <cstdint>
+#include <functional>
+
+#include "kpipe/schedule/schedule.hpp"
+
+namespace kpipe::runtime {
+
+struct StepStats {
+  std::int64_t step = 0;     // 0-based index of the optimizer step just taken
+  double loss = 0;           // mean per-token loss of the mini-batch (all replicas)
+  double lr = 0;
+  double grad_norm = 0;      // global L2 norm before clipping
+  double seconds = 0;        // wall time of the step on this rank
+  double busy_seconds = 0;   // time this rank spent in F, B, I, W (and asynchronous updates)
+  double pipeline_seconds = 0;  // time from the step's start to the end of its schedule (before the optimizer)
+  double optimizer_seconds = 0; // the optimizer's update on this rank
+  std::int64_t tokens = 0;   // tokens in the mini-batch (all replicas)
+  bool skipped = false;      // loss or gradient not finite: no update, on every rank alike
+};
+
+// One action this rank ran in a step, with its wall-clock span (seconds since the step began).
+struct TimedAction {
+  schedule::Action action;
+  double start = 0, end = 0;
+  std::int64_t bytes = 0;  // moved by a send or receive
+};
+
+// Asynchronous schedules, per micro-batch run on a rank: the weight version its forward and its backward read.
+struct VersionsRead {
+  std::int64_t microbatch;
+  int forward, backward;
+};
+
+// Called after each compute action (F, B, I, W) with its slot, so that an observer (activation traces, text
+// generation) can read the chunk's layer outputs and gradients while they exist.
+using ActionObserver = std::function<void(const schedule::Action& action, int slot)>;
+
+}  // namespace kpipe::runtime

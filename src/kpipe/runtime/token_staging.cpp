@@ -1,0 +1,22 @@
+#include "kpipe/runtime/token_staging.hpp"
+
+#include "kpipe/core/memory_category.hpp"
+
+namespace kpipe::runtime {
+
+TokenStaging::TokenStaging(int rows, std::int64_t tokens_per_row) {
+  memory::Scope scope(memory::Category::workspaces);
+  inputs_ = decltype(inputs_)(uninitialized("kpipe::runtime::TokenStaging::inputs"), rows, tokens_per_row);
+  targets_ = decltype(targets_)(uninitialized("kpipe::runtime::TokenStaging::targets"), rows, tokens_per_row);
+}
+
+template <class T>
+void TokenStaging::load(const ExecSpace& space, model::Chunk<T>& chunk, int slot, int row) const {
+  if (chunk.first()) Kokkos::deep_copy(space, chunk.tokens(slot), Kokkos::subview(inputs_, row, Kokkos::ALL));
+  if (chunk.last()) Kokkos::deep_copy(space, chunk.targets(slot), Kokkos::subview(targets_, row, Kokkos::ALL));
+}
+
+template void TokenStaging::load(const ExecSpace&, model::Chunk<float>&, int, int) const;
+template void TokenStaging::load(const ExecSpace&, model::Chunk<double>&, int, int) const;
+
+}  // namespace kpipe::runtime

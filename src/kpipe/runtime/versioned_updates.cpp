@@ -1,0 +1,116 @@
+#include "kpipe/runtime/versioned_updates.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kpipe/runtime/peer_lost.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
+
+namespace kpipe::runtime {
+
+using schedule::Op;
+
+template <class T>
+VersionedUpdates<T>::VersionedUpdates(StageModel<T>& stage, const RunPlan& plan)
+    : stage_(&stage), plan_(&plan), rules_(AsyncRules::of(stage.config())) {
+  const double timeout = stage.config().pipeline.recv_timeout_s;
+  reduction_ = std::make_unique<GradientReduction<T>>(
+      stage.grid(), plan.run(), sum_transport(plan), timeout, [this, timeout](const schedule::Action& a) {
+        peer_lost(stage_->grid(), {"step", step_, plan_->actions.size()}, a, stage_->chunks(), timeout);
+      });
+  reduction_->reserve_update_sums(space_, stage.chunk_pointers(),
+                                  stage.config().pipeline.dp_reduction == DpReduction::ordered);
+  in_flight_.resize(stage.chunks());
+  next_forward_.assign(stage.chunks(), 0);
+  update_squares_.assign(stage.chunks(), 0.0);
+}
+
+template <class T> VersionedUpdates<T>::~VersionedUpdates() = default;
+
+template <class T> void VersionedUpdates<T>::begin_step(std::int64_t step) {
+  step_ = step;
+  std::fill(update_squares_.begin(), update_squares_.end(), 0.0);
+}
+
+template <class T> void VersionedUpdates<T>::before_compute(const schedule::Action& a) {
+  auto& versions = stage_->versions(a.chunk);
+  versions.bind(a.version);
+  if (a.op == Op::forward) {  // the version the rule gives it, stashed for its backward
+    in_flight_[a.chunk][a.microbatch] = a.version;
+    next_forward_[a.chunk] = a.microbatch + 1;
+  } else if (schedule::is_backward(a.op)) {  // weight stashing: its forward's version
+    versions_read_.push_back({a.microbatch, in_flight_[a.chunk].at(a.microbatch), a.version});
+  }
+}
+
+template <class T> void VersionedUpdates<T>::after_backward(const schedule::Action& a) {
+  in_flight_[a.chunk].erase(a.microbatch);
+  stage_->versions(a.chunk).release([&](int v) { return version_needed(a.chunk, v); });
+}
+
+template <class T> void VersionedUpdates<T>::run(const schedule::Action& a) {
+  if (a.op != Op::update) throw std::logic_error("VersionedUpdates: a reduction action in an asynchronous schedule");
+  // From the newest version, with the weight gradients accumulated since the last update (summed over the
+  // replicas); the result is the next version.
+  auto& versions = stage_->versions(a.chunk);
+  auto& chunk = stage_->chunk(a.chunk);
+  versions.bind(versions.newest());
+  const std::int64_t update = rules_.update_of(a.microbatch);
+  reduction_->before_update(space_, chunk, a, update);
+  update_squares_[a.chunk] = apply_async_update(space_, stage_->config().optim, rules_, update, chunk.params());
+  lr_ = rules_.learning_rate(stage_->config().optim, update);
+  versions.commit(a.version, [&](int v) { return version_needed(a.chunk, v); });
+}
+
+template <class T> void VersionedUpdates<T>::contribute(std::vector<double>& sums) const {
+  // Every stage's last update's squared norm; replica 0's (the replicas' updates are the same).
+  double squares = 0;
+  if (stage_->grid().replica == 0)
+    for (double s : update_squares_) squares += s;
+  sums.push_back(squares);
+}
+
+template <class T> void VersionedUpdates<T>::finish(std::int64_t, const std::vector<double>& sums, StepStats& stats) {
+  stats.grad_norm = std::sqrt(sums.back());
+  stats.lr = lr_;
+}
+
+template <class T> bool VersionedUpdates<T>::version_needed(int c, int version) const {
+  // A micro-batch in flight reads it, or a forward to come may: the next forward reads the rule's version,
+  // later ones no older (the rule never goes back).
+  for (const auto& entry : in_flight_[c])
+    if (entry.second == version) return true;
+  const auto& lists = plan_->lists();
+  if (next_forward_[c] >= std::int64_t(stage_->config().train.steps) * lists.microbatches) return false;
+  return version >= schedule::rule_version(lists.updates, lists.ranks, lists.microbatches, stage_->virtual_stage(c),
+                                           int(next_forward_[c]), false);
+}
+
+template <class T>
+void VersionedUpdates<T>::resume(const RunPlan& plan, std::int64_t first_microbatch, int newest_version,
+                                 const std::vector<std::vector<std::vector<T>>>& older) {
+  plan_ = &plan;
+  const std::int64_t next_step = first_microbatch / plan.lists().microbatches;
+  for (int c = 0; c < stage_->chunks(); ++c) {
+    // A drained run's checkpoint (no older versions): the newest stands for them all.
+    std::vector<T> newest;
+    if (older.at(c).empty()) {
+      const auto& values = stage_->chunk(c).params().values();
+      newest.resize(values.extent(0));
+      Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(newest.data(), newest.size()),
+                        values);
+    }
+    std::vector<std::pair<int, const T*>> held;
+    for (int j = 1; j <= stage_->older_versions(c, next_step); ++j)
+      if (older[c].empty() || !older[c].at(j - 1).empty())
+        held.push_back({newest_version - j, older[c].empty() ? newest.data() : older[c][j - 1].data()});
+    stage_->versions(c).restart(newest_version, held);
+    in_flight_[c].clear();
+    next_forward_[c] = first_microbatch;
+  }
+}
+
+template class VersionedUpdates<float>;
+template class VersionedUpdates<double>;
+
+}  // namespace kpipe::runtime

@@ -1,0 +1,62 @@
+#pragma once
+// Asynchronous schedules' updates (PipeDream, its vertical sync, PipeDream-2BW; schedule/asynchronous.hpp):
+// every F, B and I reads the weight version its action names, bound into the chunk's parameters from the
+// chunk's pool (weight stashing: a backward reads its forward's version), and the lists' update actions U
+// apply the gradients accumulated since the last update (summed over the replicas first) to the newest
+// version, producing the next. A version goes back to the pool once no micro-batch in flight or to come reads
+// it. What an update means for the optimizer and the data is async_rules.hpp's.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "kpipe/runtime/async_rules.hpp"
+#include "kpipe/runtime/gradient_reduction.hpp"
+#include "kpipe/runtime/run_plan.hpp"
+#include "kpipe/runtime/stage_model.hpp"
+#include "kpipe/runtime/update_policy.hpp"
+
+namespace kpipe::runtime {
+
+template <class T> class VersionedUpdates final : public UpdatePolicy<T> {
+ public:
+  VersionedUpdates(StageModel<T>& stage, const RunPlan& plan);
+  ~VersionedUpdates() override;
+
+  Windows windows(std::int64_t, std::int64_t microbatch) const override {  // as async_rules.hpp says
+    return {rules_.sampler_step(microbatch), rules_.first_sequence(microbatch, stage_->grid().replica)};
+  }
+  T loss_scale() const override { return T(rules_.loss_scale()); }
+  int loss_slot(std::int64_t microbatch) const override { return rules_.loss_index(microbatch, stage_->grid().replica); }
+  void begin_step(std::int64_t step) override;
+  void before_compute(const schedule::Action& action) override;
+  void after_backward(const schedule::Action& action) override;
+  void run(const schedule::Action& action) override;
+  void contribute(std::vector<double>& sums) const override;
+  void finish(std::int64_t step, const std::vector<double>& sums, StepStats& stats) override;
+
+  // Resuming at a step boundary: the plan now holds the lists that continue the run, the parameters are the
+  // newest version, and older[c][j - 1] the version j updates before it (none: a drained run's checkpoint,
+  // whose newest weights stand for them all).
+  void resume(const RunPlan& plan, std::int64_t first_microbatch, int newest_version,
+              const std::vector<std::vector<std::vector<T>>>& older);
+  const AsyncRules& rules() const { return rules_; }
+  const std::vector<VersionsRead>& versions_read() const { return versions_read_; }
+
+ private:
+  bool version_needed(int chunk, int version) const;  // a micro-batch in flight or to come reads it
+
+  StageModel<T>* stage_;
+  const RunPlan* plan_;
+  AsyncRules rules_;
+  std::unique_ptr<GradientReduction<T>> reduction_;
+  std::vector<std::map<std::int64_t, int>> in_flight_;  // per chunk: micro-batch -> the version its forward read
+  std::vector<std::int64_t> next_forward_;               // per chunk: the next micro-batch to forward
+  std::vector<VersionsRead> versions_read_;
+  std::vector<double> update_squares_;                  // per chunk: its last update's squared gradient norm
+  double lr_ = 0;                                       // the last update's
+  std::int64_t step_ = 0;
+  ExecSpace space_;
+};
+
+}  // namespace kpipe::runtime

@@ -1,0 +1,29 @@
+#pragma once
+// A trainer's checkpoint written and read back through the stage model, as kpipe-train does it: what the
+// checkpoint tests need in one place.
+#include <string>
+
+#include "kpipe/io/checkpoint.hpp"
+#include "kpipe/runtime/trainer.hpp"
+
+namespace kpipe::test {
+
+template <class T> io::SaveResult save(runtime::Trainer<T>& trainer, io::CheckpointDir& dir) {
+  return io::save_checkpoint(trainer.stage(), trainer.next_step(), trainer.corpus().tokenizer, dir);
+}
+
+// Loads into the trainer's stage and resumes the trainer at the checkpoint's step.
+template <class T> io::LoadedCheckpoint<T> load(runtime::Trainer<T>& trainer, const std::string& path) {
+  auto loaded = io::load_checkpoint(trainer.stage(), path);
+  trainer.resume(loaded.step, loaded.older);
+  return loaded;
+}
+
+// checkpoint.resume applied to the trainer (nothing loaded: the trainer is left as it was).
+template <class T> io::LoadedCheckpoint<T> resume(runtime::Trainer<T>& trainer, const CheckpointConfig& config) {
+  auto loaded = io::resume_training(trainer.stage(), config);
+  if (!loaded.path.empty()) trainer.resume(loaded.step, loaded.older);
+  return loaded;
+}
+
+}  // namespace kpipe::test
