@@ -28,3 +28,12 @@ timed() {
   echo "$job: '$1 ${2:-}...' took $((SECONDS - t0)) s (rc $rc)"
   return $rc
 }
+
+# The exit status of a job that did not run (what it needs is absent): the summary shows it as SKIPPED, apart
+# from the jobs that passed. (77: automake's "skipped".)
+skipped_status=77
+# skip REASON: says why in one line and ends the job as skipped.
+skip() {
+  echo "$job: SKIPPED: $1"
+  exit $skipped_status
+}

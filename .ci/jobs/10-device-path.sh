@@ -17,7 +17,7 @@ fi
 build=build-ci/device-path
 timed cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPIPE_DEVICE_PATH_ON_HOST=ON -DKPIPE_ENABLE_TESTS=ON \
   -DKPIPE_ENABLE_APPS=OFF -DKPIPE_ENABLE_BENCHMARKS=OFF -DKPIPE_TEST_THREADS=$threads "${unity_build[@]}" "${args[@]}" >/dev/null
-grep -q "define KPIPE_DEVICE_PATH_ON_HOST 1" "$build/src/kpipe/build_config.hpp"
+grep -q "define KPIPE_DEVICE_PATH_ON_HOST 1" "$build/src/parts/core/kpipe/build_config.hpp"
 timed cmake --build "$build" -j "$(nproc)"
 # Unit tests: every layer's gradient check, the whole model, both paths side by side. Not kpipe_test_runtime:
 # its tests are learning runs (hundreds of steps of the small preset), which the device path's team kernels

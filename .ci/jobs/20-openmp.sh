@@ -6,8 +6,7 @@ job=20-openmp
 source "$(dirname "$0")/../lib.sh"
 cd "$repo"
 if ! prefix=$(toolchain kokkos-openmp); then
-  echo "$job: skipped: no $shared/toolchains/kokkos-openmp.tar.gz (set KPIPE_SHARED_DIR)"
-  exit 0
+  skip "no $shared/toolchains/kokkos-openmp.tar.gz (set KPIPE_SHARED_DIR)"
 fi
 echo "$job: whole test suite against Kokkos 4.6 OpenMP with 2 threads per rank, install consumer included"
 build=build-ci/openmp

@@ -8,12 +8,10 @@ source "$(dirname "$0")/../lib.sh"
 cd "$repo"
 cuda=${CUDA_HOME:-/usr/local/cuda}
 if [ ! -x "$cuda/bin/nvcc" ]; then
-  echo "$job: skipped: no nvcc in $cuda (set CUDA_HOME)"
-  exit 0
+  skip "no nvcc in $cuda (set CUDA_HOME)"
 fi
 if ! prefix=$(toolchain kokkos-cuda); then
-  echo "$job: skipped: no $shared/toolchains/kokkos-cuda.tar.gz (set KPIPE_SHARED_DIR)"
-  exit 0
+  skip "no $shared/toolchains/kokkos-cuda.tar.gz (set KPIPE_SHARED_DIR)"
 fi
 echo "$job: CUDA build (Kokkos 4.6, sm_90, NCCL): library, apps, tests, benchmarks compile and link, no warnings in kpipe's code"
 export PATH="$cuda/bin:$PATH"

@@ -3,11 +3,11 @@
 # kpipe+cuda cuda_arch=90, kpipe+cuda+nccl cuda_arch=90 and both environments, and its cmake_args() runs;
 # fails when one of them does not. Skips when the kit is absent (a user's clone has no ../shared).
 set -uo pipefail
-repo=$(cd "$(dirname "$0")/../.." && pwd)
-kit=${KPIPE_SHARED_DIR:-$repo/../shared}/spack/check.sh
+job=40-spack
+source "$(dirname "$0")/../lib.sh"
+kit=$shared/spack/check.sh
 if [ ! -x "$kit" ]; then
-  echo "40-spack: skipped: no offline Spack kit at $kit (set KPIPE_SHARED_DIR)"
-  exit 0
+  skip "no offline Spack kit at $kit (set KPIPE_SHARED_DIR)"
 fi
 # The kit needs python3 with venv (clingo comes from PyPI into a venv) and a C/C++ compiler.
 need=()

@@ -4,10 +4,11 @@
 # start-up, time limit with --signal=B:USR1@50, plain scancel). Installs Debian's Slurm and munge, reuses
 # the README test command's build (or builds kpipe-train), stops every daemon it started.
 set -uo pipefail
-cd "$(dirname "$0")/../.." || exit 1
+job=50-slurm
+source "$(dirname "$0")/../lib.sh"
+cd "$repo" || exit 1
 if [ "$(id -u)" -ne 0 ]; then
-  echo "50-slurm: skipped: needs root (it installs Slurm and starts slurmctld, slurmd and munged)"
-  exit 0
+  skip "needs root (it installs Slurm and starts slurmctld, slurmd and munged)"
 fi
 
 packages=(slurmctld slurmd slurm-client munge python3)

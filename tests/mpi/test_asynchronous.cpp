@@ -102,11 +102,16 @@ TEST(Asynchronous, DataParallelLayoutsReproduceTheReference) {
           for (int t = 0; t < steps; ++t) {
             const auto got = trainer.step();
             const auto want = reference.step();
-            if (exact) EXPECT_EQ(got.loss, want.loss) << "step " << t;
-            else EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss) << "step " << t;
+            if (exact) {
+              EXPECT_EQ(got.loss, want.loss) << "step " << t;
+            } else {
+              EXPECT_NEAR(got.loss, want.loss, 1e-5 * want.loss) << "step " << t;
+            }
             EXPECT_NEAR(got.grad_norm, want.grad_norm, (exact ? 1e-12 : 1e-4) * want.grad_norm) << "step " << t;
           }
-          if (exact) EXPECT_EQ(trainer.param_checksum(), reference.param_checksum());
+          if (exact) {
+            EXPECT_EQ(trainer.param_checksum(), reference.param_checksum());
+          }
           for (const auto& r : trainer.versions_read()) EXPECT_EQ(r.backward, r.forward) << "micro-batch " << r.microbatch;
           EXPECT_EQ(trainer.stage().versions(0).peak(), schedule::versions_held(trainer.plan().lists())[grid.stage]);
           EXPECT_TRUE(std::isfinite(trainer.evaluate()));
