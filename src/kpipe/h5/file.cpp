@@ -57,6 +57,17 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
+// Every chunked dataset kpipe writes: shuffled and deflated where the build can encode deflate, and always a
+// Fletcher-32 checksum of each stored chunk (last, so over the bytes on disk), which HDF5 verifies on every
+// read: a damaged chunk is an error, never data.
+void set_chunk_filters(hid_t properties) {
+  if (deflate_available()) {
+    H5Pset_shuffle(properties);
+    H5Pset_deflate(properties, 4);
+  }
+  H5Pset_fletcher32(properties);
+}
+
 Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, const std::vector<hsize_t>& row_shape) {
   std::vector<hsize_t> dims{0}, max_dims{H5S_UNLIMITED}, chunk{1};
   hsize_t row_elements = 1;
@@ -71,10 +82,7 @@ Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, 
   const Handle space(H5Screate_simple(int(dims.size()), dims.data(), max_dims.data()), H5Sclose);
   const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
-  if (deflate_available()) {
-    H5Pset_shuffle(properties.get());
-    H5Pset_deflate(properties.get(), 4);
-  }
+  set_chunk_filters(properties.get());
   Handle dataset(H5Dcreate2(location, name.c_str(), file_type, space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT),
                  H5Dclose);
   require(dataset.valid(), "{}: cannot create dataset", where(location, name));
@@ -286,15 +294,14 @@ void write_dataset(hid_t location, const std::string& name, hid_t file_type, hid
   for (hsize_t d : dims) elements *= d;
   const Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (compress && elements > 0 && deflate_available()) {
+  if (compress && elements > 0) {
     // Whole rows of the trailing dimensions, about target_chunk_bytes per chunk (never beyond the dataset).
     std::vector<hsize_t> chunk = dims;
     hsize_t row_bytes = H5Tget_size(file_type);
     for (std::size_t k = 1; k < dims.size(); ++k) row_bytes *= dims[k];
     chunk[0] = std::clamp<hsize_t>(target_chunk_bytes / std::max<hsize_t>(row_bytes, 1), 1, dims[0]);
     H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
-    H5Pset_shuffle(properties.get());
-    H5Pset_deflate(properties.get(), 4);
+    set_chunk_filters(properties.get());
   }
   const Handle links(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(links.get(), 1);
@@ -333,6 +340,54 @@ std::vector<std::int32_t> read_int32s(hid_t location, const std::string& name, c
 std::string read_bytes(hid_t location, const std::string& name, const std::string& label) {
   const std::vector<std::uint8_t> values = read_all<std::uint8_t>(location, name, H5T_NATIVE_UINT8, label);
   return std::string(values.begin(), values.end());
+}
+
+hsize_t chunk_length(hid_t dataset) {
+  const Handle properties(H5Dget_create_plist(dataset), H5Pclose);
+  if (!properties.valid() || H5Pget_layout(properties.get()) != H5D_CHUNKED) return 0;
+  hsize_t chunk[H5S_MAX_RANK] = {};
+  return H5Pget_chunk(properties.get(), H5S_MAX_RANK, chunk) >= 1 ? chunk[0] : 0;
+}
+
+namespace {
+
+// Elements [first, first + count) of a 1-D dataset, or false (HDF5's reason on its error stack).
+bool read_selection(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* out) {
+  const Handle file_space(H5Dget_space(dataset), H5Sclose);
+  if (!file_space.valid() ||
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &first, nullptr, &count, nullptr) < 0)
+    return false;
+  const Handle memory_space(H5Screate_simple(1, &count, nullptr), H5Sclose);
+  return memory_space.valid() && H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) >= 0;
+}
+
+hsize_t extent_1d(hid_t dataset) {
+  const Handle space(H5Dget_space(dataset), H5Sclose);
+  const hssize_t points = space.valid() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+  return points > 0 ? hsize_t(points) : 0;
+}
+
+}  // namespace
+
+std::optional<ReadFailure> read_range(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* out) {
+  if (count == 0) return std::nullopt;
+  const QuietErrors quiet;
+  if (read_selection(dataset, memory_type, first, count, out)) return std::nullopt;
+  ReadFailure failure;
+  failure.reason = error_text();
+  const hsize_t chunk = chunk_length(dataset);
+  if (chunk == 0) return failure;
+  // Which chunk: each one the range touches, read alone (a window spans at most two).
+  const hsize_t size = extent_1d(dataset);
+  std::vector<unsigned char> scratch(std::size_t(chunk) * std::max<std::size_t>(H5Tget_size(memory_type), 1));
+  for (hsize_t k = first / chunk; k <= (first + count - 1) / chunk && k * chunk < size; ++k) {
+    const hsize_t begin = k * chunk, length = std::min(chunk, size - begin);
+    if (read_selection(dataset, memory_type, begin, length, scratch.data())) continue;
+    failure.reason = error_text();
+    failure.chunk = ChunkPosition{k, (size + chunk - 1) / chunk, begin, begin + length};
+    break;
+  }
+  return failure;
 }
 
 H5T_class_t type_class(hid_t location, const std::string& name, const std::string& label) {
