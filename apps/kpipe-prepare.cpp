@@ -134,7 +134,7 @@ int run(int argc, char** argv) {
     corpus = o.tokenizer == "bpe" ? bpe_corpus(text, o) : text_corpus(text, o.val_fraction, o.input);
   }
   write_token_file(o.output, corpus);
-  const double entropy = unigram_entropy_nats(corpus.train);
+  const double entropy = unigram_entropy_nats(corpus.train.read_all());
   const std::size_t tokens = corpus.train.size() + corpus.validation.size();
   fmt::print("kpipe-prepare: wrote {}: {} tokenizer, vocabulary {}, train {} tokens, validation {} tokens "
              "({:.2f} bytes per token), unigram entropy {:.3f} nats ({:.3f} bits) per token, source {}\n",

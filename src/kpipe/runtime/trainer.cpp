@@ -630,8 +630,11 @@ template <class T> double Trainer<T>::evaluate() {
   const int vstages = schedule_.virtual_stages();
   // Above the pipeline's tags: an asynchronous run may have sends of its last step still under way.
   const int eval_tag = schedule::message_tags(schedule_);
+  // Only a rank with the first or the last chunk reads tokens (a middle stage never opens the data file).
+  const bool reads_tokens = std::any_of(chunks_.begin(), chunks_.end(), [](const auto& c) { return c->first() || c->last(); });
   for (std::int64_t w = grid_.replica * mb; w < windows; w += std::int64_t(mb) * grid_.data_parallel) {
-    data::fill_validation_windows(corpus_->validation, w, mb, seq, &host_inputs_(0, 0), &host_targets_(0, 0));
+    if (reads_tokens)
+      data::fill_validation_windows(corpus_->validation, w, mb, seq, &host_inputs_(0, 0), &host_targets_(0, 0));
     for (int v = 0; v < vstages; ++v) {
       if (schedule_.rank_of(v) != grid_.stage) continue;
       const int c = schedule_.chunk_of(v);
