@@ -9,6 +9,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/h5/stored_chunks.hpp"
 
 namespace kpipe::h5 {
 
@@ -57,18 +58,12 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
-// Every chunked dataset kpipe writes: shuffled and deflated where the build can encode deflate, and always a
-// Fletcher-32 checksum of each stored chunk (last, so over the bytes on disk), which HDF5 verifies on every
-// read: a damaged chunk is an error, never data.
-void set_chunk_filters(hid_t properties) {
-  if (deflate_available()) {
-    H5Pset_shuffle(properties);
-    H5Pset_deflate(properties, 4);
-  }
-  H5Pset_fletcher32(properties);
-}
+// Every chunked dataset kpipe writes: h5/stored_chunks.hpp's filters (a damaged chunk is an error, never data).
+void set_chunk_filters(hid_t properties) { ChunkFilters::of_this_build().set_on(properties); }
 
-Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, const std::vector<hsize_t>& row_shape) {
+}  // namespace
+
+Handle create_extendible(hid_t location, const std::string& name, hid_t file_type, const std::vector<hsize_t>& row_shape) {
   std::vector<hsize_t> dims{0}, max_dims{H5S_UNLIMITED}, chunk{1};
   hsize_t row_elements = 1;
   for (hsize_t d : row_shape) {
@@ -88,6 +83,8 @@ Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, 
   require(dataset.valid(), "{}: cannot create dataset", where(location, name));
   return dataset;
 }
+
+namespace {
 
 template <class V>
 std::vector<V> read_all(hid_t location, const std::string& name, hid_t memory_type, const std::string& label) {
@@ -237,7 +234,7 @@ void append(hid_t location, const std::string& name, hid_t file_type, hid_t memo
   if (exists(location, name)) {
     dataset = Handle(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
   } else {
-    dataset = create_dataset(location, name, file_type, row_shape);
+    dataset = create_extendible(location, name, file_type, row_shape);
   }
   require(dataset.valid(), "{}: cannot open dataset", where(location, name));
   std::vector<hsize_t> dims(row_shape.size() + 1);

@@ -117,6 +117,12 @@ std::vector<std::string> children(hid_t group);  // link names, in name order
 // Whether this HDF5 build can write deflate-compressed datasets.
 bool deflate_available();
 
+// An empty extendible, chunked dataset [0 of unlimited, row_shape...] of `file_type` under `location`:
+// about 64 KiB per chunk, with the filters of h5/stored_chunks.hpp (deflate where the build can, and a
+// Fletcher-32 checksum that every read verifies).
+Handle create_extendible(hid_t location, const std::string& name, hid_t file_type,
+                         const std::vector<hsize_t>& row_shape = {});
+
 // Appends `rows` rows of shape `row_shape` (empty: scalars) to the dataset `name` under `location`,
 // created on first use as an extendible, chunked dataset [unlimited, row_shape...] of `file_type` (about
 // 64 KiB per chunk; deflated where the build can, and Fletcher-32 checksummed, which every read verifies).
