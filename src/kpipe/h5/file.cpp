@@ -149,7 +149,8 @@ Handle create_file(const std::string& path) {
   require_writable(path, path);
   QuietErrors quiet;
   errno = 0;
-  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, file_access().get()), H5Fclose);
+  const Handle access = file_access();  // closed after the reason is read: a successful close clears it
+  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose);
   require(file.valid(), "{}: cannot create HDF5 file ({})", path, errno ? std::strerror(errno) : error_text());
   return file;
 }
@@ -159,7 +160,8 @@ Handle open_file(const std::string& path) {
     throw InputError(fmt::format("{}: cannot open ({})", path, reason));
   QuietErrors quiet;
   require(H5Fis_hdf5(path.c_str()) > 0, "{}: not an HDF5 file", path);
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, file_access().get()), H5Fclose);
+  const Handle access = file_access();  // closed after the reason is read: a successful close clears it
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose);
   require(file.valid(), "{}: cannot open HDF5 file ({})", path, error_text());
   return file;
 }
@@ -348,14 +350,17 @@ hsize_t chunk_length(hid_t dataset) {
 
 namespace {
 
-// Elements [first, first + count) of a 1-D dataset, or false (HDF5's reason on its error stack).
-bool read_selection(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* out) {
+// Elements [first, first + count) of a 1-D dataset: nullopt, or HDF5's reason for the failure (taken before
+// the handles close: a successful call clears HDF5's error stack).
+std::optional<std::string> read_selection(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* out) {
   const Handle file_space(H5Dget_space(dataset), H5Sclose);
   if (!file_space.valid() ||
       H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &first, nullptr, &count, nullptr) < 0)
-    return false;
+    return error_text();
   const Handle memory_space(H5Screate_simple(1, &count, nullptr), H5Sclose);
-  return memory_space.valid() && H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) >= 0;
+  if (!memory_space.valid() || H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
+    return error_text();
+  return std::nullopt;
 }
 
 hsize_t extent_1d(hid_t dataset) {
@@ -369,9 +374,10 @@ hsize_t extent_1d(hid_t dataset) {
 std::optional<ReadFailure> read_range(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* out) {
   if (count == 0) return std::nullopt;
   const QuietErrors quiet;
-  if (read_selection(dataset, memory_type, first, count, out)) return std::nullopt;
+  const std::optional<std::string> reason = read_selection(dataset, memory_type, first, count, out);
+  if (!reason) return std::nullopt;
   ReadFailure failure;
-  failure.reason = error_text();
+  failure.reason = *reason;
   const hsize_t chunk = chunk_length(dataset);
   if (chunk == 0) return failure;
   // Which chunk: each one the range touches, read alone (a window spans at most two).
@@ -379,8 +385,9 @@ std::optional<ReadFailure> read_range(hid_t dataset, hid_t memory_type, hsize_t 
   std::vector<unsigned char> scratch(std::size_t(chunk) * std::max<std::size_t>(H5Tget_size(memory_type), 1));
   for (hsize_t k = first / chunk; k <= (first + count - 1) / chunk && k * chunk < size; ++k) {
     const hsize_t begin = k * chunk, length = std::min(chunk, size - begin);
-    if (read_selection(dataset, memory_type, begin, length, scratch.data())) continue;
-    failure.reason = error_text();
+    const std::optional<std::string> chunk_reason = read_selection(dataset, memory_type, begin, length, scratch.data());
+    if (!chunk_reason) continue;
+    failure.reason = *chunk_reason;
     failure.chunk = ChunkPosition{k, (size + chunk - 1) / chunk, begin, begin + length};
     break;
   }
