@@ -1,7 +1,8 @@
 #pragma once
 // A text of any size encoded into a token file in bounded memory, on every core: the text is read in
-// batches (--batch of about 32 MiB), each cut into one block per thread and encoded by the threads at once
-// while the previous batch is written; at most two batches are held. With a BPE tokenizer batches and blocks
+// batches (EncodeOptions::batch_bytes, 32 MiB), each cut into one block per thread and encoded by the threads
+// at once while the previous batch is compressed (on the threads too) and written; at most two batches are
+// held. With a BPE tokenizer batches and blocks
 // end at a newline, so the ids are those of encoding each split whole (no piece spans a newline); a line
 // longer than a batch is cut at a UTF-8 character boundary.
 #include <cstdint>

@@ -155,15 +155,38 @@ Handle create_file(const std::string& path) {
   return file;
 }
 
-Handle open_file(const std::string& path) {
+namespace {
+
+Handle open_read_only(const std::string& path, hid_t access) {
   if (const std::string reason = unreadable_reason(path); !reason.empty())
     throw InputError(fmt::format("{}: cannot open ({})", path, reason));
   QuietErrors quiet;
   require(H5Fis_hdf5(path.c_str()) > 0, "{}: not an HDF5 file", path);
-  const Handle access = file_access();  // closed after the reason is read: a successful close clears it
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.get()), H5Fclose);
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access), H5Fclose);
   require(file.valid(), "{}: cannot open HDF5 file ({})", path, error_text());
   return file;
+}
+
+}  // namespace
+
+Handle open_file(const std::string& path) {
+  const Handle access = file_access();  // closed after the reason is read: a successful close clears it
+  return open_read_only(path, access.get());
+}
+
+Handle open_file_with_fixed_cache(const std::string& path, std::size_t metadata_cache_bytes) {
+  const Handle access = file_access();
+  H5AC_cache_config_t cache{};
+  cache.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+  H5Pget_mdc_config(access.get(), &cache);
+  // One size, never grown nor shrunk by HDF5's adaptive resizing.
+  cache.set_initial_size = true;
+  cache.initial_size = cache.min_size = cache.max_size = metadata_cache_bytes;
+  cache.incr_mode = H5C_incr__off;
+  cache.flash_incr_mode = H5C_flash_incr__off;
+  cache.decr_mode = H5C_decr__off;
+  H5Pset_mdc_config(access.get(), &cache);
+  return open_read_only(path, access.get());
 }
 
 Handle open_dataset(hid_t location, const std::string& name, const std::string& label) {

@@ -106,6 +106,10 @@ Handle create_file(const std::string& path);  // truncates
 // HDF5's file locking is off (kpipe's writers lock their own way), so that the open does not depend on
 // HDF5_USE_FILE_LOCKING or on a file system's flock support. InputError otherwise.
 Handle open_file(const std::string& path);
+// open_file, with HDF5's metadata cache held at `metadata_cache_bytes` (bytes as stored; HDF5 holds several
+// times more in memory for them): a reader that wanders over a large chunked dataset (a token file read by
+// windows) fills the cache with the nodes of the chunk index it visits.
+Handle open_file_with_fixed_cache(const std::string& path, std::size_t metadata_cache_bytes);
 // Whether path is a readable regular file holding HDF5 (never opens a FIFO or device).
 bool is_hdf5_file(const std::string& path);
 bool exists(hid_t location, const std::string& path);  // every link along "a/b/c" exists
