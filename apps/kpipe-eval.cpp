@@ -35,21 +35,24 @@ struct Options {
 };
 
 // The tokens to evaluate on, in file order: a token file's splits (train then validation, or one of
-// them), or a whole text file encoded with the checkpoint's tokenizer.
-std::vector<kpipe::Token> load_tokens(const Options& o, const kpipe::data::Tokenizer& tokenizer) {
+// them), or a whole text file encoded with the checkpoint's tokenizer. Files are read by range as the
+// windows are evaluated; only a text file with another tokenizer than bytes is encoded here, in memory
+// (kpipe-prepare makes a token file of a large one).
+kpipe::data::TokenSplit load_tokens(const Options& o, const kpipe::data::Tokenizer& tokenizer) {
   using namespace kpipe;
-  if (!data::is_token_file(o.data, fmt::format("--data = {}", o.data))) {
+  const std::string label = fmt::format("--data = {}", o.data);
+  if (!data::is_token_file(o.data, label)) {
     require(o.split == "all", "--split = {}: a text file has no splits (use all)", o.split);
-    return tokenizer.encode(kpipe::read_bytes(o.data, fmt::format("--data = {}", o.data)));
+    if (tokenizer.kind() == data::TokenizerKind::bytes) return data::text_file_corpus(o.data, 0.0, label).train;
+    return tokenizer.encode(kpipe::read_bytes(o.data, label));
   }
-  auto corpus = data::read_token_file(o.data, fmt::format("--data = {}", o.data));
+  auto corpus = data::read_token_file(o.data, label);
   require(corpus.tokenizer.kind() == tokenizer.kind() && corpus.tokenizer.serialized_model() == tokenizer.serialized_model(),
           "--data = {}: made by a {} tokenizer (vocabulary {}) other than the checkpoint's ({}, vocabulary {})", o.data,
           data::to_string(corpus.tokenizer.kind()), corpus.vocab(), data::to_string(tokenizer.kind()), tokenizer.vocab());
   if (o.split == "train") return corpus.train;
   if (o.split == "validation") return corpus.validation;
-  corpus.train.insert(corpus.train.end(), corpus.validation.begin(), corpus.validation.end());
-  return corpus.train;
+  return data::concatenate(corpus.train, corpus.validation);
 }
 
 int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
@@ -57,7 +60,7 @@ int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
   require(o.pipeline_size >= 1, "--pipeline-size = {}: expected an integer >= 1", o.pipeline_size);
   require(o.chunks >= 1, "--chunks = {}: expected an integer >= 1", o.chunks);
   require(o.max_windows >= 0, "--max-windows = {}: expected an integer >= 0 (0: all)", o.max_windows);
-  // The checkpoint and the data are read on every rank; a failure on any one (a file missing on one node)
+  // The checkpoint is read and the data opened on every rank; a failure on any one (a file missing on one node)
   // is agreed by all before any work, and reported once.
   Config config;
   io::CheckpointInfo info;
@@ -74,8 +77,11 @@ int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
     windows = o.max_windows > 0 ? std::min<std::int64_t>(available, o.max_windows) : available;
     require(windows > 0, "--data = {}: {} tokens hold no window of model.seq_len + 1 = {} tokens", o.data,
             corpus.validation.size(), config.model.seq_len + 1);
+    corpus.validation = corpus.validation.slice(0, windows * (config.model.seq_len + 1));  // exactly `windows` windows
+    // The ranks that will read the windows (the first and the last stage) read them once now: a damaged
+    // chunk stops every rank here, agreed, rather than one rank midway.
+    if (rank == 0 || rank == o.pipeline_size - 1) data::check_readable(corpus.validation);
   });
-  corpus.validation.resize(std::size_t(windows * (config.model.seq_len + 1)));  // exactly `windows` windows
   // One window per micro-batch, one micro-batch per stage: evaluate() then walks every window in order.
   auto& p = config.pipeline;
   p.pipeline_size = o.pipeline_size;

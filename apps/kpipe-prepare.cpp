@@ -1,35 +1,45 @@
 // kpipe-prepare: writes an HDF5 token file (train and validation splits, and the tokenizer that made them)
-// for `kpipe-train --data FILE`, from a text file or from the embedded synthetic corpus:
-//   kpipe-prepare INPUT.txt -o OUT.h5 [--val-fraction 0.1]                       bytes as tokens
-//   kpipe-prepare INPUT.txt -o OUT.h5 --tokenizer bpe --vocab-size 8192         a BPE model trained on INPUT
+// for `kpipe-train --data FILE`, from text (files, directories of files, read in the order given as one
+// text) or from the embedded synthetic corpus:
+//   kpipe-prepare INPUT... -o OUT.h5 [--val-fraction 0.1]                        bytes as tokens
+//   kpipe-prepare INPUT... -o OUT.h5 --tokenizer bpe --vocab-size 8192          a BPE model trained on INPUT
 //   kpipe-prepare --synthetic -o OUT.h5 [--tokens N] [--seed S] [--val-fraction 0.1]
-// The BPE model is trained on the training split only (the held-out end of the text stays unseen).
+// The text is streamed: encoded in batches on every core in bounded memory, whatever its size
+// (data/text_encoder.hpp). The BPE model is trained on the training split only (the held-out end of the text
+// stays unseen), on a bounded sample of it (--sample-bytes). The output takes its name only when complete.
 // A plain program: no MPI, no Kokkos (the library's HDF5 is the parallel build, but serial file access
 // needs neither).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/exit_codes.hpp"
-#include "kpipe/h5/file.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/data/bpe_sample.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/data/entropy.hpp"
 #include "kpipe/data/synthetic.hpp"
+#include "kpipe/data/text_encoder.hpp"
+#include "kpipe/data/text_inputs.hpp"
 #include "kpipe/data/token_file.hpp"
+#include "kpipe/data/token_file_writer.hpp"
+#include "kpipe/h5/file.hpp"
 
 namespace {
 
 struct Options {
-  std::string input, output;
+  std::vector<std::string> inputs;
+  std::string output;
   bool synthetic = false;
   double val_fraction = kpipe::DataConfig{}.val_fraction;
   std::int64_t tokens = kpipe::DataConfig{}.synthetic_tokens;
@@ -38,7 +48,15 @@ struct Options {
   std::string tokenizer = "bytes";
   int vocab_size = kpipe::data::BpeOptions{}.vocab_size;
   bool vocab_size_given = false;
+  std::int64_t sample_bytes = std::int64_t(100) << 20;
+  bool sample_bytes_given = false;
+  int threads = 0;
+  bool quiet = false;
 };
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code error;
@@ -47,15 +65,17 @@ bool same_file(const std::string& a, const std::string& b) {
 
 void check(const Options& o) {
   using kpipe::require;
-  require(o.synthetic || !o.input.empty(), "give a text file to tokenize, or --synthetic");
-  require(!(o.synthetic && !o.input.empty()), "give a text file or --synthetic, not both (got '{}')", o.input);
+  require(o.synthetic || !o.inputs.empty(), "give text files (or directories) to tokenize, or --synthetic");
+  require(!(o.synthetic && !o.inputs.empty()), "give text files or --synthetic, not both (got '{}')", o.inputs.front());
   require(o.synthetic || (!o.tokens_given && !o.seed_given), "--tokens and --seed need --synthetic");
   require(o.val_fraction > 0 && o.val_fraction < 1, "--val-fraction = {}: expected a number in (0, 1)",
           o.val_fraction);
   require(o.tokens >= 1, "--tokens = {}: expected a positive integer", o.tokens);
-  require(o.synthetic || !same_file(o.input, o.output), "--output = {} is the input file", o.output);
   require(o.tokenizer == "bytes" || o.tokenizer == "bpe", "--tokenizer = {}: expected bytes or bpe", o.tokenizer);
   require(o.tokenizer == "bpe" || !o.vocab_size_given, "--vocab-size needs --tokenizer bpe (bytes have 256)");
+  require(o.tokenizer == "bpe" || !o.sample_bytes_given, "--sample-bytes needs --tokenizer bpe (bytes need no training)");
+  require(o.sample_bytes >= 1, "--sample-bytes = {}: expected a positive number of bytes", o.sample_bytes);
+  require(o.threads >= 0, "--threads = {}: expected an integer >= 0 (0: every core)", o.threads);
   require(o.tokenizer == "bytes" || !o.synthetic, "--tokenizer bpe: the synthetic corpus is bytes (give a text file)");
   require(o.tokenizer == "bytes" || kpipe::data::sentencepiece_available(),
           "--tokenizer bpe: this kpipe was built without SentencePiece (KPIPE_ENABLE_SENTENCEPIECE)");
@@ -63,41 +83,135 @@ void check(const Options& o) {
   kpipe::require_writable(o.output, fmt::format("--output = {}", o.output));
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+// The text's files, each readable, none of them the output; both splits non-empty.
+kpipe::data::TextStream text_of(const Options& o) {
+  using namespace kpipe;
+  data::TextStream text(data::list_text_files(o.inputs));
+  for (const auto& file : text.files())
+    require(!same_file(file.path, o.output) && !same_file(file.path, o.output + ".partial"),
+            "--output = {} is one of the input files ('{}')", o.output, file.path);
+  require(text.size() > 0, "input '{}': no text ({} files, 0 bytes)", o.inputs.front(), text.files().size());
+  return text;
 }
 
-// The text's held-out end is cut by bytes before BPE training, so the tokenizer never sees it; the token
-// split then follows the same place in the text.
-kpipe::data::Corpus bpe_corpus(const std::string& text, const Options& o) {
+// Decimal units, as the rates: kB, MB, GB.
+std::string decimal_size(double bytes) {
+  if (bytes >= 1e9) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (bytes >= 1e6) return fmt::format("{:.1f} MB", bytes / 1e6);
+  return fmt::format("{:.1f} kB", bytes / 1e3);
+}
+
+std::string eta(double seconds) {
+  const auto s = static_cast<long>(seconds + 0.5);
+  return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
+}
+
+// The progress line on stderr: rewritten in place on a terminal (twice a second), a line every 10 s
+// otherwise (a log), and always the last.
+class ProgressLine {
+ public:
+  ProgressLine(std::int64_t total, bool quiet)
+      : total_(total), quiet_(quiet), terminal_(::isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
+
+  void update(std::int64_t done) {
+    const double elapsed = seconds_since(start_);
+    const bool finished = done >= total_;
+    if (quiet_ || (!finished && elapsed - printed_ < (terminal_ ? 0.5 : 10.0))) return;
+    printed_ = elapsed;
+    const double rate = elapsed > 0 ? double(done) / elapsed : 0.0;
+    const std::string line =
+        fmt::format("kpipe-prepare: encoded {} of {} ({:.0f}%), {:.1f} MB/s, ETA {}", decimal_size(double(done)),
+                    decimal_size(double(total_)), 100.0 * double(done) / double(total_), rate / 1e6,
+                    eta(rate > 0 ? double(total_ - done) / rate : 0.0));
+    if (terminal_)
+      fmt::print(stderr, "\r{:<90}{}", line, finished ? "\n" : "");
+    else
+      fmt::print(stderr, "{}\n", line);
+    std::fflush(stderr);
+  }
+
+ private:
+  std::int64_t total_;
+  bool quiet_, terminal_;
+  Clock::time_point start_;
+  double printed_ = 0;  // the first line after a first interval
+};
+
+// The BPE model, trained on (a bounded sample of) the training split: bytes [0, train_bytes) of the text.
+kpipe::data::Tokenizer train_tokenizer(const kpipe::data::TextStream& text, std::int64_t train_bytes, const Options& o) {
   using namespace kpipe::data;
-  const auto held_out = std::llround(double(text.size()) * o.val_fraction);
-  const std::string train_text = text.substr(0, text.size() - std::size_t(held_out));
-  if (const auto invalid = invalid_utf8_sequences(text); invalid > 0)
-    fmt::print(stderr, "kpipe-prepare: warning: {} has {} bytes that are not valid UTF-8; BPE turns each into "
-               "U+FFFD (use --tokenizer bytes to keep them)\n", o.input, invalid);
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = Clock::now();
+  const std::string sample = bpe_sample(text, train_bytes, o.sample_bytes);
   BpeOptions options;
   options.vocab_size = o.vocab_size;
-  const Tokenizer tokenizer = train_bpe(train_text, options);
-  fmt::print("kpipe-prepare: BPE model trained on {} bytes in {:.1f} s: vocabulary {}{}\n", train_text.size(),
+  options.threads = o.threads;
+  const Tokenizer tokenizer = train_bpe(sample, options);
+  fmt::print("kpipe-prepare: BPE model trained on {} bytes{} in {:.1f} s: vocabulary {}{}\n", sample.size(),
+             std::int64_t(sample.size()) < train_bytes
+                 ? fmt::format(" (a sample of the {} of the training split, --sample-bytes)", decimal_size(double(train_bytes)))
+                 : "",
              seconds_since(start), tokenizer.vocab(),
              tokenizer.vocab() < o.vocab_size
                  ? fmt::format(" (asked {}: the text has too few distinct pieces for more)", o.vocab_size)
                  : "");
-  Corpus corpus;
-  corpus.tokenizer = tokenizer;
-  corpus.source = o.input;
-  corpus.train = tokenizer.encode(train_text);
-  corpus.validation = tokenizer.encode(text.substr(train_text.size()));
-  return corpus;
+  return tokenizer;
+}
+
+struct Written {
+  std::int64_t train = 0, validation = 0, bytes = 0;
+  double entropy = 0;
+  kpipe::data::Tokenizer tokenizer;
+  std::string source;
+};
+
+Written prepare_text(const Options& o) {
+  using namespace kpipe::data;
+  const TextStream text = text_of(o);
+  const std::int64_t held_out = std::llround(double(text.size()) * o.val_fraction);
+  const std::int64_t train_bytes = text.size() - held_out;
+  kpipe::require(held_out > 0 && train_bytes > 0,
+                 "input '{}': {} bytes leave the {} split empty at --val-fraction = {}", o.inputs.front(), text.size(),
+                 held_out > 0 ? "train" : "validation", o.val_fraction);
+  Written written;
+  written.tokenizer = o.tokenizer == "bpe" ? train_tokenizer(text, train_bytes, o) : Tokenizer();
+  written.source = o.inputs.size() == 1 ? o.inputs.front() : fmt::format("{} and {} more", o.inputs.front(), o.inputs.size() - 1);
+  TokenFileWriter writer(o.output, written.tokenizer, written.source, o.threads);
+  ProgressLine progress(text.size(), o.quiet);
+  EncodeOptions options;
+  options.threads = o.threads;
+  const EncodeSummary summary =
+      encode_text(text, train_bytes, written.tokenizer, writer, options, [&](std::int64_t done) { progress.update(done); });
+  if (summary.invalid_utf8 > 0)
+    fmt::print(stderr, "kpipe-prepare: warning: the text has {} bytes that are not valid UTF-8; BPE turned each into "
+               "U+FFFD (use --tokenizer bytes to keep them)\n", summary.invalid_utf8);
+  written.train = writer.tokens(Split::train);
+  written.validation = writer.tokens(Split::validation);
+  writer.commit();
+  written.bytes = text.size();
+  written.entropy = entropy_of_counts_nats(summary.train_counts);
+  return written;
+}
+
+Written prepare_synthetic(const Options& o) {
+  using namespace kpipe::data;
+  const Corpus corpus = synthetic_corpus(o.seed, o.tokens, o.val_fraction);
+  write_token_file(o.output, corpus);
+  Written written;
+  written.train = corpus.train.size();
+  written.validation = corpus.validation.size();
+  written.bytes = written.train + written.validation;
+  written.entropy = unigram_entropy_nats(corpus.train.read_all());
+  written.tokenizer = corpus.tokenizer;
+  written.source = corpus.source;
+  return written;
 }
 
 int run(int argc, char** argv) {
   Options o;
   CLI::App app("Writes an HDF5 token file (bytes as tokens, or a BPE model's) for kpipe-train --data.",
                "kpipe-prepare");
-  app.add_option("input", o.input, "text file to tokenize")->type_name("INPUT.txt");
+  app.add_option("inputs", o.inputs, "text files or directories (every file under one, in path order), read in the "
+                 "order given as one text")->type_name("INPUT...");
   app.add_option("-o,--output", o.output, "token file to write")->type_name("OUT.h5")->required();
   app.add_flag("--synthetic", o.synthetic, "the embedded synthetic corpus instead of a text file");
   app.add_option("--val-fraction", o.val_fraction, "share held out for validation (the end of the text)")
@@ -108,6 +222,13 @@ int run(int argc, char** argv) {
                  "text, stored in the token file)")->capture_default_str();
   app.add_option("--vocab-size", o.vocab_size, "vocabulary of the BPE model (256 byte pieces, <unk>, merges)")
       ->capture_default_str();
+  app.add_option("--sample-bytes", o.sample_bytes, "BPE trains on at most this many bytes of the training split "
+                 "(whole lines spread evenly over it); SentencePiece needs several times the sample in memory")
+      ->capture_default_str();
+  app.add_option("--threads", o.threads, "threads that encode and compress (0: every core)")->capture_default_str();
+  app.add_flag("--quiet", o.quiet, "no progress line");
+  app.footer("Exit codes: 0 written; 2 bad input (an option, an unreadable input file, an empty split): nothing is "
+             "left under the output's name.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success&) {
@@ -121,27 +242,19 @@ int run(int argc, char** argv) {
   o.tokens_given = app.count("--tokens") > 0;
   o.seed_given = app.count("--seed") > 0;
   o.vocab_size_given = app.count("--vocab-size") > 0;
+  o.sample_bytes_given = app.count("--sample-bytes") > 0;
   check(o);
 
-  using namespace kpipe::data;
-  Corpus corpus;
-  std::size_t bytes = 0;
-  if (o.synthetic) {
-    corpus = synthetic_corpus(o.seed, o.tokens, o.val_fraction);
-    bytes = corpus.train.size() + corpus.validation.size();
-  } else {
-    const std::string text = kpipe::read_bytes(o.input, fmt::format("input '{}'", o.input));
-    bytes = text.size();
-    corpus = o.tokenizer == "bpe" ? bpe_corpus(text, o) : text_corpus(text, o.val_fraction, o.input);
-  }
-  write_token_file(o.output, corpus);
-  const double entropy = unigram_entropy_nats(corpus.train);
-  const std::size_t tokens = corpus.train.size() + corpus.validation.size();
+  const auto start = Clock::now();
+  const Written w = o.synthetic ? prepare_synthetic(o) : prepare_text(o);
+  const std::int64_t tokens = w.train + w.validation;
+  const double seconds = seconds_since(start);
   fmt::print("kpipe-prepare: wrote {}: {} tokenizer, vocabulary {}, train {} tokens, validation {} tokens "
-             "({:.2f} bytes per token), unigram entropy {:.3f} nats ({:.3f} bits) per token, source {}\n",
-             o.output, to_string(corpus.tokenizer.kind()), corpus.vocab(), corpus.train.size(),
-             corpus.validation.size(), tokens > 0 ? double(bytes) / double(tokens) : 0.0, entropy,
-             entropy / std::log(2.0), corpus.source);
+             "({:.2f} bytes per token), unigram entropy {:.3f} nats ({:.3f} bits) per token, source {}; "
+             "{} in {:.1f} s ({:.1f} MB/s)\n",
+             o.output, kpipe::data::to_string(w.tokenizer.kind()), w.tokenizer.vocab(), w.train, w.validation,
+             tokens > 0 ? double(w.bytes) / double(tokens) : 0.0, w.entropy, w.entropy / std::log(2.0), w.source,
+             decimal_size(double(w.bytes)), seconds, seconds > 0 ? double(w.bytes) / seconds / 1e6 : 0.0);
   return 0;
 }
 

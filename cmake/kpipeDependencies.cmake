@@ -5,6 +5,8 @@ find_package(MPI REQUIRED COMPONENTS CXX)
 # own tensors into it (docs/checkpoint-format.md); Debian's and Spack's default builds are parallel.
 set(HDF5_PREFER_PARALLEL ON)
 find_package(HDF5 REQUIRED COMPONENTS C)
+# zlib (HDF5's own deflate): token files' chunks are compressed on many threads and written as stored.
+find_package(ZLIB REQUIRED)
 find_package(fmt REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
 find_package(tomlplusplus QUIET)

@@ -28,13 +28,13 @@ std::vector<Token> tokens_of(const std::string& s) { return std::vector<Token>(s
 
 TEST(Corpus, TextSplitsOffTheTail) {
   const Corpus c = text_corpus("abcdefghij", 0.3, "letters");
-  EXPECT_EQ(c.train, tokens_of("abcdefg"));
-  EXPECT_EQ(c.validation, tokens_of("hij"));
+  EXPECT_EQ(c.train.read_all(), tokens_of("abcdefg"));
+  EXPECT_EQ(c.validation.read_all(), tokens_of("hij"));
   EXPECT_EQ(c.source, "letters");
   // Bytes above 127 are tokens 128..255, not negative.
   const Corpus high = text_corpus(std::string("\xff\x80", 2), 0.5, "");
-  EXPECT_EQ(high.train, std::vector<Token>{255});
-  EXPECT_EQ(high.validation, std::vector<Token>{128});
+  EXPECT_EQ(high.train.read_all(), std::vector<Token>{255});
+  EXPECT_EQ(high.validation.read_all(), std::vector<Token>{128});
 }
 
 TEST(Corpus, EmptyPathIsTheSyntheticCorpus) {
@@ -43,8 +43,8 @@ TEST(Corpus, EmptyPathIsTheSyntheticCorpus) {
   config.val_fraction = 0.1;
   const Corpus c = load_corpus(config, 77, 64);
   const Corpus direct = synthetic_corpus(77, 10000, 0.1);
-  EXPECT_EQ(c.train, direct.train);
-  EXPECT_EQ(c.validation, direct.validation);
+  EXPECT_EQ(c.train.read_all(), direct.train.read_all());
+  EXPECT_EQ(c.validation.read_all(), direct.validation.read_all());
 }
 
 TEST(Corpus, LoadsTextAndTokenFiles) {
@@ -56,15 +56,15 @@ TEST(Corpus, LoadsTextAndTokenFiles) {
   config.val_fraction = 0.2;
   const Corpus from_text = load_corpus(config, 1, 16);
   const Corpus expected = text_corpus(text, 0.2, config.path);
-  EXPECT_EQ(from_text.train, expected.train);
-  EXPECT_EQ(from_text.validation, expected.validation);
+  EXPECT_EQ(from_text.train.read_all(), expected.train.read_all());
+  EXPECT_EQ(from_text.validation.read_all(), expected.validation.read_all());
   EXPECT_EQ(from_text.source, config.path);
 
   config.path = dir.path("small.h5");
   write_token_file(config.path, expected);
   const Corpus from_file = load_corpus(config, 1, 16);  // val_fraction does not apply: the file has its split
-  EXPECT_EQ(from_file.train, expected.train);
-  EXPECT_EQ(from_file.validation, expected.validation);
+  EXPECT_EQ(from_file.train.read_all(), expected.train.read_all());
+  EXPECT_EQ(from_file.validation.read_all(), expected.validation.read_all());
 }
 
 TEST(Corpus, UnreadablePathsNameTheKey) {

@@ -53,14 +53,16 @@ TEST(TokenFile, RoundTrip) {
   test::TempDir dir;
   const std::string path = dir.path("tokens.h5");
   Corpus corpus = synthetic_corpus(4, 150000, 0.1);  // more than one chunk
-  corpus.train[7] = 0;
-  corpus.train[8] = 255;
+  std::vector<Token> train = corpus.train.read_all();
+  train[7] = 0;
+  train[8] = 255;
+  corpus.train = train;
   write_token_file(path, corpus);
   EXPECT_TRUE(is_hdf5_file(path));
   EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
   const Corpus back = read_token_file(path);
-  EXPECT_EQ(back.train, corpus.train);
-  EXPECT_EQ(back.validation, corpus.validation);
+  EXPECT_EQ(back.train.read_all(), train);
+  EXPECT_EQ(back.validation.read_all(), corpus.validation.read_all());
   EXPECT_EQ(back.source, corpus.source);
   // Compressed: a 150 kB text file takes well under 150 kB.
   EXPECT_LT(std::filesystem::file_size(path), 100000u);
@@ -70,10 +72,10 @@ TEST(TokenFile, EmptySplitAndEmptySource) {
   test::TempDir dir;
   const std::string path = dir.path("small.h5");
   Corpus corpus;
-  corpus.train = {1, 2, 3};
+  corpus.train = std::vector<Token>{1, 2, 3};
   write_token_file(path, corpus);
   const Corpus back = read_token_file(path);
-  EXPECT_EQ(back.train, corpus.train);
+  EXPECT_EQ(back.train.read_all(), (std::vector<Token>{1, 2, 3}));
   EXPECT_TRUE(back.validation.empty());
   EXPECT_EQ(back.source, "");
 }
@@ -81,8 +83,10 @@ TEST(TokenFile, EmptySplitAndEmptySource) {
 TEST(TokenFile, TokensMustBeInTheVocabulary) {
   test::TempDir dir;
   Corpus corpus;
-  corpus.train = {1, 256};
+  corpus.train = std::vector<Token>{1, 256};
   expect_input_error([&] { write_token_file(dir.path("bad.h5"), corpus); }, {"bad.h5", "256", "[0, 256)"});
+  EXPECT_FALSE(std::filesystem::exists(dir.path("bad.h5")));
+  EXPECT_FALSE(std::filesystem::exists(dir.path("bad.h5.partial")));  // nothing half-written is left
 }
 
 TEST(TokenFile, VersionOneStillReads) {
@@ -92,7 +96,7 @@ TEST(TokenFile, VersionOneStillReads) {
   const Corpus back = read_token_file(old);
   EXPECT_EQ(back.tokenizer.kind(), TokenizerKind::bytes);
   EXPECT_EQ(back.vocab(), 256);
-  EXPECT_EQ(back.train, std::vector<Token>(100, 'a'));
+  EXPECT_EQ(back.train.read_all(), std::vector<Token>(100, 'a'));
 }
 
 TEST(TokenFile, WrongFilesNameTheFile) {
@@ -126,7 +130,7 @@ TEST(TokenFile, TruncatedOrCorruptFilesNameTheFile) {
   std::filesystem::resize_file(truncated, std::filesystem::file_size(truncated) / 2);
   expect_input_error([&] { read_token_file(truncated); }, {truncated});
 
-  // Garbage over the compressed data, the header intact: reading the dataset fails.
+  // Garbage over the compressed data, the header intact: the file opens, reading the tokens fails.
   const std::string corrupt = dir.path("corrupt.h5");
   write_token_file(corrupt, corpus);
   const auto size = std::filesystem::file_size(corrupt);
@@ -136,7 +140,7 @@ TEST(TokenFile, TruncatedOrCorruptFilesNameTheFile) {
     const std::string garbage(size / 2, '\x5a');
     file.write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
   }
-  expect_input_error([&] { read_token_file(corrupt); }, {corrupt});
+  expect_input_error([&] { read_token_file(corrupt).train.read_all(); }, {corrupt});
 }
 
 }  // namespace

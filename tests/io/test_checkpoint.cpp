@@ -231,7 +231,8 @@ TEST(Checkpoint, TheTokenizerIsStoredAndVerifiedLikeEverythingElse) {
 
   const std::string text = [] {
     const auto c = data::synthetic_corpus(3, 60000, 0.0);
-    return std::string(c.train.begin(), c.train.end());
+    const auto ids = c.train.read_all();
+    return std::string(ids.begin(), ids.end());
   }();
   data::BpeOptions options;
   options.vocab_size = 600;

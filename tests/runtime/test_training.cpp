@@ -59,7 +59,7 @@ TEST(Training, SmallPresetLearnsRealTextBelowItsUnigramEntropy) {
   Config c = preset("small");
   c.train.steps = 250;
   const auto corpus = data::text_corpus(bytes.str(), c.data.val_fraction, path);
-  const double unigram = data::unigram_entropy_nats(corpus.train);
+  const double unigram = data::unigram_entropy_nats(corpus.train.read_all());
   const auto r = train(c, corpus);
   EXPECT_NEAR(r.losses.front(), std::log(256.0), 0.15);  // near-uniform predictions at initialization
   // A unigram model would reach `unigram` nats; the transformer must use context to go well below it.

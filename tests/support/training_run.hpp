@@ -1,5 +1,5 @@
 #pragma once
-// One training run of the MPI tests on test::corpus(), and the bit-for-bit comparison of two runs: what every
+// One training run of the MPI tests on test::corpus() (or another corpus), and the bit-for-bit comparison of two runs: what every
 // layout of the world must reproduce of one rank running the same micro-batches.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -23,11 +23,12 @@ struct TrainingRun {
   std::vector<int> predicted_stash;   // the validator's count, per rank
 };
 
-inline TrainingRun train(const Config& c, MPI_Comm comm, const runtime::TrainerOptions& options = {}) {
+inline TrainingRun train(const Config& c, MPI_Comm comm, const runtime::TrainerOptions& options = {},
+                         const data::Corpus& data = corpus()) {
   auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
   TrainingRun run;
   {
-    runtime::Trainer<float> trainer(c, corpus(), grid, options);
+    runtime::Trainer<float> trainer(c, data, grid, options);
     for (int s = 0; s < c.train.steps; ++s) {
       const auto stats = trainer.step();
       run.losses.push_back(stats.loss);

@@ -39,6 +39,7 @@ class Kpipe(CMakePackage, CudaPackage):
 
     depends_on("mpi")
     depends_on("hdf5+mpi")
+    depends_on("zlib-api")
     depends_on("fmt@8:")  # fmt::format_string
     depends_on("nlohmann-json@3:")
     depends_on("tomlplusplus@3:")

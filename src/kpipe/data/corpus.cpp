@@ -2,23 +2,35 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/data/synthetic.hpp"
+#include "kpipe/data/text_bytes.hpp"
 #include "kpipe/data/token_file.hpp"
 
 namespace kpipe::data {
 
+namespace {
+
+// How many tokens of `tokens` the validation split holds: round(tokens * val_fraction).
+std::int64_t held_out(std::int64_t tokens, double val_fraction) {
+  return std::min<std::int64_t>(tokens, std::max<std::int64_t>(0, std::llround(double(tokens) * val_fraction)));
+}
+
+}  // namespace
+
 Corpus text_corpus(const std::string& bytes, double val_fraction, std::string source) {
   const auto size = static_cast<std::int64_t>(bytes.size());
-  const auto held_out = std::min<std::int64_t>(size, std::max<std::int64_t>(0, std::llround(size * val_fraction)));
+  const std::int64_t train = size - held_out(size, val_fraction);
   Corpus corpus;
-  corpus.train.reserve(static_cast<std::size_t>(size - held_out));
-  corpus.validation.reserve(static_cast<std::size_t>(held_out));
-  for (std::int64_t i = 0; i < size; ++i)
-    (i < size - held_out ? corpus.train : corpus.validation).push_back(static_cast<unsigned char>(bytes[i]));
+  const auto* first = reinterpret_cast<const unsigned char*>(bytes.data());  // bytes above 127: ids 128..255
+  corpus.train = std::vector<Token>(first, first + train);
+  corpus.validation = std::vector<Token>(first + train, first + size);
   corpus.source = std::move(source);
   return corpus;
 }
@@ -26,20 +38,35 @@ Corpus text_corpus(const std::string& bytes, double val_fraction, std::string so
 Corpus encoded_corpus(const std::string& text, const Tokenizer& tokenizer, double val_fraction, std::string source) {
   std::vector<Token> tokens = tokenizer.encode(text);
   const auto size = static_cast<std::int64_t>(tokens.size());
-  const auto held_out = std::min<std::int64_t>(size, std::max<std::int64_t>(0, std::llround(size * val_fraction)));
+  const std::int64_t train = size - held_out(size, val_fraction);
   Corpus corpus;
-  corpus.validation.assign(tokens.end() - held_out, tokens.end());
-  tokens.resize(std::size_t(size - held_out));
+  corpus.validation = std::vector<Token>(tokens.begin() + train, tokens.end());
+  tokens.resize(std::size_t(train));
   corpus.train = std::move(tokens);
   corpus.source = std::move(source);
   corpus.tokenizer = tokenizer;
   return corpus;
 }
 
+Corpus text_file_corpus(const std::string& path, double val_fraction, const std::string& label) {
+  if (const std::string reason = unreadable_reason(path); !reason.empty())
+    throw InputError(fmt::format("{}: cannot open ({})", label, reason));
+  std::error_code error;
+  const auto size = static_cast<std::int64_t>(std::filesystem::file_size(path, error));
+  require(!error, "{}: cannot open ({})", label, error.message());
+  const std::int64_t train = size - held_out(size, val_fraction);
+  const TokenSplit bytes(text_bytes(path, size, label));
+  Corpus corpus;
+  corpus.train = bytes.slice(0, train);
+  corpus.validation = bytes.slice(train, size - train);
+  corpus.source = path;
+  return corpus;
+}
+
 namespace {
 
-void require_window(const std::string& label, const char* split, std::size_t tokens, int seq_len) {
-  require(static_cast<std::int64_t>(tokens) >= std::int64_t(seq_len) + 1,
+void require_window(const std::string& label, const char* split, std::int64_t tokens, int seq_len) {
+  require(tokens >= std::int64_t(seq_len) + 1,
           "{}: the {} split has {} tokens, fewer than model.seq_len + 1 = {}", label, split, tokens, seq_len + 1);
 }
 
@@ -56,7 +83,7 @@ Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len) {
     if (const std::string reason = unreadable_reason(config.path); !reason.empty())
       throw InputError(fmt::format("{}: cannot open ({})", label, reason));
     corpus = is_token_file(config.path, label) ? read_token_file(config.path, label)
-                                       : text_corpus(read_bytes(config.path, label), config.val_fraction, config.path);
+                                               : text_file_corpus(config.path, config.val_fraction, label);
   }
   require_window(label, "train", corpus.train.size(), seq_len);
   require_window(label, "validation", corpus.validation.size(), seq_len);

@@ -22,6 +22,12 @@ double entropy_of_counts(const std::vector<std::int64_t>& counts, std::int64_t t
 
 }  // namespace
 
+double entropy_of_counts_nats(const std::vector<std::int64_t>& counts) {
+  std::int64_t total = 0;
+  for (const std::int64_t c : counts) total += c;
+  return total > 0 ? entropy_of_counts(counts, total) : 0.0;
+}
+
 double unigram_entropy_nats(const std::vector<Token>& tokens) {
   if (tokens.empty()) return 0;
   const Token largest = *std::max_element(tokens.begin(), tokens.end());

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "kpipe/core/rng.hpp"
 
@@ -17,27 +19,27 @@ std::int64_t window_start(std::uint64_t seed, std::int64_t step, std::int64_t se
   const std::uint64_t bits = rng::bits64(rng::make_key(seed, static_cast<std::uint64_t>(step),
                                                        static_cast<std::uint64_t>(sequence), "sampler"),
                                          0);
-  // Modulo bias is below starts / 2^64 (< 1e-9 for any corpus that fits in memory).
+  // Modulo bias is below starts / 2^64 (< 1e-9 for any split under 18 billion tokens).
   return static_cast<std::int64_t>(bits % static_cast<std::uint64_t>(starts));
 }
 
 namespace {
 
-void copy_window(const std::vector<Token>& tokens, std::int64_t start, int seq_len, Token* inputs, Token* targets) {
-  for (int t = 0; t < seq_len; ++t) {
-    inputs[t] = tokens[start + t];
-    targets[t] = tokens[start + t + 1];
-  }
+// A window of seq_len + 1 tokens as inputs (its first seq_len) and targets (its last seq_len).
+void split_window(const Token* window, int seq_len, Token* inputs, Token* targets) {
+  std::copy_n(window, seq_len, inputs);
+  std::copy_n(window + 1, seq_len, targets);
 }
 
 }  // namespace
 
-void fill_train_windows(const std::vector<Token>& tokens, std::uint64_t seed, std::int64_t step, int first_sequence,
+void fill_train_windows(const TokenSplit& tokens, std::uint64_t seed, std::int64_t step, int first_sequence,
                         int sequences, int seq_len, Token* inputs, Token* targets) {
-  const auto corpus_tokens = static_cast<std::int64_t>(tokens.size());
+  std::vector<Token> window(std::size_t(seq_len) + 1);
   for (int s = 0; s < sequences; ++s) {
-    const std::int64_t start = window_start(seed, step, first_sequence + s, corpus_tokens, seq_len);
-    copy_window(tokens, start, seq_len, inputs + std::int64_t(s) * seq_len, targets + std::int64_t(s) * seq_len);
+    const std::int64_t start = window_start(seed, step, first_sequence + s, tokens.size(), seq_len);
+    tokens.read(start, seq_len + 1, window.data());
+    split_window(window.data(), seq_len, inputs + std::int64_t(s) * seq_len, targets + std::int64_t(s) * seq_len);
   }
 }
 
@@ -46,15 +48,18 @@ std::int64_t validation_windows(std::int64_t tokens, int seq_len) {
   return tokens / (seq_len + 1);
 }
 
-void fill_validation_windows(const std::vector<Token>& tokens, std::int64_t first_window, int windows, int seq_len,
+void fill_validation_windows(const TokenSplit& tokens, std::int64_t first_window, int windows, int seq_len,
                              Token* inputs, Token* targets) {
-  const std::int64_t available = validation_windows(static_cast<std::int64_t>(tokens.size()), seq_len);
+  const std::int64_t available = validation_windows(tokens.size(), seq_len);
   if (first_window < 0 || windows < 0 || first_window + windows > available)
     throw std::out_of_range(fmt::format("kpipe::data::fill_validation_windows: windows [{}, {}) of {}", first_window,
                                         first_window + windows, available));
+  // Consecutive windows are one range of the split: one read.
+  const std::int64_t span = seq_len + 1;
+  std::vector<Token> run(std::size_t(std::int64_t(windows) * span));
+  tokens.read(first_window * span, std::int64_t(windows) * span, run.data());
   for (int w = 0; w < windows; ++w)
-    copy_window(tokens, (first_window + w) * (seq_len + 1), seq_len, inputs + std::int64_t(w) * seq_len,
-                targets + std::int64_t(w) * seq_len);
+    split_window(run.data() + w * span, seq_len, inputs + std::int64_t(w) * seq_len, targets + std::int64_t(w) * seq_len);
 }
 
 }  // namespace kpipe::data

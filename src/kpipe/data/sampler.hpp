@@ -5,10 +5,12 @@
 // replicas, and a run resumed at any step draws what the uninterrupted run would have drawn.
 // Validation uses consecutive, non-overlapping windows of seq_len + 1 tokens: window w covers tokens
 // [w * (seq_len + 1), (w + 1) * (seq_len + 1)); the tail shorter than a window is unused.
+// Only the windows are read from the split (data/token_split.hpp): one range per training window, one range
+// for a run of validation windows.
 #include <cstdint>
-#include <vector>
 
 #include "kpipe/core/tensor.hpp"
+#include "kpipe/data/token_split.hpp"
 
 namespace kpipe::data {
 
@@ -18,14 +20,14 @@ std::int64_t window_start(std::uint64_t seed, std::int64_t step, std::int64_t se
 
 // Sequences first_sequence .. first_sequence + sequences - 1 of step's mini-batch, into host buffers of
 // sequences * seq_len tokens: inputs[s * seq_len + t] = tokens[start + t], targets[...] = tokens[start + t + 1].
-void fill_train_windows(const std::vector<Token>& tokens, std::uint64_t seed, std::int64_t step, int first_sequence,
+void fill_train_windows(const TokenSplit& tokens, std::uint64_t seed, std::int64_t step, int first_sequence,
                         int sequences, int seq_len, Token* inputs, Token* targets);
 
 // How many validation windows `tokens` tokens hold: tokens / (seq_len + 1).
 std::int64_t validation_windows(std::int64_t tokens, int seq_len);
 
 // Validation windows first_window .. first_window + windows - 1, laid out like fill_train_windows.
-void fill_validation_windows(const std::vector<Token>& tokens, std::int64_t first_window, int windows, int seq_len,
+void fill_validation_windows(const TokenSplit& tokens, std::int64_t first_window, int windows, int seq_len,
                              Token* inputs, Token* targets);
 
 }  // namespace kpipe::data

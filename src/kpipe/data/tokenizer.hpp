@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kpipe/core/tensor.hpp"
@@ -31,7 +32,8 @@ class Tokenizer {
   int vocab() const { return vocab_; }
   const std::string& serialized_model() const { return model_; }  // empty for bytes
 
-  std::vector<Token> encode(const std::string& text) const;
+  // Safe to call from several threads at once (kpipe-prepare encodes on every core).
+  std::vector<Token> encode(std::string_view text) const;
   // Ids outside [0, vocab) are an InputError (a model with a padded vocabulary masks them when sampling).
   std::string decode(const std::vector<Token>& ids) const;
   // Whether a generated text may contain this id: false for ids outside the vocabulary and for
@@ -62,6 +64,6 @@ Tokenizer train_bpe(const std::string& text, const BpeOptions& options);
 bool sentencepiece_available();
 
 // Where text is not valid UTF-8, in how many places (BPE turns each such byte into U+FFFD).
-std::int64_t invalid_utf8_sequences(const std::string& text);
+std::int64_t invalid_utf8_sequences(std::string_view text);
 
 }  // namespace kpipe::data

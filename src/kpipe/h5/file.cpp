@@ -9,6 +9,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/h5/stored_chunks.hpp"
 
 namespace kpipe::h5 {
 
@@ -57,7 +58,12 @@ std::vector<std::string> split_path(const std::string& path) {
   return parts;
 }
 
-Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, const std::vector<hsize_t>& row_shape) {
+// Every chunked dataset kpipe writes: h5/stored_chunks.hpp's filters (a damaged chunk is an error, never data).
+void set_chunk_filters(hid_t properties) { ChunkFilters::of_this_build().set_on(properties); }
+
+}  // namespace
+
+Handle create_extendible(hid_t location, const std::string& name, hid_t file_type, const std::vector<hsize_t>& row_shape) {
   std::vector<hsize_t> dims{0}, max_dims{H5S_UNLIMITED}, chunk{1};
   hsize_t row_elements = 1;
   for (hsize_t d : row_shape) {
@@ -71,15 +77,14 @@ Handle create_dataset(hid_t location, const std::string& name, hid_t file_type, 
   const Handle space(H5Screate_simple(int(dims.size()), dims.data(), max_dims.data()), H5Sclose);
   const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
   H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
-  if (deflate_available()) {
-    H5Pset_shuffle(properties.get());
-    H5Pset_deflate(properties.get(), 4);
-  }
+  set_chunk_filters(properties.get());
   Handle dataset(H5Dcreate2(location, name.c_str(), file_type, space.get(), H5P_DEFAULT, properties.get(), H5P_DEFAULT),
                  H5Dclose);
   require(dataset.valid(), "{}: cannot create dataset", where(location, name));
   return dataset;
 }
+
+namespace {
 
 template <class V>
 std::vector<V> read_all(hid_t location, const std::string& name, hid_t memory_type, const std::string& label) {
@@ -144,19 +149,44 @@ Handle create_file(const std::string& path) {
   require_writable(path, path);
   QuietErrors quiet;
   errno = 0;
-  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, file_access().get()), H5Fclose);
+  const Handle access = file_access();  // closed after the reason is read: a successful close clears it
+  Handle file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.get()), H5Fclose);
   require(file.valid(), "{}: cannot create HDF5 file ({})", path, errno ? std::strerror(errno) : error_text());
   return file;
 }
 
-Handle open_file(const std::string& path) {
+namespace {
+
+Handle open_read_only(const std::string& path, hid_t access) {
   if (const std::string reason = unreadable_reason(path); !reason.empty())
     throw InputError(fmt::format("{}: cannot open ({})", path, reason));
   QuietErrors quiet;
   require(H5Fis_hdf5(path.c_str()) > 0, "{}: not an HDF5 file", path);
-  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, file_access().get()), H5Fclose);
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, access), H5Fclose);
   require(file.valid(), "{}: cannot open HDF5 file ({})", path, error_text());
   return file;
+}
+
+}  // namespace
+
+Handle open_file(const std::string& path) {
+  const Handle access = file_access();  // closed after the reason is read: a successful close clears it
+  return open_read_only(path, access.get());
+}
+
+Handle open_file_with_fixed_cache(const std::string& path, std::size_t metadata_cache_bytes) {
+  const Handle access = file_access();
+  H5AC_cache_config_t cache{};
+  cache.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+  H5Pget_mdc_config(access.get(), &cache);
+  // One size, never grown nor shrunk by HDF5's adaptive resizing.
+  cache.set_initial_size = true;
+  cache.initial_size = cache.min_size = cache.max_size = metadata_cache_bytes;
+  cache.incr_mode = H5C_incr__off;
+  cache.flash_incr_mode = H5C_flash_incr__off;
+  cache.decr_mode = H5C_decr__off;
+  H5Pset_mdc_config(access.get(), &cache);
+  return open_read_only(path, access.get());
 }
 
 Handle open_dataset(hid_t location, const std::string& name, const std::string& label) {
@@ -229,7 +259,7 @@ void append(hid_t location, const std::string& name, hid_t file_type, hid_t memo
   if (exists(location, name)) {
     dataset = Handle(H5Dopen2(location, name.c_str(), H5P_DEFAULT), H5Dclose);
   } else {
-    dataset = create_dataset(location, name, file_type, row_shape);
+    dataset = create_extendible(location, name, file_type, row_shape);
   }
   require(dataset.valid(), "{}: cannot open dataset", where(location, name));
   std::vector<hsize_t> dims(row_shape.size() + 1);
@@ -286,15 +316,14 @@ void write_dataset(hid_t location, const std::string& name, hid_t file_type, hid
   for (hsize_t d : dims) elements *= d;
   const Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
   const Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-  if (compress && elements > 0 && deflate_available()) {
+  if (compress && elements > 0) {
     // Whole rows of the trailing dimensions, about target_chunk_bytes per chunk (never beyond the dataset).
     std::vector<hsize_t> chunk = dims;
     hsize_t row_bytes = H5Tget_size(file_type);
     for (std::size_t k = 1; k < dims.size(); ++k) row_bytes *= dims[k];
     chunk[0] = std::clamp<hsize_t>(target_chunk_bytes / std::max<hsize_t>(row_bytes, 1), 1, dims[0]);
     H5Pset_chunk(properties.get(), int(chunk.size()), chunk.data());
-    H5Pset_shuffle(properties.get());
-    H5Pset_deflate(properties.get(), 4);
+    set_chunk_filters(properties.get());
   }
   const Handle links(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   H5Pset_create_intermediate_group(links.get(), 1);
@@ -333,6 +362,59 @@ std::vector<std::int32_t> read_int32s(hid_t location, const std::string& name, c
 std::string read_bytes(hid_t location, const std::string& name, const std::string& label) {
   const std::vector<std::uint8_t> values = read_all<std::uint8_t>(location, name, H5T_NATIVE_UINT8, label);
   return std::string(values.begin(), values.end());
+}
+
+hsize_t chunk_length(hid_t dataset) {
+  const Handle properties(H5Dget_create_plist(dataset), H5Pclose);
+  if (!properties.valid() || H5Pget_layout(properties.get()) != H5D_CHUNKED) return 0;
+  hsize_t chunk[H5S_MAX_RANK] = {};
+  return H5Pget_chunk(properties.get(), H5S_MAX_RANK, chunk) >= 1 ? chunk[0] : 0;
+}
+
+namespace {
+
+// Elements [first, first + count) of a 1-D dataset: nullopt, or HDF5's reason for the failure (taken before
+// the handles close: a successful call clears HDF5's error stack).
+std::optional<std::string> read_selection(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* out) {
+  const Handle file_space(H5Dget_space(dataset), H5Sclose);
+  if (!file_space.valid() ||
+      H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &first, nullptr, &count, nullptr) < 0)
+    return error_text();
+  const Handle memory_space(H5Screate_simple(1, &count, nullptr), H5Sclose);
+  if (!memory_space.valid() || H5Dread(dataset, memory_type, memory_space.get(), file_space.get(), H5P_DEFAULT, out) < 0)
+    return error_text();
+  return std::nullopt;
+}
+
+hsize_t extent_1d(hid_t dataset) {
+  const Handle space(H5Dget_space(dataset), H5Sclose);
+  const hssize_t points = space.valid() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+  return points > 0 ? hsize_t(points) : 0;
+}
+
+}  // namespace
+
+std::optional<ReadFailure> read_range(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* out) {
+  if (count == 0) return std::nullopt;
+  const QuietErrors quiet;
+  const std::optional<std::string> reason = read_selection(dataset, memory_type, first, count, out);
+  if (!reason) return std::nullopt;
+  ReadFailure failure;
+  failure.reason = *reason;
+  const hsize_t chunk = chunk_length(dataset);
+  if (chunk == 0) return failure;
+  // Which chunk: each one the range touches, read alone (a window spans at most two).
+  const hsize_t size = extent_1d(dataset);
+  std::vector<unsigned char> scratch(std::size_t(chunk) * std::max<std::size_t>(H5Tget_size(memory_type), 1));
+  for (hsize_t k = first / chunk; k <= (first + count - 1) / chunk && k * chunk < size; ++k) {
+    const hsize_t begin = k * chunk, length = std::min(chunk, size - begin);
+    const std::optional<std::string> chunk_reason = read_selection(dataset, memory_type, begin, length, scratch.data());
+    if (!chunk_reason) continue;
+    failure.reason = *chunk_reason;
+    failure.chunk = ChunkPosition{k, (size + chunk - 1) / chunk, begin, begin + length};
+    break;
+  }
+  return failure;
 }
 
 H5T_class_t type_class(hid_t location, const std::string& name, const std::string& label) {

@@ -2,11 +2,13 @@
 // The one HDF5 helper layer, over the HDF5 C API, for checkpoints, traces, timelines and token files:
 // handles that close themselves, the element-type map, files opened without depending on environment
 // variables, extendible chunked datasets that grow by rows (deflate-compressed when the HDF5 build has the
-// filter), attributes and whole-dataset reads, and HDF5's own reason for a failure in words. Errors are
-// kpipe::InputError naming the file and the object.
+// filter, and Fletcher-32 checksummed), attributes, whole-dataset reads and reads of a range of a 1-D dataset
+// (a hyperslab), and HDF5's own reason for a failure in words. Errors are kpipe::InputError naming the file
+// and the object.
 #include <hdf5.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -104,6 +106,10 @@ Handle create_file(const std::string& path);  // truncates
 // HDF5's file locking is off (kpipe's writers lock their own way), so that the open does not depend on
 // HDF5_USE_FILE_LOCKING or on a file system's flock support. InputError otherwise.
 Handle open_file(const std::string& path);
+// open_file, with HDF5's metadata cache held at `metadata_cache_bytes` (bytes as stored; HDF5 holds several
+// times more in memory for them): a reader that wanders over a large chunked dataset (a token file read by
+// windows) fills the cache with the nodes of the chunk index it visits.
+Handle open_file_with_fixed_cache(const std::string& path, std::size_t metadata_cache_bytes);
 // Whether path is a readable regular file holding HDF5 (never opens a FIFO or device).
 bool is_hdf5_file(const std::string& path);
 bool exists(hid_t location, const std::string& path);  // every link along "a/b/c" exists
@@ -115,8 +121,15 @@ std::vector<std::string> children(hid_t group);  // link names, in name order
 // Whether this HDF5 build can write deflate-compressed datasets.
 bool deflate_available();
 
+// An empty extendible, chunked dataset [0 of unlimited, row_shape...] of `file_type` under `location`:
+// about 64 KiB per chunk, with the filters of h5/stored_chunks.hpp (deflate where the build can, and a
+// Fletcher-32 checksum that every read verifies).
+Handle create_extendible(hid_t location, const std::string& name, hid_t file_type,
+                         const std::vector<hsize_t>& row_shape = {});
+
 // Appends `rows` rows of shape `row_shape` (empty: scalars) to the dataset `name` under `location`,
-// created on first use as an extendible, chunked dataset [unlimited, row_shape...] of `file_type`.
+// created on first use as an extendible, chunked dataset [unlimited, row_shape...] of `file_type` (about
+// 64 KiB per chunk; deflated where the build can, and Fletcher-32 checksummed, which every read verifies).
 void append(hid_t location, const std::string& name, hid_t file_type, hid_t memory_type, const void* data,
             hsize_t rows, const std::vector<hsize_t>& row_shape = {});
 void append(hid_t location, const std::string& name, const std::vector<double>& values,
@@ -129,8 +142,9 @@ void append(hid_t location, const std::string& name, const std::vector<float>& v
             const std::vector<hsize_t>& row_shape = {});
 
 // Creates the dataset `name` of shape `dims` under `location` and writes all of it from `data` (in
-// memory_type; HDF5 converts to file_type). `compress`: chunked (about 64 KiB per chunk) and deflated when
-// the build has the filter; otherwise contiguous. Empty datasets are always contiguous.
+// memory_type; HDF5 converts to file_type). `compress`: chunked (about 64 KiB per chunk), deflated when the
+// build has the filter, and Fletcher-32 checksummed; otherwise contiguous. Empty datasets are always
+// contiguous.
 void write_dataset(hid_t location, const std::string& name, hid_t file_type, hid_t memory_type, const void* data,
                    const std::vector<hsize_t>& dims, bool compress = false);
 // A 1-D uint8 dataset holding `bytes` (a serialized model, say).
@@ -145,6 +159,26 @@ std::vector<std::int64_t> read_int64s(hid_t location, const std::string& name, c
 std::vector<std::int32_t> read_int32s(hid_t location, const std::string& name, const std::string& label);
 // A 1-D dataset's elements as uint8, as bytes.
 std::string read_bytes(hid_t location, const std::string& name, const std::string& label);
+
+// The length of a chunked dataset's chunks along its first dimension; 0 for a contiguous (or compact) one.
+hsize_t chunk_length(hid_t dataset);
+
+// Where a chunk lies in a 1-D chunked dataset: index of count, and the elements [first, end) it holds.
+struct ChunkPosition {
+  hsize_t index = 0, count = 0;
+  hsize_t first = 0, end = 0;
+};
+// Why a range of a dataset could not be read: HDF5's reason ("data error detected by Fletcher32 checksum",
+// say) and, in a chunked dataset, the first chunk of the range that fails when read on its own.
+struct ReadFailure {
+  std::string reason;
+  std::optional<ChunkPosition> chunk;
+};
+// Elements [first, first + count) of a 1-D dataset into `out`, as memory_type (HDF5 widens the stored
+// type, a uint8 dataset read as int32 say, for these elements only): one hyperslab, so only the chunks that
+// hold the range are read (and, filtered, decompressed and checksummed). nullopt when read, the failure
+// otherwise. The range must lie inside the dataset.
+std::optional<ReadFailure> read_range(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t count, void* out);
 
 // Flushes the file and closes it (the handle is released either way); InputError with HDF5's reason
 // when either fails, so that a writer learns that its file is incomplete.

@@ -1,0 +1,74 @@
+#include "kpipe/data/token_dataset.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "kpipe/core/error.hpp"
+#include "kpipe/h5/file.hpp"
+
+namespace kpipe::data {
+namespace {
+
+// Enough for the file's own metadata and the chunk index's path to a window (a few nodes deep). HDF5 counts
+// the nodes' bytes on disk, about a tenth of what it holds for them in memory: its default 2 MiB grew a
+// rank by 22 MiB over a 4 GB file (60,000 chunks), 128 KiB holds about 1.5 MiB, and reads take as long.
+constexpr std::size_t metadata_cache_bytes = std::size_t(128) << 10;
+
+class DatasetTokens final : public TokenSource {
+ public:
+  DatasetTokens(std::string path, std::string dataset, std::int64_t tokens, int vocab, std::string label)
+      : path_(std::move(path)), name_(std::move(dataset)), size_(tokens), vocab_(vocab), label_(std::move(label)) {}
+
+  std::int64_t size() const override { return size_; }
+
+  void read(std::int64_t first, std::int64_t count, Token* out) const override {
+    const std::lock_guard<std::mutex> lock(mutex_);  // one HDF5 handle per split; reads do not interleave
+    open();
+    const auto failure =
+        h5::read_range(dataset_.get(), h5::memory_type<Token>(), hsize_t(first), hsize_t(count), out);
+    if (failure) throw InputError(damage(*failure, first, count));
+    // Checked here, for the tokens read, so that no kernel ever indexes the embedding outside the vocabulary.
+    const Token* bad = std::find_if(out, out + count, [this](Token t) { return t < 0 || t >= vocab_; });
+    require(bad == out + count, "{}: /{} holds token {} at position {}, outside the vocabulary [0, {})", label_, name_,
+            bad == out + count ? 0 : *bad, first + (bad - out), vocab_);
+  }
+
+ private:
+  void open() const {
+    if (dataset_.valid()) return;
+    const h5::QuietErrors quiet;
+    try {
+      file_ = h5::open_file_with_fixed_cache(path_, metadata_cache_bytes);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("{}: {}", label_, e.what()));
+    }
+    dataset_ = h5::open_dataset(file_.get(), name_, label_);
+  }
+
+  std::string damage(const h5::ReadFailure& failure, std::int64_t first, std::int64_t count) const {
+    const std::string what = fmt::format("{}: /{} tokens [{}, {}) cannot be read", label_, name_, first, first + count);
+    if (!failure.chunk)
+      return fmt::format("{} ({}): the file is damaged", what, failure.reason);
+    const h5::ChunkPosition& c = *failure.chunk;
+    return fmt::format("{}: its chunk {} of {} (tokens [{}, {})) is damaged ({}); make the file again", what, c.index,
+                       c.count, c.first, c.end, failure.reason);
+  }
+
+  std::string path_, name_;
+  std::int64_t size_;
+  int vocab_;
+  std::string label_;
+  mutable std::mutex mutex_;
+  mutable h5::Handle file_, dataset_;
+};
+
+}  // namespace
+
+std::shared_ptr<const TokenSource> token_dataset(std::string path, std::string dataset, std::int64_t tokens, int vocab,
+                                                 std::string label) {
+  return std::make_shared<DatasetTokens>(std::move(path), std::move(dataset), tokens, vocab, std::move(label));
+}
+
+}  // namespace kpipe::data
