@@ -217,7 +217,7 @@ TEST(Config, ShortAliases) {
   EXPECT_EQ(c.output.metrics, "out.jsonl");
   EXPECT_EQ(c.pipeline.pipeline_size, 2);
   EXPECT_EQ(c.pipeline.data_parallel, 2);
-  EXPECT_EQ(c.pipeline.schedule, "gpipe");
+  EXPECT_EQ(c.pipeline.schedule, ScheduleKind::gpipe);
   EXPECT_EQ(c.pipeline.schedule_file, "s.txt");
   EXPECT_EQ(parse({"--schedule", "interleaved", "--chunks", "2"}).config.pipeline.chunks, 2);
 }

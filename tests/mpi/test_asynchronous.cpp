@@ -120,9 +120,10 @@ TEST(Asynchronous, DataParallelLayoutsReproduceTheReference) {
 TEST(Asynchronous, AutoTransportIsMpi) {
   for (const char* schedule : {"pipedream", "2bw"}) {
     Config c = async_config(schedule, 0, 1, 2, 1);
-    EXPECT_EQ(runtime::default_transport(c.pipeline), "mpi") << schedule;
+    EXPECT_EQ(runtime::default_transport(c.pipeline), comm::TransportKind::mpi) << schedule;
     c.pipeline.transport = TransportChoice::nccl;
-    EXPECT_EQ(runtime::default_transport(c.pipeline), "nccl") << schedule << ": asked for, then refused by the trainer";
+    EXPECT_EQ(runtime::default_transport(c.pipeline), comm::TransportKind::nccl)
+        << schedule << ": asked for, then refused by the trainer";
   }
 }
 
