@@ -8,7 +8,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/schedule/configured.hpp"
-#include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/simulate.hpp"
 
 namespace kpipe::planner {
 
@@ -48,9 +48,7 @@ template <class Visit> int search_layouts(const Config& base, int ranks, const M
         c.pipeline.chunks = layout.chunks;
         c.pipeline.schedule_file.clear();
         c.train.microbatches = m;
-        const schedule::Replicated replicated = schedule::configured_schedule(c);  // validated once per schedule
-        std::vector<schedule::Schedule> lowered;
-        for (const auto& s : replicated.replicas) lowered.push_back(schedule::lower(s));
+        const schedule::Replicated replicated = schedule::configured_schedule(c);
         for (const Recompute recompute : recompute_modes)
           for (const PartitionKind partition : partitions) {
             c.memory.recompute = recompute;
@@ -65,7 +63,7 @@ template <class Visit> int search_layouts(const Config& base, int ranks, const M
               }
             }
             const auto costs = stage_costs(c, desc, replicated, machine);
-            const auto sim = schedule::detail::run_world(lowered, replicated.ordered, costs).result;
+            const auto sim = schedule::simulate(replicated, costs);
             candidate.step_seconds = sim.makespan;
             candidate.bubble = sim.bubble;
             ++evaluated;
