@@ -1,19 +1,17 @@
 #pragma once
-// The schedule a training configuration runs: generated (pipeline.schedule, .chunks) or read
-// (pipeline.schedule_file) for the micro-batches of one replica, lowered, then replicated across
-// pipeline.data_parallel replicas by the reduction pass pipeline.dp_reduction asks for (reduction.hpp), and
-// validated. Every rank computes the same, so every rank can plan every rank's memory.
+// The runtime's entry points into the pass pipeline until it takes its lists from plan() (plan.hpp), each a
+// step of it; new code calls plan().
 #include "kpipe/core/config.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/reduction.hpp"
 
 namespace kpipe::schedule {
 
+// plan(config, Delivery::buffered).run: the configuration's lists before any stream-order pass.
 Replicated configured_schedule(const Config& config);
 
-// An asynchronous schedule's lists (asynchronous.hpp) for `replicas` replicas, lowered and validated: every
-// replica runs the same lists on its own micro-batches, and each update action sums the replicas' gradients
-// before it applies them (runtime/gradient_reduction.hpp). A fresh run's, or a resumed one's (options.resumed).
+// An asynchronous schedule's lists (asynchronous.hpp) for `replicas` replicas, through the pass pipeline with
+// buffered delivery: a fresh run's, or a resumed one's (options.resumed).
 Replicated asynchronous_replicas(Updates updates, int stages, int microbatches, const AsyncOptions& options,
                                  int replicas);
 

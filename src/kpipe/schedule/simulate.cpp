@@ -6,6 +6,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
@@ -106,6 +107,11 @@ SimResult simulate(const Replicated& replicated, const std::vector<Costs>& costs
   Replicated lowered = replicated;
   for (auto& s : lowered.replicas) s = lower(s);
   return figures(lowered.replicas, finished(interpret(lowered, Mode::timed(stage_costs))));
+}
+
+SimResult simulate(const Plan& plan, const std::vector<Costs>& costs) {
+  const auto stage_costs = per_stage(plan.run.replicas.front(), costs);
+  return figures(plan.run.replicas, finished(interpret(plan.run, Mode::timed(stage_costs))));
 }
 
 }  // namespace kpipe::schedule

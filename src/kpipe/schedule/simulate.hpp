@@ -7,7 +7,9 @@
 // free and its input is there; it takes the cost of its kind (per chunk, i.e. per virtual stage). A message
 // leaves when the sender reaches its send (sends take no rank time: the network moves the data) and
 // arrives latency + activation_bytes * per_byte later; a receive blocks its rank until then. Between virtual
-// stages of one rank the handoff is immediate. Compute-only schedules are lowered first.
+// stages of one rank the handoff is immediate. Compute-only schedules are lowered first. A plan for
+// stream-ordered delivery (NCCL) is priced the same way on its own lists, whose receives the stream-order
+// pass placed where NCCL runs them.
 //
 // Data-parallel replicas (reduction.hpp) run side by side. The ordered reduction's running sum is a message
 // of gradient_bytes between replicas; a replica receives it only once the sum it sent before has been
@@ -32,6 +34,7 @@
 
 namespace kpipe::schedule {
 
+struct Plan;
 struct Replicated;
 
 struct SimResult {
@@ -61,5 +64,8 @@ SimResult simulate(const Schedule& s, const std::vector<Costs>& costs);
 // Costs as above, alike in every replica.
 SimResult simulate(const Replicated& r, const std::vector<Costs>& costs);
 
+// What runs (plan.hpp), as it runs: its delivery and sum route (interpret.hpp's timed mode). The plan's lists
+// were validated when it was made and are not validated again.
+SimResult simulate(const Plan& plan, const std::vector<Costs>& costs);
 
 }  // namespace kpipe::schedule

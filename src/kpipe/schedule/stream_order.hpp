@@ -53,15 +53,15 @@ void validate_stream_order(const Schedule& s);
 //  - by MPI from the host (SumRoute::ordered_by_mpi): tagged by (chunk, group), a send that never waits, a
 //    receive that waits for its send.
 // A sum on the stream blocks it, so a replica that sends its sum on can hold up its own pipeline, which a
-// peer's waits on: 1F1B with 2 ranks and 2 replicas already closes such a cycle, and the runtime then carries
-// the sums by MPI (runtime/gradient_reduction.hpp). The final broadcast or all-reduce comes after every list, on every replica alike; an
+// peer's waits on: 1F1B with 2 ranks and 2 replicas already closes such a cycle, and plan() then has the sums
+// go by MPI (plan.hpp). The final broadcast or all-reduce comes after every list, on every replica alike; an
 // asynchronous update waits for its stage's replicas. Violations name the replica, rank, position and action.
 Replicated order_for_streams(const Replicated& r);
 std::string stream_order_violation(const Replicated& r, SumRoute sums);
 void validate_stream_order(const Replicated& r, SumRoute sums = SumRoute::ordered_on_transport);
 
-// The runtime's names for the two routes of the ordered sums: stream = SumRoute::ordered_on_transport,
-// mpi = SumRoute::ordered_by_mpi.
+// The runtime's names for the two routes of the ordered sums, until it takes its lists from plan() (which
+// decides the route itself): stream = SumRoute::ordered_on_transport, mpi = SumRoute::ordered_by_mpi.
 enum class SumTransport { stream, mpi };
 void validate_stream_order(const Replicated& r, SumTransport sums);
 
