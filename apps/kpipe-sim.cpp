@@ -9,6 +9,12 @@
 // Asynchronous schedules (pipedream, 2bw) never flush: --steps steps are simulated through, each ending at a
 // step boundary, and the figures of interest are the steady state's (between the warm-up and the drain) and
 // the weight versions each rank holds.
+// The lists shown and simulated are those the run would execute: through the pass pipeline
+// (schedule/plan.hpp), whose passes are printed. --transport nccl (with a training configuration:
+// pipeline.transport = nccl) plans for NCCL's stream-ordered delivery: the stream-order pass, the proof, and
+// where the replicas' gradient sums go; "auto", which kpipe-train resolves per build when it runs, is taken
+// as MPI here, as "mpi" is.
+//   kpipe-sim --schedule interleaved --stages 2 --microbatches 4 --chunks 2 --transport nccl --print-schedule --lowered
 // With --preset, each stage's costs come from the partitioned model's FLOPs (GFLOP per micro-batch of
 // --sequences sequences, --recompute's recomputation included; planner/costs.hpp, the cost model that
 // --memory and --recommend use), so the embedding and the LM head weigh what they weigh.
@@ -37,9 +43,9 @@
 #include "kpipe/planner/costs.hpp"
 #include "kpipe/planner/recommend.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
-#include "kpipe/schedule/configured.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/render.hpp"
 #include "kpipe/schedule/simulate.hpp"
@@ -70,6 +76,7 @@ struct Options {
   PartitionKind partition = PartitionKind::balanced;  // from partition_name
   Recompute recompute = Recompute::none;              // from recompute_name
   int vocab = 0, sequences = 1;
+  std::string transport_name = "auto";  // the delivery planned for: nccl is stream-ordered; mpi and auto buffered
 };
 
 std::string percent(double fraction) { return fmt::format("{:.1f}%", 100 * fraction); }
@@ -163,68 +170,9 @@ std::vector<Costs> model_costs(const Options& o, const Replicated& world) {
   return costs;
 }
 
-int run(Options o, const CLI::App& app) {
-  o.schedule = option_value<ScheduleKind>("--schedule", o.schedule_name);
-  o.partition = option_value<PartitionKind>("--partition", o.partition_name);
-  o.recompute = option_value<Recompute>("--recompute", o.recompute_name);
-  const Schedule s = make_schedule(o, app);
-  validate(s);
-  const bool from_model = !o.preset.empty();
-  require(from_model || (app.count("--vocab") == 0 && app.count("--partition") == 0 && app.count("--sequences") == 0 &&
-                         app.count("--recompute") == 0),
-          "--vocab, --partition, --sequences and --recompute need --preset (costs from a model)");
-  // With replicas, every replica's lists (the ordered reduction's pass, or an allreduce after them).
-  // Asynchronous lists are the same in every replica, and each update waits for the stage's replicas' sum:
-  // the replicas run in lock step, so one pipeline whose updates also pay the sum's transfers stands for all.
-  const bool async_replicas = s.asynchronous() && o.replicas > 1;
-  require(!async_replicas || app.count("--dp-group") == 0,
-          "--dp-group = {}: asynchronous schedules sum the replicas' gradients at every update", o.dp_group);
-  const bool replicated = o.replicas > 1 && !async_replicas;
-  const Replicated world = !replicated ? Replicated{{s}, false, 1}
-                           : o.allreduce ? allreduce_replicas(s, o.replicas)
-                                         : order_reduction(s, o.replicas, o.dp_group);
-  std::vector<Costs> costs = from_model ? model_costs(o, world) : std::vector<Costs>(s.ranks, o.costs);
-  if (async_replicas) {
-    // ordered: d - 1 hops of the running sum, then a broadcast (ceil(log2 d) hops); allreduce: 2 ceil(log2 d).
-    const int log2_d = int(std::ceil(std::log2(double(o.replicas))));
-    const int hops = o.allreduce ? 2 * log2_d : o.replicas - 1 + log2_d;
-    for (auto& c : costs) c.step += hops * (c.latency + c.gradient_bytes * c.per_byte);
-  }
-  const SimResult sim = replicated ? simulate(world, costs) : simulate(s, costs);
-  std::string name = o.schedule_file.empty()
-                         ? fmt::format("{}{}{}", o.schedule, o.split ? " (split backward)" : "",
-                                       o.vertical_sync ? " --vertical-sync" : "")
-                         : o.schedule_file;
-  if (async_replicas)
-    name += fmt::format(" x {} replicas (their sum at every update, {}: in lock step, one pipeline shown)", o.replicas,
-                        o.allreduce ? "allreduce" : "ordered");
-  else if (replicated)
-    name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
-                        : fmt::format(" x {} replicas (ordered, groups of {})", o.replicas, o.dp_group);
-
-  std::printf("schedule %s: %s, %s%s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
-              plural(s.microbatches, "micro-batch", "micro-batches").c_str(),
-              s.asynchronous() ? fmt::format(" per step, {} without a flush", plural(s.steps, "step", "steps")).c_str() : "",
-              plural(s.chunks, "chunk", "chunks").c_str());
-  const Costs& c = o.costs;
-  if (from_model)
-    std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
-                c.step, c.latency, c.per_byte, c.activation_bytes);
-  else
-    std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n",
-                c.f, c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
-                o.replicas > 1 ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
-  if (o.print_schedule) {
-    for (int replica = 0; replica < world.replica_count(); ++replica) {
-      if (replicated) std::printf("\n# replica %d", replica);
-      std::printf("\n%s", to_text(o.lowered ? lower(world.replicas[replica]) : world.replicas[replica]).c_str());
-    }
-  }
-  if (!o.no_gantt) {
-    GanttOptions gantt;
-    gantt.max_width = o.width;
-    std::printf("\n%s", gantt_text(sim.timeline, s.chunks, gantt).c_str());
-  }
+// Per rank (world rank with replicas) the busy and idle time, the bubble and the peak stash (asynchronous
+// lists: also the steady state's bubble and the weight versions held), then the makespan.
+void print_figures(const Schedule& s, const SimResult& sim, bool replicated) {
   if (!s.asynchronous()) {
     std::printf("\n%-6s %10s %10s %8s %11s\n", replicated ? "rank*" : "rank", "busy", "idle", "bubble", "peak stash");
     for (std::size_t r = 0; r < sim.busy.size(); ++r)
@@ -253,30 +201,111 @@ int run(Options o, const CLI::App& app) {
                 percent(sim.steady_bubble).c_str(), to_string(s.updates));
   }
 
-  if (!o.svg.empty()) {
-    SvgOptions svg;
-    svg.title = fmt::format("{}: p = {}, m = {}{}; makespan {:.4g}, bubble {}", name, s.ranks, s.microbatches,
-                            s.chunks > 1 ? fmt::format(", v = {}", s.chunks) : "", sim.makespan, percent(sim.bubble));
-    if (s.asynchronous()) {
-      std::string versions;
-      for (int v : sim.versions_held) versions += fmt::format("{}{}", versions.empty() ? "" : "/", v);
-      svg.title = fmt::format("{}: p = {}, m = {}, {} steps, no flush; steady bubble {}; weight versions per rank {}",
-                              name, s.ranks, s.microbatches, s.steps, percent(sim.steady_bubble), versions);
-    }
-    kpipe::require_writable(o.svg, fmt::format("--svg = '{}'", o.svg));
-    std::ofstream out(o.svg);
-    require(bool(out), "--svg = '{}': cannot write", o.svg);
-    out << timeline_svg(sim.timeline, s.chunks, svg);
-    out.close();
-    require(bool(out), "--svg = '{}': cannot write", o.svg);
-    std::printf("timeline drawn in %s\n", o.svg.c_str());
+}
+
+void write_svg(const std::string& path, const std::string& name, const Schedule& s, const SimResult& sim) {
+  SvgOptions svg;
+  svg.title = fmt::format("{}: p = {}, m = {}{}; makespan {:.4g}, bubble {}", name, s.ranks, s.microbatches,
+                          s.chunks > 1 ? fmt::format(", v = {}", s.chunks) : "", sim.makespan, percent(sim.bubble));
+  if (s.asynchronous()) {
+    std::string versions;
+    for (int v : sim.versions_held) versions += fmt::format("{}{}", versions.empty() ? "" : "/", v);
+    svg.title = fmt::format("{}: p = {}, m = {}, {} steps, no flush; steady bubble {}; weight versions per rank {}",
+                            name, s.ranks, s.microbatches, s.steps, percent(sim.steady_bubble), versions);
   }
+  kpipe::require_writable(path, fmt::format("--svg = '{}'", path));
+  std::ofstream out(path);
+  require(bool(out), "--svg = '{}': cannot write", path);
+  out << timeline_svg(sim.timeline, s.chunks, svg);
+  out.close();
+  require(bool(out), "--svg = '{}': cannot write", path);
+  std::printf("timeline drawn in %s\n", path.c_str());
+}
+
+// Where the replicas' sums go and what the passes did, in one line.
+void print_passes(const Plan& plan) {
+  std::printf("passes: %s; %s delivery%s\n", passes_text(plan).c_str(), std::string(to_string(plan.delivery)).c_str(),
+              plan.sums == SumRoute::none ? "" : fmt::format(", gradient sums {}", plan.sums).c_str());
+}
+
+int run(Options o, const CLI::App& app) {
+  o.schedule = option_value<ScheduleKind>("--schedule", o.schedule_name);
+  o.partition = option_value<PartitionKind>("--partition", o.partition_name);
+  o.recompute = option_value<Recompute>("--recompute", o.recompute_name);
+  const Delivery delivery = planned_delivery(option_value<TransportChoice>("--transport", o.transport_name));
+  const Schedule s = make_schedule(o, app);
+  const bool from_model = !o.preset.empty();
+  require(from_model || (app.count("--vocab") == 0 && app.count("--partition") == 0 && app.count("--sequences") == 0 &&
+                         app.count("--recompute") == 0),
+          "--vocab, --partition, --sequences and --recompute need --preset (costs from a model)");
+  // With replicas, every replica's lists (the ordered reduction's pass, or an allreduce after them).
+  // Asynchronous lists are the same in every replica, and each update waits for the stage's replicas' sum:
+  // the replicas run in lock step, so one pipeline whose updates also pay the sum's transfers stands for all.
+  const bool async_replicas = s.asynchronous() && o.replicas > 1;
+  require(!async_replicas || app.count("--dp-group") == 0,
+          "--dp-group = {}: asynchronous schedules sum the replicas' gradients at every update", o.dp_group);
+  const bool replicated = o.replicas > 1 && !async_replicas;
+  const std::string source = o.schedule_file.empty() ? fmt::format("generate {}{}", o.schedule, o.split ? " split" : "")
+                                                     : fmt::format("read {}", o.schedule_file);
+  const Plan planned = plan(s, source, {o.replicas, o.allreduce ? DpReduction::allreduce : DpReduction::ordered,
+                                        o.dp_group}, delivery);
+  Plan shown = planned;
+  if (async_replicas) {
+    shown.run.replicas.resize(1);
+    shown.sums = SumRoute::none;
+  }
+  const Replicated& world = shown.run;
+  std::vector<Costs> costs = from_model ? model_costs(o, world) : std::vector<Costs>(s.ranks, o.costs);
+  if (async_replicas) {
+    // ordered: d - 1 hops of the running sum, then a broadcast (ceil(log2 d) hops); allreduce: 2 ceil(log2 d).
+    const int log2_d = int(std::ceil(std::log2(double(o.replicas))));
+    const int hops = o.allreduce ? 2 * log2_d : o.replicas - 1 + log2_d;
+    for (auto& c : costs) c.step += hops * (c.latency + c.gradient_bytes * c.per_byte);
+  }
+  const SimResult sim = simulate(shown, costs);
+  std::string name = o.schedule_file.empty()
+                         ? fmt::format("{}{}{}", o.schedule, o.split ? " (split backward)" : "",
+                                       o.vertical_sync ? " --vertical-sync" : "")
+                         : o.schedule_file;
+  if (async_replicas)
+    name += fmt::format(" x {} replicas (their sum at every update, {}: in lock step, one pipeline shown)", o.replicas,
+                        o.allreduce ? "allreduce" : "ordered");
+  else if (replicated)
+    name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
+                        : fmt::format(" x {} replicas (ordered, groups of {})", o.replicas, o.dp_group);
+
+  std::printf("schedule %s: %s, %s%s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
+              plural(s.microbatches, "micro-batch", "micro-batches").c_str(),
+              s.asynchronous() ? fmt::format(" per step, {} without a flush", plural(s.steps, "step", "steps")).c_str() : "",
+              plural(s.chunks, "chunk", "chunks").c_str());
+  const Costs& c = o.costs;
+  if (from_model)
+    std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
+                c.step, c.latency, c.per_byte, c.activation_bytes);
+  else
+    std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n",
+                c.f, c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
+                o.replicas > 1 ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
+  print_passes(planned);
+  if (o.print_schedule) {
+    for (int replica = 0; replica < world.replica_count(); ++replica) {
+      if (replicated) std::printf("\n# replica %d", replica);
+      std::printf("\n%s", to_text(o.lowered ? world.replicas[replica] : strip_messages(world.replicas[replica])).c_str());
+    }
+  }
+  if (!o.no_gantt) {
+    GanttOptions gantt;
+    gantt.max_width = o.width;
+    std::printf("\n%s", gantt_text(sim.timeline, s.chunks, gantt).c_str());
+  }
+  print_figures(s, sim, replicated);
+  if (!o.svg.empty()) write_svg(o.svg, name, s, sim);
   return 0;
 }
 
 // ---- --memory and --recommend: a training configuration ----
 
-struct PlanOptions {
+struct ConfigModeOptions {
   bool recommend = false, memory = false;
   int ranks = 0, top = 5;
   std::string memory_per_rank, profile;
@@ -311,13 +340,13 @@ std::vector<std::string> model_arguments(int argc, char** argv) {
   return kept;
 }
 
-planner::Machine machine_of(const PlanOptions& o) {
+planner::Machine machine_of(const ConfigModeOptions& o) {
   planner::Machine m = o.machine;
   if (!o.profile.empty()) m.profile = planner::read_profile(o.profile);
   return m;
 }
 
-std::string costs_source(const PlanOptions& o) {
+std::string costs_source(const ConfigModeOptions& o) {
   return o.profile.empty() ? fmt::format("model FLOPs at {:g} FLOP/s per rank", o.machine.flops_per_second)
                            : fmt::format("layer times measured in {}", o.profile);
 }
@@ -333,13 +362,14 @@ void print_memory_table(const std::vector<memory::RankMemory>& ranks) {
   }
 }
 
-int run_memory(const Config& config, const PlanOptions& o) {
+int run_memory(const Config& config, const ConfigModeOptions& o) {
   const auto desc = model::describe(config.model);
-  const auto replicated = schedule::configured_schedule(config);
-  const auto ranks = memory::plan_ranks(config, desc, replicated);
-  const auto costs = planner::stage_costs(config, desc, replicated, machine_of(o));
-  const auto sim = schedule::simulate(replicated, costs);
-  const auto& lists = replicated.replicas.front();
+  // What the run executes on the configuration's transport (pipeline.transport = nccl: stream-ordered).
+  const auto planned = schedule::plan(config, schedule::planned_delivery(config.pipeline.transport));
+  const auto ranks = memory::plan_ranks(config, desc, planned.run);
+  const auto costs = planner::stage_costs(config, desc, planned.run, machine_of(o));
+  const auto sim = schedule::simulate(planned, costs);
+  const auto& lists = planned.run.replicas.front();
   if (lists.asynchronous()) {
     // No flush: a step of the steady state (between warm-up and drain), as kpipe-train measures it.
     const auto& ends = sim.step_ends.front();
@@ -352,6 +382,7 @@ int run_memory(const Config& config, const PlanOptions& o) {
     std::printf("layout %s on %d ranks: predicted step %.4g s, bubble %s (%s)\n", planner::layout_name(config).c_str(),
                 int(ranks.size()), sim.makespan, percent(sim.bubble).c_str(), costs_source(o).c_str());
   }
+  print_passes(planned);
   std::printf("\nmemory per rank, MiB (slots and backward sets per chunk; message buffers):\n");
   print_memory_table(ranks);
   for (const auto& r : ranks) {
@@ -363,7 +394,7 @@ int run_memory(const Config& config, const PlanOptions& o) {
   return 0;
 }
 
-int run_recommend(const Config& config, const PlanOptions& o, const std::vector<std::string>& model_args) {
+int run_recommend(const Config& config, const ConfigModeOptions& o, const std::vector<std::string>& model_args) {
   require(o.ranks >= 1, "--ranks = {}: the number of ranks to lay the model out on (at least 1)", o.ranks);
   const auto budget = parse_bytes(o.memory_per_rank);
   require(budget.has_value() && *budget > 0, "--memory-per-rank = '{}': expected a size such as 512MiB, 6GiB, 2e9",
@@ -407,7 +438,7 @@ int run_recommend(const Config& config, const PlanOptions& o, const std::vector<
 }
 
 int plan_main(int argc, char** argv) {
-  PlanOptions o;
+  ConfigModeOptions o;
   const auto command = parse_command_line("kpipe-sim", argc, argv, [&](CLI::App& app) {
     app.add_flag("--recommend", o.recommend, "search the layouts of the model on --ranks ranks that fit --memory-per-rank")
         ->group("[kpipe-sim]");
@@ -479,6 +510,9 @@ int main(int argc, char** argv) {
   app.add_option("--recompute", o.recompute_name, "with --preset: none, attention, mlp or block (its cost from the FLOPs)")
       ->capture_default_str();
   app.add_option("--sequences", o.sequences, "with --preset: sequences per micro-batch")->check(at_least_one)
+      ->capture_default_str();
+  app.add_option("--transport", o.transport_name,
+                 "auto | mpi | nccl: the delivery planned for (nccl: stream-ordered, the lists NCCL runs; auto: as mpi)")
       ->capture_default_str();
   app.add_flag("--print-schedule", o.print_schedule, "print the schedule in text form");
   app.add_flag("--lowered", o.lowered, "with --print-schedule: include the sends and receives");

@@ -17,7 +17,7 @@
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/runtime/async_rules.hpp"
 #include "kpipe/runtime/weight_versions.hpp"
-#include "kpipe/schedule/configured.hpp"
+#include "kpipe/schedule/plan.hpp"
 
 namespace kpipe::runtime {
 namespace {
@@ -38,7 +38,7 @@ struct Stage {
     config.pipeline.schedule = ScheduleKind::pipedream;
     config.train.microbatches = 8;
     desc = model::describe(config.model);
-    const auto ranges = partition::configured_partition(config, desc, schedule::configured_schedule(config));
+    const auto ranges = partition::configured_partition(config, desc, schedule::plan(config, schedule::Delivery::buffered).run);
     const int sequences = config.train.batch / config.train.microbatches;
     chunk = std::make_unique<model::Chunk<float>>(desc, ranges[0].first, ranges[0].last, sequences);
     chunk->params().initialize(space, config.train.seed);

@@ -16,7 +16,7 @@
 #include "kpipe/memory/meter.hpp"
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/runtime/trainer.hpp"
-#include "kpipe/schedule/configured.hpp"
+#include "kpipe/schedule/plan.hpp"
 
 #include "support/corpus.hpp"
 #include "support/mpi_world.hpp"
@@ -147,7 +147,7 @@ TEST(Memory, RecomputationShrinksTheActivations) {
   std::vector<std::int64_t> activations;
   for (const std::string recompute : {"none", "attention", "mlp", "block"}) {
     const Config c = config_for("1f1b", n, 1, recompute);
-    const auto schedule = schedule::configured_schedule(c);
+    const auto schedule = schedule::plan(c, schedule::Delivery::buffered).run;
     const auto plan = memory::plan_rank(c, model::describe(c.model), schedule, 0, rank);
     activations.push_back(plan.bytes[int(memory::Category::activations)]);
   }

@@ -13,7 +13,7 @@
 #include "kpipe/nn/block.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/partition/partition.hpp"
-#include "kpipe/schedule/configured.hpp"
+#include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/validate.hpp"
 
 #include "support/input_error.hpp"
@@ -234,19 +234,24 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatTheScheduleHolds) {
     for (const int replicas : {1, 2}) {
       c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
       c.pipeline.data_parallel = replicas;
-      const auto run = schedule::configured_schedule(c);
+      const auto run = schedule::plan(c, schedule::Delivery::buffered).run;
       const InFlight held = in_flight(run, 2);
       EXPECT_EQ(held.sequences, 2);
       EXPECT_EQ(held.per_rank, schedule::peak_stash(run.replicas.front())) << schedule << " x " << replicas;
       const auto model = model::describe(c.model);
       EXPECT_EQ(configured_partition(c, model, run), partition_layers(model, 4, 1, PartitionKind::balanced, held)) << schedule;
+      // NCCL's lists (receives moved earlier) keep the same micro-batches in flight: the same partition.
+      EXPECT_EQ(configured_partition(c, model, schedule::plan(c, schedule::Delivery::stream_ordered).run),
+                configured_partition(c, model, run)) << schedule;
     }
   // GPipe holds every micro-batch on every rank, 1F1B p - r: the memory the partition weighs differs.
   c.pipeline.data_parallel = 1;
   c.pipeline.schedule = ScheduleKind::gpipe;
-  EXPECT_EQ(in_flight(schedule::configured_schedule(c), 2).per_rank, (std::vector<int>{8, 8, 8, 8}));
+  EXPECT_EQ(in_flight(schedule::plan(c, schedule::Delivery::buffered).run, 2).per_rank,
+            (std::vector<int>{8, 8, 8, 8}));
   c.pipeline.schedule = ScheduleKind::one_f_one_b;
-  EXPECT_EQ(in_flight(schedule::configured_schedule(c), 2).per_rank, (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(in_flight(schedule::plan(c, schedule::Delivery::buffered).run, 2).per_rank,
+            (std::vector<int>{4, 3, 2, 1}));
 }
 
 // Under recomputation a block keeps only its kept fields in flight, and the balanced partition weighs that:
@@ -259,7 +264,7 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatRecomputationKeeps) {
   c.pipeline.pipeline_size = 4;
   c.pipeline.partition = PartitionKind::balanced;
   const auto model = model::describe(c.model);
-  const auto run = schedule::configured_schedule(c);
+  const auto run = schedule::plan(c, schedule::Delivery::buffered).run;
   const auto kept_all = configured_partition(c, model, run);
   c.memory.recompute = Recompute::block;
   const auto kept_block = configured_partition(c, model, run);

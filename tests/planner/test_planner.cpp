@@ -9,7 +9,7 @@
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/planner/costs.hpp"
 #include "kpipe/planner/recommend.hpp"
-#include "kpipe/schedule/configured.hpp"
+#include "kpipe/schedule/plan.hpp"
 
 namespace kpipe::planner {
 namespace {
@@ -60,7 +60,7 @@ TEST(Planner, CostsFromFlopsAndFromAProfile) {
   // Per virtual stage: the stage's layers x sequences per micro-batch; the step charged to chunk 0.
   Config two = c;
   two.pipeline.pipeline_size = 2;
-  const auto costs = stage_costs(two, desc, schedule::configured_schedule(two), measured);
+  const auto costs = stage_costs(two, desc, schedule::plan(two, schedule::Delivery::buffered).run, measured);
   ASSERT_EQ(costs.size(), 2u);
   EXPECT_DOUBLE_EQ(costs[0].f, 2 * (0.0001 + 4 * 0.004));  // embedding and 4 blocks, 2 sequences
   EXPECT_DOUBLE_EQ(costs[0].b, costs[0].i + costs[0].w);
@@ -148,7 +148,8 @@ TEST(Planner, RecommendationsFitAndComeFastestFirst) {
       EXPECT_GE(x.step_seconds, r.best[k - 1].step_seconds);
     }
     // Its memory is the plan's (the most any rank needs) for that configuration.
-    const auto ranks = memory::plan_ranks(x.config, desc, schedule::configured_schedule(x.config));
+    const auto ranks =
+        memory::plan_ranks(x.config, desc, schedule::plan(x.config, schedule::Delivery::buffered).run);
     std::int64_t most = 0;
     for (const auto& rank : ranks) most = std::max(most, rank.total());
     EXPECT_EQ(x.memory, most) << layout_name(x.config);

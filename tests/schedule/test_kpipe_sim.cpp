@@ -142,6 +142,44 @@ TEST_F(KpipeSim, ZeroBubbleVTakesTwoChunksByDefault) {
   EXPECT_NE(r.output.find("makespan 25.5, bubble 5.9%"), std::string::npos) << r.output;
 }
 
+// --transport nccl: the lists NCCL runs (the stream-order pass moved receives) and the passes applied; the
+// replicas' sums where the proof puts them.
+TEST_F(KpipeSim, PrintsTheListsNcclRunsAndThePasses) {
+  const std::string interleaved = "--schedule interleaved --stages 2 --microbatches 4 --chunks 2 --print-schedule "
+                                  "--lowered --no-gantt";
+  const Outcome nccl = run(interleaved + " --transport nccl");
+  ASSERT_EQ(nccl.status, 0) << nccl.output;
+  EXPECT_NE(nccl.output.find("passes: generate interleaved -> lower -> order_for_streams (4 receives moved); "
+                             "stream-ordered delivery\n"),
+            std::string::npos)
+      << nccl.output;
+  // Rank 1 receives micro-batch 0's gradient for chunk 0 in the group of its receive of a2, where rank 0's send
+  // meets it, before its forward F2.0.
+  const std::string moved = "ra2.0<0 rg0.0<0 F2.0 sa2.0>0";
+  EXPECT_NE(nccl.output.find(moved), std::string::npos) << nccl.output;
+  const Outcome mpi = run(interleaved);
+  ASSERT_EQ(mpi.status, 0) << mpi.output;
+  EXPECT_NE(mpi.output.find("passes: generate interleaved -> lower; buffered delivery\n"), std::string::npos)
+      << mpi.output;
+  EXPECT_EQ(mpi.output.find(moved), std::string::npos) << mpi.output;
+
+  const Outcome replicas = run("--schedule 1f1b --stages 2 --microbatches 2 --replicas 2 --transport nccl --no-gantt");
+  ASSERT_EQ(replicas.status, 0) << replicas.output;
+  EXPECT_NE(replicas.output.find("stream-ordered delivery, gradient sums ordered-by-mpi"), std::string::npos)
+      << replicas.output;
+  // An asynchronous schedule on NCCL: each step receives the activation its last forward pair sent.
+  const Outcome pipedream =
+      run("--schedule pipedream --stages 2 --microbatches 2 --transport nccl --print-schedule --lowered --no-gantt");
+  ASSERT_EQ(pipedream.status, 0) << pipedream.output;
+  EXPECT_NE(pipedream.output.find("U1@2 ra2<0 S"), std::string::npos) << pipedream.output;
+  // A training configuration's transport: the lists and memory of what NCCL runs.
+  const Outcome memory = run("--memory --preset bench --pipeline-size 2 --schedule interleaved --chunks 2 "
+                             "--microbatches 8 --transport nccl");
+  ASSERT_EQ(memory.status, 0) << memory.output;
+  EXPECT_NE(memory.output.find("-> order_for_streams (12 receives moved); stream-ordered delivery"), std::string::npos)
+      << memory.output;
+}
+
 // --memory: every rank's predicted memory by category for a training configuration (kpipe-train's options).
 TEST_F(KpipeSim, MemoryOfAConfiguration) {
   const Outcome r = run("--memory --preset bench --pipeline-size 2 --schedule 1f1b --microbatches 8");
@@ -205,7 +243,8 @@ TEST_F(KpipeSim, BadInputIsOneLineAndExitCodeTwo) {
                                 "--recommend --ranks 2 --memory-per-rank lots", "--recommend --memory-per-rank 1GiB",
                                 "--memory --model.d_model 250", "--recommend --memory --ranks 2 --memory-per-rank 1G",
                                 "--vocab 8192", "--preset huge", "--preset small --partition greedy",
-                                "--recompute block", "--preset small --recompute everything"}) {
+                                "--recompute block", "--preset small --recompute everything",
+                                "--transport carrier-pigeon"}) {
     const Outcome r = run(arguments);
     EXPECT_EQ(r.status, 2) << arguments;
     EXPECT_EQ(r.output.rfind("kpipe-sim: error: ", 0), 0u) << r.output;

@@ -73,7 +73,7 @@ TEST(StreamOrder, GPipeWithChunksDeadlocksWithoutThePass) {
   // p = 2, v = 2: rank 1 sends chunk 0's output back to rank 0 while rank 0 still sends it activations.
   const Schedule s = lower(gpipe(2, 4, 2));
   ASSERT_NO_THROW(validate(s));
-  EXPECT_NE(stream_error_of(s).find("deadlocks under NCCL"), std::string::npos) << stream_error_of(s);
+  EXPECT_NE(stream_error_of(s).find("schedule deadlock in stream order"), std::string::npos) << stream_error_of(s);
   EXPECT_EQ(stream_error_of(order_for_streams(s)), "(valid)");
 }
 
@@ -101,10 +101,10 @@ TEST(StreamOrder, ADeadlockOnlyBlockingSendsHaveIsRejected) {
   ASSERT_NO_THROW(validate(s));
   const std::string error = stream_error_of(s);
   EXPECT_EQ(error,
-            "schedule deadlocks under NCCL (messages in stream order, sends wait for their receives): schedule rank 0 "
-            "position 3 (sa1>1) waits for rank 1 to reach position 5 (ra1<0), but that rank is held at position 3; "
-            "schedule rank 1 position 3 (sg0>0) waits for rank 0 to reach position 6 (rg0<1), but that rank is held "
-            "at position 3");
+            "schedule deadlock in stream order (NCCL: messages in list order, a send waits for its receive): rank 0 "
+            "position 3 (sa1>1) waits for rank 1 to reach position 5 (ra1<0), but it is held at position 3 (sg0>0); "
+            "rank 1 position 3 (sg0>0) waits for rank 0 to reach position 6 (rg0<1), but it is held at position 3 "
+            "(sa1>1)");
   // The pass moves rank 1's receive of a1 into the group of its send of g0, where rank 0's send meets it.
   const Schedule ordered = order_for_streams(s);
   EXPECT_EQ(to_text(ordered),
@@ -150,7 +150,7 @@ TEST(StreamOrder, EveryReplicatedScheduleIsSafeUnderNcclAfterThePass) {
               EXPECT_NO_THROW(validate(ordered)) << what;
               // The sums by MPI (what the runtime falls back to) are always safe; on the stream they are
               // where the proof says so, which includes every pure data-parallel 1F1B.
-              EXPECT_NO_THROW(validate_stream_order(ordered, SumTransport::mpi)) << what;
+              EXPECT_NO_THROW(validate_stream_order(ordered, SumRoute::ordered_by_mpi)) << what;
               const bool on_stream = stream_error_of(ordered) == "(valid)";
               if (name == "1f1b" && ranks == 1) {
                 EXPECT_TRUE(on_stream) << what << ": " << stream_error_of(ordered);
@@ -172,8 +172,8 @@ TEST(StreamOrder, EveryReplicatedScheduleIsSafeUnderNcclAfterThePass) {
 // stage, which waits in its own sum's send to replica 0's last stage. By MPI the sums never block.
 TEST(StreamOrder, SumsOnTheStreamCanCloseACycleThatMpiSumsDoNot) {
   const Replicated r = order_for_streams(order_reduction(lower(generate("1f1b", 2, 2, 1)), 2, 1));
-  EXPECT_NE(stream_error_of(r).find("deadlocks under NCCL"), std::string::npos) << stream_error_of(r);
-  EXPECT_NO_THROW(validate_stream_order(r, SumTransport::mpi));
+  EXPECT_NE(stream_error_of(r).find("schedule deadlock in stream order"), std::string::npos) << stream_error_of(r);
+  EXPECT_NO_THROW(validate_stream_order(r, SumRoute::ordered_by_mpi));
 }
 
 // Replica 1 receives chunk 1's sum before chunk 0's while replica 0 sends chunk 0's first: MPI matches the
@@ -193,9 +193,9 @@ TEST(StreamOrder, SumsThatWaitForEachOtherDeadlock) {
   Replicated r;
   r.ordered = true;
   r.replicas = {parse("F0 B0 ss1>1 rs2<1 F1 B1 S\n"), parse("F0 B0 ss2>0 rs1<0 F1 B1 S\n")};
-  EXPECT_NE(stream_error_of(r).find("deadlocks under NCCL"), std::string::npos) << stream_error_of(r);
-  EXPECT_NE(stream_error_of(r).find("schedule replica 0 rank 0 position 2 (ss1>1) waits for replica 1 rank 0 to reach "
-                                    "position 3 (rs1<0)"),
+  EXPECT_NE(stream_error_of(r).find("schedule deadlock in stream order"), std::string::npos) << stream_error_of(r);
+  EXPECT_NE(stream_error_of(r).find("replica 0 rank 0 position 2 (ss1>1) waits for replica 1 rank 0 to reach position 3 "
+                                    "(rs1<0)"),
             std::string::npos)
       << stream_error_of(r);
 }

@@ -7,7 +7,7 @@
 //    ncclGroupStart/End between begin_group() and end_group();
 //  - transfers complete in stream order (stream_ordered()): the work queued after a receive reads its data,
 //    the work queued after a send may overwrite its buffer. NCCL has no tags: the k-th send from rank a to
-//    rank b meets b's k-th receive from a, which schedule/nccl_order.hpp proves for every schedule that runs
+//    rank b meets b's k-th receive from a, which schedule/stream_order.hpp proves for every schedule that runs
 //    over it, together with the absence of deadlocks under NCCL's blocking semantics;
 //  - synchronize() polls an event and the communicator's error state until timeout_s, then aborts the
 //    communicator (ncclCommAbort): a peer that is gone ends the job in bounded time.

@@ -11,7 +11,7 @@
 //    fences the stream for it); a received message is copied to the device on the stream.
 //  - NcclTransport (comm/nccl_transport.hpp): ncclSend/ncclRecv and NCCL collectives on the space's CUDA
 //    stream. Transfers complete in stream order: they must be posted exactly where the schedule places them,
-//    never ahead, in the groups schedule/nccl_order.hpp proves deadlock-free (stream_ordered()).
+//    never ahead, in the groups schedule/stream_order.hpp proves deadlock-free (stream_ordered()).
 #include <mpi.h>
 
 #include <cstddef>

@@ -40,7 +40,7 @@ struct RankMemory {
   std::int64_t total() const { return memory::total(bytes); }
 };
 
-// One rank (replica, stage) of the configuration, whose schedule is `schedule` (schedule/configured.hpp),
+// One rank (replica, stage) of the configuration, whose schedule is `schedule` (schedule/plan.hpp: a plan's run),
 // for elements of element_bytes bytes (kpipe-train: float).
 RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
                      int replica, int stage, std::size_t element_bytes = sizeof(float));

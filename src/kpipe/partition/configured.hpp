@@ -17,7 +17,7 @@ namespace kpipe::partition {
 InFlight in_flight(const schedule::Replicated& schedule, int sequences);
 
 // Layer ranges of every virtual stage (k = c * pipeline_size + r) of `config` running `schedule`
-// (schedule/configured.hpp); under memory.recompute a block's activations in flight are what it keeps.
+// (schedule/plan.hpp: a plan's run); under memory.recompute a block's activations in flight are what it keeps.
 std::vector<LayerRange> configured_partition(const Config& config, const model::ModelDesc& desc,
                                              const schedule::Replicated& schedule);
 

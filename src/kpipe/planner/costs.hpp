@@ -42,7 +42,7 @@ std::vector<schedule::Costs> stage_costs(const model::ModelDesc& desc, const std
                                          const std::vector<partition::LayerRange>& ranges, double sequences,
                                          const schedule::Costs& base = {});
 
-// Costs per virtual stage of `config` running `schedule` (schedule/configured.hpp): its layers (the
+// Costs per virtual stage of `config` running `schedule` (schedule/plan.hpp: a plan's run): its layers (the
 // configured partition, partition/configured.hpp) x sequences per micro-batch, messages of one activation,
 // the running sum of the stage's gradients, and the optimizer step of each rank's parameters (on its chunk
 // 0's virtual stage, which the step is charged to).

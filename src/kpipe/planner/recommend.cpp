@@ -7,8 +7,8 @@
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/memory/plan.hpp"
-#include "kpipe/schedule/configured.hpp"
-#include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/plan.hpp"
+#include "kpipe/schedule/simulate.hpp"
 
 namespace kpipe::planner {
 
@@ -48,9 +48,9 @@ template <class Visit> int search_layouts(const Config& base, int ranks, const M
         c.pipeline.chunks = layout.chunks;
         c.pipeline.schedule_file.clear();
         c.train.microbatches = m;
-        const schedule::Replicated replicated = schedule::configured_schedule(c);  // validated once per schedule
-        std::vector<schedule::Schedule> lowered;
-        for (const auto& s : replicated.replicas) lowered.push_back(schedule::lower(s));
+        // What runs on the configuration's transport, validated once per schedule.
+        const schedule::Plan lists = schedule::plan(c, schedule::planned_delivery(c.pipeline.transport));
+        const schedule::Replicated& replicated = lists.run;
         for (const Recompute recompute : recompute_modes)
           for (const PartitionKind partition : partitions) {
             c.memory.recompute = recompute;
@@ -65,7 +65,7 @@ template <class Visit> int search_layouts(const Config& base, int ranks, const M
               }
             }
             const auto costs = stage_costs(c, desc, replicated, machine);
-            const auto sim = schedule::detail::run_world(lowered, replicated.ordered, costs).result;
+            const auto sim = schedule::simulate(lists, costs);
             candidate.step_seconds = sim.makespan;
             candidate.bubble = sim.bubble;
             ++evaluated;

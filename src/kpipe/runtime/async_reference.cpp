@@ -8,14 +8,16 @@
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/runtime/gradient_reduction.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
-#include "kpipe/schedule/configured.hpp"
+#include "kpipe/schedule/plan.hpp"
 
 namespace kpipe::runtime {
 
 template <class T>
 AsyncReference<T>::AsyncReference(const Config& config, const data::Corpus& corpus)
     : config_(config), corpus_(&corpus), desc_(model::describe(config.model)), rules_(AsyncRules::of(config)) {
-  const auto replicated = schedule::configured_schedule(config);  // validates the layout as a run would
+  // The layout validated as a run plans it (the partition reads only what each stage keeps in flight, which
+  // no delivery changes).
+  const auto replicated = schedule::plan(config, schedule::Delivery::buffered).run;
   const auto ranges = partition::configured_partition(config, desc_, replicated);
   const int p = config.pipeline.pipeline_size;
   const nn::Recompute recompute = config.memory.recompute;

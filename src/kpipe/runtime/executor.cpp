@@ -87,14 +87,14 @@ double Executor<T>::run(const Program& program, std::size_t begin, std::size_t e
   run.posted.assign(program.actions.size(), false);
   Kokkos::deep_copy(space_, data.losses, 0.0);  // micro-batches whose loss is elsewhere count 0
   for (std::size_t i = begin; i < end; ++i) execute(run, i);
-  if (!program.lists.asynchronous()) {
+  if (!program.lists.asynchronous())
     buffers_.reclaim(program.actions.size(), [&](comm::Transfer& transfer, const Action& send) {
       if (!transport.wait(space_, transfer, timeout)) lost(run, send, end);
     });
-    // Stream-ordered transfers: the host learns here, with a bound, that the stream got through them.
-    if (transport.stream_ordered() && !transport.synchronize(space_, timeout))
-      lost(run, Action{Op::step, 0, 0, -1}, end);
-  }
+  // Stream-ordered transfers: the host learns here, with a bound, that the stream got through them. (An
+  // asynchronous step's too: the plan's stream-order pass receives every message within the step that sends
+  // it, so none is left waiting across the step boundary, where every rank's host enters collectives.)
+  if (transport.stream_ordered() && !transport.synchronize(space_, timeout)) lost(run, Action{Op::step, 0, 0, -1}, end);
   read_action_times(run);  // waits for the stream to finish the run's last compute action
   ++runs_;
   return run.busy;

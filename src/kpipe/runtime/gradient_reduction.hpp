@@ -27,8 +27,8 @@ namespace kpipe::runtime {
 
 template <class T> class GradientReduction {
  public:
-  // `transport`: the kind the sums travel by (comm::make_transport; the pipeline's, or "mpi" where running
-  // sums on the stream could deadlock: schedule/stream_order.hpp). `on_timeout` is called (and must not
+  // `transport`: the kind the sums travel by (comm::make_transport; the pipeline's, or "mpi" where the plan's
+  // sum route is SumRoute::ordered_by_mpi: running sums on the stream would close a cycle, schedule/plan.hpp). `on_timeout` is called (and must not
   // return) when a sum does not arrive within timeout_s.
   GradientReduction(const comm::ProcessGrid& grid, const schedule::Replicated& schedule, comm::TransportKind transport,
                     double timeout_s, std::function<void(const schedule::Action&)> on_timeout);

@@ -47,7 +47,7 @@ constexpr bool nccl_built = build::nccl && !host_memory;
 comm::TransportKind default_transport(const PipelineConfig& pipeline) {
   if (pipeline.transport == TransportChoice::nccl) return comm::TransportKind::nccl;
   if (pipeline.transport == TransportChoice::mpi) return comm::TransportKind::mpi;
-  return nccl_built && !is_asynchronous(pipeline.schedule) ? comm::TransportKind::nccl : comm::TransportKind::mpi;
+  return nccl_built ? comm::TransportKind::nccl : comm::TransportKind::mpi;
 }
 
 Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world) {

@@ -31,8 +31,8 @@ struct Placement {
 // Collective over world (every rank calls it, before Kokkos is initialized).
 Placement place_rank(const PipelineConfig& pipeline, MPI_Comm world);
 
-// "auto" without looking at the node: NCCL where kpipe is built with it and its buffers live on a GPU, except
-// for the asynchronous schedules, which run over MPI (runtime/trainer.cpp says why).
+// "auto" without looking at the node: NCCL where kpipe is built with it and its buffers live on a GPU, MPI
+// otherwise.
 // What a Trainer built without place_rank (tests, library users) uses.
 comm::TransportKind default_transport(const PipelineConfig& pipeline);
 

@@ -1,34 +1,62 @@
 #pragma once
-// The one pass pipeline: the lists a configuration runs, after every pass, each validated after it ran.
+// The pass pipeline: what a training configuration runs, every rewrite applied in one visible order and the
+// result validated after each. kpipe-train (and its resume), kpipe-sim, the recommender, the memory plan
+// and the asynchronous reference all take their lists from here, so that what is priced, planned and
+// checked is what runs.
+//
+//   generate (pipeline.schedule, .chunks; asynchronous: the lists of a run of Horizon::steps() steps, or of
+//   the rest of a resumed one) or read (pipeline.schedule_file)   -> validate
+//   lower (the messages)                                           -> validate
+//   replicate for pipeline.data_parallel: order_reduction (pipeline.dp_reduction = ordered, groups of
+//   pipeline.dp_reduction_group) or allreduce_replicas (allreduce, and every asynchronous run)
+//                                                                  -> validate (replicas together)
+//   stream-ordered delivery only: order_for_streams                -> validate, then the stream-order proof
+//   (stream_order.hpp) with the ordered running sums on the stream, else, where there they would close a
+//   cycle, with the sums by MPI from the host.
+//
+// The result says how the gradient sums travel (no caller catches a failed proof to find out). Every rank
+// computes the same plan (a pure function of its inputs), so every rank can plan every rank's memory, and a
+// bad configuration throws the same InputError, naming the key, on every rank.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/schedule/reduction.hpp"
+#include "kpipe/schedule/routes.hpp"
+#include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::schedule {
 
-// How the messages of a run are delivered: buffered (MPI: a send never blocks, receives match by tag) or
-// stream-ordered (NCCL, and its MPI emulation: messages in list order on one stream, a send may wait for its
-// receive).
-enum class Delivery : std::uint8_t { buffered, stream_ordered };
-// How the data-parallel replicas' gradient sums travel: none (one replica), allreduce (after the lists, or at
-// each asynchronous update), the ordered running sum on the run's own transport, or the ordered running sum by
-// MPI from the host (where on the stream it would close a cycle).
-enum class SumRoute : std::uint8_t { none, allreduce, ordered_on_transport, ordered_by_mpi };
-
 struct PlanOptions {
-  std::int64_t first_step = 0;  // > 0: an asynchronous run resumed at that step boundary
+  // > 0: an asynchronous run resumed from a checkpoint at that step boundary; its lists begin by forwarding
+  // again the micro-batches in flight there (asynchronous.hpp). Synchronous lists are the same every step.
+  std::int64_t first_step = 0;
 };
 
 struct Plan {
   Replicated run;                   // every replica's lowered lists after every pass
-  SumRoute sums = SumRoute::none;
+  SumRoute sums = SumRoute::none;   // how the replicas' gradient sums travel
   Delivery delivery = Delivery::buffered;
-  std::vector<std::string> passes;  // the passes applied, in order
+  std::vector<std::string> passes;  // the passes applied, in order, each validated after it ran
 };
 
+// The configuration's lists for a transport with this delivery (the runtime resolves pipeline.transport;
+// tools take planned_delivery(pipeline.transport), routes.hpp).
 Plan plan(const Config& config, Delivery delivery, const PlanOptions& options = {});
+
+// The replicas that run one pipeline's lists.
+struct Replication {
+  int replicas = 1;                              // pipeline.data_parallel
+  DpReduction reduction = DpReduction::ordered;  // pipeline.dp_reduction
+  int group = 1;                                 // pipeline.dp_reduction_group (ordered)
+};
+
+// The same pipeline of passes from one pipeline's lists that the caller made (compute-only or lowered,
+// synchronous or asynchronous; kpipe-sim's own schedules): `source` says how, and is the first of passes.
+Plan plan(const Schedule& pipeline, const std::string& source, const Replication& replication, Delivery delivery);
+
+// "generate 1f1b (p = 4, m = 8) -> lower -> order_for_streams: 3 receives moved", for tools.
+std::string passes_text(const Plan& plan);
 
 }  // namespace kpipe::schedule

@@ -40,6 +40,11 @@ struct Replicated {
   int global_microbatch(int replica, int local) const;
   int group_of(int replica, int local) const;       // ordered: its reduction group
   int holder(int group_index) const { return group_index % replica_count(); }  // ordered: the group's replica
+
+  friend bool operator==(const Replicated& a, const Replicated& b) {
+    return a.replicas == b.replicas && a.ordered == b.ordered && a.group == b.group;
+  }
+  friend bool operator!=(const Replicated& a, const Replicated& b) { return !(a == b); }
 };
 
 // The ordered reduction over `replicas` replicas of `pipeline` (compute-only or lowered: the result is in the

@@ -1,14 +1,12 @@
 #include "kpipe/schedule/simulate.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <map>
 #include <stdexcept>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
@@ -18,223 +16,33 @@ namespace kpipe::schedule {
 
 namespace {
 
-constexpr double not_yet = std::numeric_limits<double>::infinity();
-
-void check_costs(const Costs& c) {
-  const std::pair<const char*, double> all[] = {
-      {"f", c.f},         {"b", c.b},         {"i", c.i},           {"w", c.w},
-      {"r", c.r},         {"step", c.step},   {"latency", c.latency}, {"per_byte", c.per_byte},
-      {"activation_bytes", c.activation_bytes}, {"gradient_bytes", c.gradient_bytes}};
-  for (const auto& [name, value] : all)
-    require(value >= 0 && value < not_yet, "cost {} = {}: must be a non-negative number", name, value);
-}
-
 std::vector<Costs> per_stage(const Schedule& s, const std::vector<Costs>& costs) {
-  if (costs.size() == std::size_t(s.virtual_stages())) return costs;
-  if (costs.size() != std::size_t(s.ranks))
-    throw std::invalid_argument("simulate: one Costs per rank or per virtual stage expected");
-  std::vector<Costs> stages(s.virtual_stages());
-  for (int k = 0; k < s.virtual_stages(); ++k) stages[k] = costs[s.rank_of(k)];
+  std::vector<Costs> stages;
+  if (costs.size() == std::size_t(s.virtual_stages())) {
+    stages = costs;
+  } else {
+    if (costs.size() != std::size_t(s.ranks))
+      throw std::invalid_argument("simulate: one Costs per rank or per virtual stage expected");
+    for (int k = 0; k < s.virtual_stages(); ++k) stages.push_back(costs[s.rank_of(k)]);
+  }
+  for (const auto& c : stages) check_costs(c);
   return stages;
 }
 
-int log2_ceil(int n) {
-  int steps = 0;
-  while ((1 << steps) < n) ++steps;
-  return steps;
-}
-
-}  // namespace
-
-double duration(Op op, const Costs& costs) {
-  switch (op) {
-    case Op::forward: return costs.f;
-    case Op::backward: return costs.b + costs.r;
-    case Op::backward_input: return costs.i + costs.r;
-    case Op::backward_weight: return costs.w;
-    case Op::step: return costs.step;
-    case Op::update: return costs.step;
-    default: return 0;
-  }
-}
-
-namespace detail {
-
-WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const std::vector<Costs>& stage_costs) {
-  const Schedule& s = replicas.front();
-  const int d = int(replicas.size()), p = s.ranks, stages = s.virtual_stages(), last = stages - 1;
-  const int world = d * p;
-  const std::size_t n = std::size_t(s.microbatch_count()) * stages;
-  auto at = [&](int replica, int microbatch, int vstage) {
-    return std::size_t(replica) * n + std::size_t(microbatch) * stages + vstage;
-  };
-  const Costs& costs = stage_costs.front();
-  const double transfer = costs.latency + costs.activation_bytes * costs.per_byte;
-  auto sum_transfer = [&](int vstage) { return costs.latency + stage_costs[vstage].gradient_bytes * costs.per_byte; };
-
-  // When each input is available, per (replica, micro-batch, consuming virtual stage); infinity until produced.
-  std::vector<double> activation_ready(d * n, not_yet), gradient_ready(d * n, not_yet);
-  std::vector<double> forward_end(d * n, not_yet), backward_end(d * n, not_yet);
-  // The running sum, per (virtual stage, group): when it arrives at the group's holder, and when it was received.
-  int groups = 1;
-  for (const auto& replica : replicas)
-    for (const auto& list : replica.actions)
-      for (const Action& a : list)
-        if (is_reduction(a.op)) groups = std::max(groups, a.microbatch + 1);
-  std::vector<double> sum_ready(std::size_t(stages) * groups, not_yet), sum_received(std::size_t(stages) * groups, not_yet);
-  std::vector<std::vector<int>> last_sent(world, std::vector<int>(s.chunks, -1));  // group of the latest sum sent
-  std::vector<double> rank_free(world, 0), at_step(world, not_yet);
-  // Asynchronous: when each rank reached each update (by its U's micro-batch and chunk), for the replicas'
-  // reduction before it.
-  std::vector<std::map<std::pair<int, int>, double>> at_update(world);
-  std::vector<std::size_t> pc(world, 0);
-  auto list_of = [&](int w) -> const std::vector<Action>& { return replicas[w / p].actions[w % p]; };
-
-  WorldRun run;
-  SimResult& result = run.result;
-  result.busy.assign(world, 0);
-  result.timeline.resize(world);
-  result.step_ends.resize(world);
-
-  // The final reduction before a stage's optimizer step: broadcast of the last sum, or an allreduce.
-  auto reduction_time = [&](int rank) {
-    if (d == 1) return 0.0;
-    double t = 0;
-    for (int c = 0; c < s.chunks; ++c)
-      t += (ordered ? 1 : 2) * log2_ceil(d) * sum_transfer(s.virtual_stage(rank, c));
-    return t;
-  };
-  // When the action's input is there (not_yet when not produced so far), and what it waits for.
-  auto input_time = [&](int w, const Action& a, std::string* why) -> double {
-    const int replica = w / p, r = w % p, k = s.virtual_stage(r, a.chunk);
-    auto wait = [&](double t, const std::string& what) {
-      if (t == not_yet && why) *why = what;
-      return t;
-    };
-    switch (a.op) {
-      case Op::recv_activation:
-        return wait(activation_ready[at(replica, a.microbatch, k)],
-                    fmt::format("the activation of micro-batch {} from rank {}", a.microbatch, a.peer));
-      case Op::recv_gradient:
-        return wait(gradient_ready[at(replica, a.microbatch, k)],
-                    fmt::format("the gradient of micro-batch {} from rank {}", a.microbatch, a.peer));
-      case Op::forward:
-        // From another rank the receive already waited; from this rank, the previous chunk's forward.
-        return k > 0 && s.rank_of(k - 1) == r
-                   ? wait(forward_end[at(replica, a.microbatch, k - 1)],
-                          fmt::format("the forward of micro-batch {} on chunk {}", a.microbatch, s.chunk_of(k - 1)))
-                   : 0.0;
-      case Op::backward:
-      case Op::backward_input:
-        return k < last && s.rank_of(k + 1) == r
-                   ? wait(backward_end[at(replica, a.microbatch, k + 1)],
-                          fmt::format("the backward of micro-batch {} on chunk {}", a.microbatch, s.chunk_of(k + 1)))
-                   : 0.0;
-      case Op::recv_sum: {
-        const int group = a.microbatch;
-        double t = wait(sum_ready[std::size_t(k) * groups + group],
-                        fmt::format("the gradient sum for group {} from replica {}", group, a.peer));
-        // The runtime receives into the buffer its previous send read: that one must have been received.
-        if (const int sent = last_sent[w][a.chunk]; sent >= 0)
-          t = std::max(t, wait(sum_received[std::size_t(k) * groups + sent],
-                               fmt::format("the receipt of the gradient sum for group {} it sent", sent)));
-        return t;
-      }
-      case Op::update: {
-        // Every replica of this stage has reached the same update (when each did is kept).
-        if (d == 1) return 0.0;
-        double t = 0;
-        const std::pair<int, int> key{a.microbatch, a.chunk};
-        for (int other = 0; other < d; ++other) {
-          const auto& seen = at_update[other * p + r];
-          const auto it = seen.find(key);
-          if (it == seen.end())
-            return wait(not_yet, fmt::format("replica {} of rank {} to reach update U{}", other, r, a.microbatch));
-          t = std::max(t, it->second);
-        }
-        return t + reduction_time(r) / s.chunks;
-      }
-      case Op::step: {
-        if (s.asynchronous()) return 0.0;  // a step boundary: nothing to wait for
-        // Every replica of this stage has reached its step (when each did is kept: it may have run it since).
-        double t = 0;
-        for (int other = 0; other < d; ++other) {
-          const int v = other * p + r;
-          if (at_step[v] == not_yet) {
-            if (pc[v] + 1 != list_of(v).size())
-              return wait(not_yet, fmt::format("replica {} of rank {} to finish its list", other, r));
-            at_step[v] = rank_free[v];
-          }
-          t = std::max(t, at_step[v]);
-        }
-        return t + reduction_time(r);
-      }
-      default: return 0.0;
-    }
-  };
-
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int w = 0; w < world; ++w) {
-      const int replica = w / p, r = w % p;
-      const auto& list = list_of(w);
-      for (; pc[w] < list.size(); ++pc[w]) {
-        const Action& a = list[pc[w]];
-        if (a.op == Op::update) at_update[w].emplace(std::make_pair(a.microbatch, a.chunk), rank_free[w]);
-        const double ready = input_time(w, a, nullptr);
-        if (ready == not_yet) break;
-        const int k = s.virtual_stage(r, a.chunk);
-        const double start = std::max(rank_free[w], ready);
-        const double end = start + (a.op == Op::step && s.asynchronous() ? 0.0 : duration(a.op, stage_costs[k]));
-        rank_free[w] = end;
-        if (a.op == Op::forward) forward_end[at(replica, a.microbatch, k)] = end;
-        if (is_backward(a.op)) backward_end[at(replica, a.microbatch, k)] = end;
-        if (a.op == Op::send_activation) activation_ready[at(replica, a.microbatch, k + 1)] = end + transfer;
-        if (a.op == Op::send_gradient) gradient_ready[at(replica, a.microbatch, k - 1)] = end + transfer;
-        if (a.op == Op::send_sum) {
-          sum_ready[std::size_t(k) * groups + a.microbatch] = end + sum_transfer(k);
-          last_sent[w][a.chunk] = a.microbatch;
-        }
-        if (a.op == Op::recv_sum) sum_received[std::size_t(k) * groups + a.microbatch] = end;
-        if (is_compute(a.op) || a.op == Op::step || a.op == Op::update) {
-          result.busy[w] += end - start;
-          result.timeline[w].push_back(Span{a, start, end});
-        }
-        if (a.op == Op::step) result.step_ends[w].push_back(end);
-        progress = true;
-      }
-    }
-  }
-
-  run.stopped_at = pc;
-  run.waiting_for.assign(world, "");
-  for (int w = 0; w < world; ++w)
-    if (pc[w] < list_of(w).size()) input_time(w, list_of(w)[pc[w]], &run.waiting_for[w]);
-  result.makespan = *std::max_element(rank_free.begin(), rank_free.end());
-  result.idle_fraction.resize(world);
-  for (int w = 0; w < world; ++w) {
-    result.idle_fraction[w] = result.makespan > 0 ? 1.0 - result.busy[w] / result.makespan : 0.0;
-    result.bubble += result.idle_fraction[w];
-  }
-  result.bubble /= world;
-  for (const auto& replica : replicas) {
-    const auto peaks = peak_stash(replica);
-    result.peak_stash.insert(result.peak_stash.end(), peaks.begin(), peaks.end());
-    const auto versions = versions_held(replica);
-    result.versions_held.insert(result.versions_held.end(), versions.begin(), versions.end());
-  }
-  // The steady state: asynchronous lists from their template step to the one before the last (a shorter
-  // run: its middle steps, or all of it); synchronous ones, the step.
+// The steady state: asynchronous lists from their template step to the one before the last (a shorter run:
+// its middle steps, or all of it); synchronous ones, the step.
+void steady_state(const Schedule& s, SimResult& result) {
+  const int world = int(result.busy.size());
   result.steady_first = 0;
   result.steady_last = s.steps - 1;
   if (s.asynchronous() && s.steps >= 3) {
-    result.steady_first = std::min(Horizon{p, s.microbatches}.template_step(), s.steps - 2);
+    result.steady_first = std::min(Horizon{s.ranks, s.microbatches}.template_step(), s.steps - 2);
     result.steady_last = s.steps - 2;
   }
   result.steady_idle_fraction.assign(world, 0.0);
   for (int w = 0; w < world; ++w) {
     const auto& ends = result.step_ends[w];
-    if (!s.asynchronous() || int(ends.size()) != s.steps) {  // synchronous, or stuck (the validator's dry run)
+    if (!s.asynchronous() || int(ends.size()) != s.steps) {
       result.steady_idle_fraction[w] = result.idle_fraction[w];
       continue;
     }
@@ -244,10 +52,39 @@ WorldRun run_world(const std::vector<Schedule>& replicas, bool ordered, const st
     result.steady_idle_fraction[w] = to > from ? 1.0 - busy / (to - from) : 0.0;
   }
   for (double f : result.steady_idle_fraction) result.steady_bubble += f / world;
+}
+
+// The figures of a timed run of `lowered`'s replicas.
+SimResult figures(const std::vector<Schedule>& lowered, Interpretation run) {
+  SimResult result;
+  const int world = int(run.busy.size());
+  result.busy = std::move(run.busy);
+  result.timeline = std::move(run.timeline);
+  result.step_ends = std::move(run.step_ends);
+  result.makespan = *std::max_element(run.free_at.begin(), run.free_at.end());
+  result.idle_fraction.resize(world);
+  for (int w = 0; w < world; ++w) {
+    result.idle_fraction[w] = result.makespan > 0 ? 1.0 - result.busy[w] / result.makespan : 0.0;
+    result.bubble += result.idle_fraction[w];
+  }
+  result.bubble /= world;
+  for (const auto& replica : lowered) {
+    const auto peaks = peak_stash(replica);
+    result.peak_stash.insert(result.peak_stash.end(), peaks.begin(), peaks.end());
+    const auto versions = versions_held(replica);
+    result.versions_held.insert(result.versions_held.end(), versions.begin(), versions.end());
+  }
+  steady_state(lowered.front(), result);
+  return result;
+}
+
+// A timed run of lists the validator accepted must finish: a failure here is a bug.
+Interpretation finished(Interpretation run) {
+  if (!run.finished()) throw std::logic_error("simulate: a validated schedule did not run through: " + run.failure());
   return run;
 }
 
-}  // namespace detail
+}  // namespace
 
 SimResult simulate(const Schedule& schedule, const Costs& costs) {
   return simulate(schedule, std::vector<Costs>(std::size_t(std::max(schedule.ranks, 1)), costs));
@@ -255,22 +92,26 @@ SimResult simulate(const Schedule& schedule, const Costs& costs) {
 
 SimResult simulate(const Schedule& schedule, const std::vector<Costs>& costs) {
   const auto stage_costs = per_stage(schedule, costs);
-  for (const auto& c : stage_costs) check_costs(c);
   validate(schedule);
   for (const auto& list : schedule.actions)
     for (const Action& a : list)
       require(!is_reduction(a.op), "schedule: {} belongs to data-parallel replicas: simulate them together",
               to_token(a, schedule.chunks));
-  return detail::run_world({lower(schedule)}, false, stage_costs).result;
+  const Schedule lowered = lower(schedule);
+  return figures({lowered}, finished(interpret(lowered, Mode::timed(stage_costs))));
 }
 
 SimResult simulate(const Replicated& replicated, const std::vector<Costs>& costs) {
   validate(replicated);
   const auto stage_costs = per_stage(replicated.replicas.front(), costs);
-  for (const auto& c : stage_costs) check_costs(c);
-  std::vector<Schedule> lowered;
-  for (const auto& s : replicated.replicas) lowered.push_back(lower(s));
-  return detail::run_world(lowered, replicated.ordered, stage_costs).result;
+  Replicated lowered = replicated;
+  for (auto& s : lowered.replicas) s = lower(s);
+  return figures(lowered.replicas, finished(interpret(lowered, Mode::timed(stage_costs))));
+}
+
+SimResult simulate(const Plan& plan, const std::vector<Costs>& costs) {
+  const auto stage_costs = per_stage(plan.run.replicas.front(), costs);
+  return figures(plan.run.replicas, finished(interpret(plan.run, Mode::timed(stage_costs))));
 }
 
 }  // namespace kpipe::schedule

@@ -1,12 +1,15 @@
 #pragma once
 // Event-driven simulation of one step of a schedule: predicts makespan, idle time per rank (the bubble) and
-// peak activation memory, the figures the runtime measures on a real run.
+// peak activation memory, the figures the runtime measures on a real run. It is the schedule interpreter's
+// timed mode (interpret.hpp), which says what waits for what.
 //
 // Model: every rank runs its actions in order, one at a time. A compute action starts when its rank is
 // free and its input is there; it takes the cost of its kind (per chunk, i.e. per virtual stage). A message
 // leaves when the sender reaches its send (sends take no rank time: the network moves the data) and
 // arrives latency + activation_bytes * per_byte later; a receive blocks its rank until then. Between virtual
-// stages of one rank the handoff is immediate. Compute-only schedules are lowered first.
+// stages of one rank the handoff is immediate. Compute-only schedules are lowered first. A plan for
+// stream-ordered delivery (NCCL) is priced the same way on its own lists, whose receives the stream-order
+// pass placed where NCCL runs them.
 //
 // Data-parallel replicas (reduction.hpp) run side by side. The ordered reduction's running sum is a message
 // of gradient_bytes between replicas; a replica receives it only once the sum it sent before has been
@@ -16,38 +19,23 @@
 // gradients.
 //
 // Asynchronous schedules (asynchronous.hpp) run their lists of several steps through: S is a step boundary
-// that costs nothing, each update U costs `step` (the optimizer on one chunk) and, with replicas, starts when
-// every replica of the stage has reached the same update, after the reduction (as S above). Their figures of
-// interest are the steady state's: steady_idle_fraction and steady_bubble cover the steps that repeat,
-// between the warm-up and the last step's drain (asynchronous.hpp's Horizon::template_step on).
+// that costs nothing and waits for nothing (the host's collectives there are not priced), each update U
+// costs `step` (the optimizer on one chunk) and, with replicas, starts when every replica of the stage has
+// reached the same update, after the reduction (as S above). Their figures of interest are the steady
+// state's: steady_idle_fraction and steady_bubble cover the steps that repeat, between the warm-up and the
+// last step's drain (asynchronous.hpp's Horizon::template_step on).
 #include <cstddef>
 #include <string>
 #include <vector>
 
+#include "kpipe/schedule/costs.hpp"
+#include "kpipe/schedule/interpret.hpp"
 #include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::schedule {
 
+struct Plan;
 struct Replicated;
-
-// Time of each action for one micro-batch on one chunk (one virtual stage), in any unit.
-struct Costs {
-  double f = 1;        // forward
-  double b = 2;        // full backward
-  double i = 1;        // backward for the input
-  double w = 1;        // backward for the weights
-  double r = 0;        // recomputation of what the forward dropped, paid by every B and I (memory.recompute)
-  double step = 0;     // optimizer step (asynchronous schedules: each update U)
-  double latency = 0;  // per message
-  double per_byte = 0; // per byte of a message
-  double activation_bytes = 0;  // size of an activation (and of its gradient)
-  double gradient_bytes = 0;    // size of the chunk's weight gradients (the running sum between replicas)
-};
-
-struct Span {
-  Action action;
-  double start = 0, end = 0;
-};
 
 struct SimResult {
   double makespan = 0;               // the last action's end
@@ -76,17 +64,8 @@ SimResult simulate(const Schedule& s, const std::vector<Costs>& costs);
 // Costs as above, alike in every replica.
 SimResult simulate(const Replicated& r, const std::vector<Costs>& costs);
 
-double duration(Op op, const Costs& costs);  // 0 for messages
-
-namespace detail {
-// Runs the replicas' lowered lists together (the simulation, and with unit costs the validator's dry run).
-// Returns the result so far and, per world rank, the position where it got stuck (list size when done).
-struct WorldRun {
-  SimResult result;
-  std::vector<std::size_t> stopped_at;
-  std::vector<std::string> waiting_for;  // per world rank: what the stuck action waits for
-};
-WorldRun run_world(const std::vector<Schedule>& lowered, bool ordered, const std::vector<Costs>& costs);
-}  // namespace detail
+// What runs (plan.hpp), as it runs: its delivery and sum route (interpret.hpp's timed mode). The plan's lists
+// were validated when it was made and are not validated again.
+SimResult simulate(const Plan& plan, const std::vector<Costs>& costs);
 
 }  // namespace kpipe::schedule

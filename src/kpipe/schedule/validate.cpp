@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/schedule/interpret.hpp"
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/versions.hpp"
 
@@ -214,58 +215,6 @@ void check_matching(const Schedule& s) {
   }
 }
 
-// Runs every rank's list together; throws with every blocked rank when no rank can move.
-void dry_run(const Schedule& s, bool lowered) {
-  const Grid grid{s.virtual_stages()};
-  const int last = s.virtual_stages() - 1;
-  const std::size_t n = std::size_t(s.microbatch_count()) * s.virtual_stages();
-  std::vector<char> forward_done(n), backward_done(n), sent_activation(n), sent_gradient(n);
-  std::vector<std::size_t> pc(s.ranks, 0);
-
-  // What the action at the head of rank r waits for, or "" when it can run.
-  auto waits_for = [&](int r, const Action& a) -> std::string {
-    const int k = s.virtual_stage(r, a.chunk);
-    if (a.op == Op::recv_activation && !sent_activation[grid.index(a.microbatch, k)])
-      return fmt::format("the activation of micro-batch {} from rank {}", a.microbatch, a.peer);
-    if (a.op == Op::recv_gradient && !sent_gradient[grid.index(a.microbatch, k)])
-      return fmt::format("the gradient of micro-batch {} from rank {}", a.microbatch, a.peer);
-    // Compute-only schedules (and local handoffs) wait on the neighbouring virtual stage's action itself.
-    if (a.op == Op::forward && k > 0 && (!lowered || s.rank_of(k - 1) == r) &&
-        !forward_done[grid.index(a.microbatch, k - 1)])
-      return fmt::format("the forward of micro-batch {} on rank {}", a.microbatch, s.rank_of(k - 1));
-    if (is_backward(a.op) && k < last && (!lowered || s.rank_of(k + 1) == r) &&
-        !backward_done[grid.index(a.microbatch, k + 1)])
-      return fmt::format("the backward of micro-batch {} on rank {}", a.microbatch, s.rank_of(k + 1));
-    return "";
-  };
-  auto run = [&](int r, const Action& a) {
-    const int k = s.virtual_stage(r, a.chunk);
-    if (a.op == Op::forward) forward_done[grid.index(a.microbatch, k)] = 1;
-    if (is_backward(a.op)) backward_done[grid.index(a.microbatch, k)] = 1;
-    if (a.op == Op::send_activation) sent_activation[grid.index(a.microbatch, k + 1)] = 1;
-    if (a.op == Op::send_gradient) sent_gradient[grid.index(a.microbatch, k - 1)] = 1;
-  };
-
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int r = 0; r < s.ranks; ++r) {
-      const auto& list = s.actions[r];
-      while (pc[r] < list.size() && waits_for(r, list[pc[r]]).empty()) {
-        run(r, list[pc[r]]);
-        ++pc[r];
-        progress = true;
-      }
-    }
-  }
-  std::string blocked;
-  for (int r = 0; r < s.ranks; ++r) {
-    if (pc[r] == s.actions[r].size()) continue;
-    blocked += fmt::format("{}rank {} position {} ({}) waits for {}", blocked.empty() ? "" : "; ", r, pc[r],
-                           to_token(s.actions[r][pc[r]], s.chunks, s.asynchronous()), waits_for(r, s.actions[r][pc[r]]));
-  }
-  require(blocked.empty(), "schedule deadlock: {}", blocked);
-}
-
 }  // namespace
 
 void validate(const Schedule& s) {
@@ -274,7 +223,8 @@ void validate(const Schedule& s) {
   for (int r = 0; r < s.ranks; ++r) check_rank(s, r, lowered);
   validate_versions(s);
   if (lowered) check_matching(s);
-  dry_run(s, lowered);
+  // A dry run of every rank together, messages buffered (interpret.hpp).
+  require_finished(interpret(s, Mode::buffered()));
 }
 
 std::vector<int> peak_stash(const Schedule& s) {
