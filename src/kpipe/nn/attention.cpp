@@ -130,6 +130,8 @@ void causal_softmax(const ExecSpace& space, const View4<T>& scores, const View4<
       "kpipe::nn::Attention::forward::causal_softmax",
       range(space, std::int64_t(probs.extent(0)) * probs.extent(1) * seq), KOKKOS_LAMBDA(std::int64_t r) {
         T* KOKKOS_RESTRICT p = base + r * seq;
+        // Captured here, not first inside the if constexpr below (which CUDA's extended lambdas refuse).
+        A* const row_probs = probs_base + r * seq;  // p itself when A is T
         const std::int64_t n = r % seq + 1;
         // Whole vectors up to `padded`: masked lanes count as nothing, and the exponential sweep writes
         // them the zeros they get anyway.
@@ -143,11 +145,11 @@ void causal_softmax(const ExecSpace& space, const View4<T>& scores, const View4<
         });
         const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
         if constexpr (mixed_precision<T, A>) {
-          A* KOKKOS_RESTRICT out = probs_base + r * seq;
+          A* KOKKOS_RESTRICT out = row_probs;
           for (std::int64_t j = 0; j < padded; ++j) out[j] = narrow<A>(p[j] * inv_sum);
           for (std::int64_t j = padded; j < seq; ++j) out[j] = narrow<A>(T(0));
         } else {
-          (void)probs_base;  // the same buffer as p
+          (void)row_probs;  // the same buffer as p
           for (std::int64_t j = 0; j < padded; ++j) p[j] *= inv_sum;
           for (std::int64_t j = padded; j < seq; ++j) p[j] = T(0);
         }
@@ -169,19 +171,22 @@ void causal_softmax_backward(const ExecSpace& space, const View4<A>& probs, cons
       range(space, std::int64_t(probs.extent(0)) * probs.extent(1) * seq), KOKKOS_LAMBDA(std::int64_t r) {
         const A* KOKKOS_RESTRICT p = probs_base + r * seq;
         T* KOKKOS_RESTRICT g = grad_base + r * seq;
+        // Captured here, not first inside the if constexpr below (which CUDA's extended lambdas refuse).
+        A* const row_dscores = dscores_base + r * seq;  // g itself when A is T
+        const T s = scale;
         // probs are exact zeros in [n, padded) (the forward wrote them), so whole vectors up to padded
         // add nothing to the dot product and give zeros there.
         const std::int64_t n = r % seq + 1;
         const std::int64_t padded = whole_vectors(n, seq);
         const T dot = lane_sum<T>(padded, [&](std::int64_t j) { return j < n ? g[j] * widen<T>(p[j]) : T(0); });
         if constexpr (mixed_precision<T, A>) {
-          A* KOKKOS_RESTRICT ds = dscores_base + r * seq;
+          A* KOKKOS_RESTRICT ds = row_dscores;
           for (std::int64_t j = 0; j < padded; ++j)
-            ds[j] = narrow<A>(j < n ? scale * widen<T>(p[j]) * (g[j] - dot) : T(0));
+            ds[j] = narrow<A>(j < n ? s * widen<T>(p[j]) * (g[j] - dot) : T(0));
           for (std::int64_t j = padded; j < seq; ++j) ds[j] = narrow<A>(T(0));
         } else {
-          (void)dscores_base;  // the same buffer as g
-          for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? scale * p[j] * (g[j] - dot) : T(0);
+          (void)row_dscores;  // the same buffer as g
+          for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? s * p[j] * (g[j] - dot) : T(0);
           for (std::int64_t j = padded; j < seq; ++j) g[j] = T(0);
         }
       });
