@@ -15,6 +15,19 @@
 #include "kpipe/core/tensor.hpp"
 
 namespace kpipe {
+namespace test {
+
+// rounded = bf16(in), back = float(rounded), in a kernel (a free function in a named namespace: CUDA takes no
+// device lambda in a test body, a private member, nor in an anonymous namespace).
+void round_trip(const View1<const float>& in, const View1<bf16>& rounded, const View1<float>& back) {
+  Kokkos::parallel_for("kpipe::test::bf16_round_trip", range(ExecSpace(), in.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+    rounded(i) = narrow<bf16>(in(i));
+    back(i) = widen<float>(rounded(i));
+  });
+}
+
+}  // namespace test
+
 namespace {
 
 std::uint32_t bits_of(float x) {
@@ -154,10 +167,7 @@ TEST(BFloat16, KernelsConvertToTheSameBitsAsTheHost) {
   const auto in = Kokkos::create_mirror_view_and_copy(MemSpace(), host_in);
   View1<bf16> rounded("rounded", n);
   View1<float> back("back", n);
-  Kokkos::parallel_for("kpipe::test::bf16_round_trip", range(ExecSpace(), n), KOKKOS_LAMBDA(std::int64_t i) {
-    rounded(i) = narrow<bf16>(in(i));
-    back(i) = widen<float>(rounded(i));
-  });
+  test::round_trip(in, rounded, back);
   const auto got = Kokkos::create_mirror_view_and_copy(HostSpace(), rounded);
   const auto got_back = Kokkos::create_mirror_view_and_copy(HostSpace(), back);
   for (int i = 0; i < n; ++i) {

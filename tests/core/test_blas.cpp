@@ -71,7 +71,7 @@ template <class Out> void check_product(bool trans_a, bool trans_b, float beta) 
   Kokkos::deep_copy(c, c0);
   const float alpha = 0.75f;
   const std::int64_t need = blas::workspace_elements<bf16, Out>(m, n, k);
-  const View1<float> workspace("workspace", need);
+  const View1<float> workspace("workspace", std::size_t(need));
   blas::gemm(ExecSpace(), trans_a ? "T" : "N", trans_b ? "T" : "N", alpha, a.view, b.view, beta, c,
              blas::Math::exact, workspace);
   const auto got = host_values(c);
@@ -110,7 +110,7 @@ TEST(Blas, BetaZeroIgnoresTheOldOutput) {
   const Strided a(4, 9, 5), b(9, 3, 6);
   View2<bf16> c(uninitialized("c"), 4, 3);
   Kokkos::deep_copy(c, bf16::from_bits(0x7fc0u));  // NaN
-  const View1<float> workspace("workspace", blas::workspace_elements<bf16, bf16>(4, 3, 9));
+  const View1<float> workspace("workspace", std::size_t(blas::workspace_elements<bf16, bf16>(4, 3, 9)));
   blas::gemm(ExecSpace(), "N", "N", 1.0f, a.view, b.view, 0.0f, c, blas::Math::exact, workspace);
   for (double x : host_values(c)) EXPECT_TRUE(std::isfinite(x));
 }
@@ -127,7 +127,7 @@ TEST(Blas, WorkspaceIsWhatTheBuildNeeds) {
     GTEST_SKIP() << "this build's bf16 products need no workspace";
   const Strided a(m, k, 7), b(k, n, 8);
   View2<bf16> c("c", m, n);
-  const View1<float> short_one("workspace", blas::workspace_elements<bf16, bf16>(m, n, k) - 1);
+  const View1<float> short_one("workspace", std::size_t(blas::workspace_elements<bf16, bf16>(m, n, k) - 1));
   EXPECT_THROW(blas::gemm(ExecSpace(), "N", "N", 1.0f, a.view, b.view, 0.0f, c, blas::Math::exact, short_one),
                std::logic_error);
 }
