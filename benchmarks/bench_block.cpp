@@ -62,7 +62,8 @@ template <class A> struct BlockCase {
   BlockStash<float, A> stash = allocate_stash(block);
   BlockGrads<float, A> grads = allocate_grads(block);
   BlockWork<float, A> work = allocate_work(block);
-  View2<A> x{"x", shape.rows(), channels}, dout{"dout", shape.rows(), channels}, dx{"dx", shape.rows(), channels};
+  View2<A> x = View2<A>("x", shape.rows(), channels), dout = View2<A>("dout", shape.rows(), channels),
+           dx = View2<A>("dx", shape.rows(), channels);
   BlockCase() {
     fill(x, 1, 1.0f);
     fill(dout, 2, 1.0f);

@@ -104,20 +104,26 @@ void require_workspace(const View1<float>& workspace, std::int64_t needed) {
                                        needed, workspace.extent(0)));
 }
 
-// to[i, j] = float(from[i, j]), exact.
+// to[i, j] = float(from[i, j]), exact. Host code: a row per work item, its columns a vectorized loop.
 void widen_into(const ExecSpace& space, const Matrix<const bf16>& from, const Packed& to) {
   const bf16* const data = from.data;
   const std::int64_t ld = from.ld, cols = from.cols;
-  Kokkos::parallel_for("kpipe::blas::gemm::widen", range2(space, from.rows, cols),
-                       KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { to(i, j) = float(data[i * ld + j]); });
+  Kokkos::parallel_for("kpipe::blas::gemm::widen", range(space, from.rows), KOKKOS_LAMBDA(std::int64_t i) {
+    const bf16* KOKKOS_RESTRICT source = data + i * ld;
+    float* KOKKOS_RESTRICT target = &to(i, 0);
+    for (std::int64_t j = 0; j < cols; ++j) target[j] = float(source[j]);
+  });
 }
 
 // to[i, j] = bf16(from[i, j]), rounded once.
 void narrow_into(const ExecSpace& space, const Packed& from, const Matrix<bf16>& to) {
   bf16* const data = to.data;
-  const std::int64_t ld = to.ld;
-  Kokkos::parallel_for("kpipe::blas::gemm::narrow", range2(space, to.rows, to.cols),
-                       KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { data[i * ld + j] = bf16(from(i, j)); });
+  const std::int64_t ld = to.ld, cols = to.cols;
+  Kokkos::parallel_for("kpipe::blas::gemm::narrow", range(space, to.rows), KOKKOS_LAMBDA(std::int64_t i) {
+    const float* KOKKOS_RESTRICT source = &from(i, 0);
+    bf16* KOKKOS_RESTRICT target = data + i * ld;
+    for (std::int64_t j = 0; j < cols; ++j) target[j] = bf16(source[j]);
+  });
 }
 
 Matrix<const bf16> as_const(const Matrix<bf16>& m) { return {m.data, m.rows, m.cols, m.ld}; }
