@@ -121,7 +121,7 @@ TEST(MixedPrecision, RecomputationAndSplitBackwardsGiveTheSameBits) {
   const auto reference = two_microbatch_gradients(nn::Recompute::none, false);
   for (auto mode : {nn::Recompute::none, nn::Recompute::attention, nn::Recompute::mlp, nn::Recompute::block})
     for (bool split : {false, true})
-      EXPECT_EQ(two_microbatch_gradients(mode, split), reference) << nn::to_string(mode) << (split ? " split" : "");
+      EXPECT_EQ(two_microbatch_gradients(mode, split), reference) << to_string(mode) << (split ? " split" : "");
 }
 
 // The compute copy is each product matrix's master value rounded once; the other tensors have none.
@@ -182,7 +182,7 @@ template <class T, class A> void expect_allocations_predicted(nn::Recompute reco
       const memory::Bytes got = meter.live();
       const std::int64_t params = want.parameters / std::int64_t(sizeof(T));
       const std::string where = fmt::format("{} chunk [{}, {}), recompute {}", type_name<A>(), first, last,
-                                            nn::to_string(recompute));
+                                            to_string(recompute));
       EXPECT_EQ(got[int(memory::Category::parameters)], want.parameters + want.compute_copy) << where;
       EXPECT_EQ(got[int(memory::Category::gradients)], params * std::int64_t(sizeof(T))) << where;
       EXPECT_EQ(got[int(memory::Category::optimizer)], params * (2 * std::int64_t(sizeof(T)) + 1)) << where;
