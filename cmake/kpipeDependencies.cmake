@@ -23,6 +23,7 @@ if(NOT CLI11_FOUND)
   add_library(CLI11::CLI11 INTERFACE IMPORTED GLOBAL)
   target_include_directories(CLI11::CLI11 INTERFACE ${CLI11_INCLUDE_DIR})
 endif()
+include(kpipeBlas)
 if(KPIPE_ENABLE_NCCL)
   # NCCL moves device buffers on a CUDA stream: only a CUDA Kokkos has either.
   if(NOT Kokkos_DEVICES MATCHES "CUDA")

@@ -1,5 +1,6 @@
-// Every kernel with a host and a device path (core/kernel_path.hpp) gives the same answer on both, in float,
-// on the same inputs, in every build: CI fails when a device path drifts from its host path.
+// Every kernel with a host and a device path (core/kernel_path.hpp) gives the same answer on both, in float
+// (and with bf16 storage, at the end), on the same inputs, in every build: CI fails when a device path drifts
+// from its host path.
 //
 // Two kinds of agreement:
 //  - bit for bit where the paths only split the work differently and add in the same order (elementwise
@@ -26,6 +27,7 @@
 #include "kpipe/nn/linear.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "support/gradcheck.hpp"
+#include "support/precision.hpp"
 
 namespace kpipe::nn {
 namespace {
@@ -33,13 +35,7 @@ namespace {
 constexpr KernelPath host = KernelPath::host, device = KernelPath::device;
 constexpr double rtol = 1e-5, atol = 1e-6;
 
-template <class V> std::vector<double> values(const V& v) {
-  auto h = Kokkos::create_mirror(HostSpace(), v);
-  Kokkos::deep_copy(h, v);
-  std::vector<double> out(h.span());
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = double(h.data()[i]);
-  return out;
-}
+template <class V> std::vector<double> values(const V& v) { return test::host_values(v); }
 
 template <class V> V copy_of(const V& v, const char* label) {
   V c(std::string(label), v.layout());
@@ -236,6 +232,158 @@ TEST(KernelPaths, OptimizerAgrees) {
   expect_same_bits("adamw params", params, p_d);
   expect_same_bits("adamw m", m, m_d);
   expect_same_bits("adamw v", v, v_d);
+}
+
+// The same kernels with bf16 storage (float arithmetic). Where the paths add in the same order, bit for
+// bit again. Elsewhere each path's float result is within the float comparison above, and is then rounded
+// to bf16: two roundings of values that close are at most u = 2^-8 of each apart, so rtol 2u + 1e-5. Attention
+// also rounds intermediates (the probabilities, dL/d(q k^T)): where the paths' float values straddle a rounding
+// boundary, that element's u-sized difference propagates into the sums over it, so its outputs get an
+// absolute 2u of the tensor's largest magnitude as well.
+constexpr double bf16_rtol = 2 * 0x1p-8 + 1e-5;
+
+template <class V> void expect_close_bf16(const std::string& what, const V& a, const V& b, double atol_of_max = 0) {
+  const auto x = values(a), y = values(b);
+  ASSERT_EQ(x.size(), y.size()) << what;
+  double largest = 0;
+  for (double v : x) largest = std::max(largest, std::abs(v));
+  const double absolute = atol + atol_of_max * largest;
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(x[i]) && std::isfinite(y[i])) << what << " element " << i;
+    const double ratio = std::abs(x[i] - y[i]) / (absolute + bf16_rtol * std::max(std::abs(x[i]), std::abs(y[i])));
+    if (ratio > worst) worst = ratio, at = i;
+  }
+  EXPECT_LE(worst, 1.0) << what << ": element " << at << " host " << x[at] << " device " << y[at];
+}
+
+TEST(KernelPaths, Bf16LayerNormAgrees) {
+  const int n = 37, c = 70;
+  ExecSpace space;
+  LayerNorm<float, bf16> ln{View1<float>("gamma", c), View1<float>("beta", c), View1<float>("dgamma", c),
+                            View1<float>("dbeta", c)};
+  View2<bf16> x("x", n, c), dy("dy", n, c);
+  test::fill_uniform(ln.gamma, 1, 0.5, 1.5);
+  test::fill_uniform(ln.beta, 2);
+  test::fill(x, 3, -2.0, 3.0);
+  test::fill(dy, 4);
+  View2<bf16> y_h("y", n, c), y_d("y", n, c);
+  View1<float> mean_h("mean", n), mean_d("mean", n), rstd_h("rstd", n), rstd_d("rstd", n);
+  forward<float, host>(space, ln, x, y_h, mean_h, rstd_h);
+  forward<float, device>(space, ln, x, y_d, mean_d, rstd_d);
+  expect_close_bf16("bf16 LayerNorm forward y", y_h, y_d);
+  expect_close("bf16 LayerNorm forward mean", mean_h, mean_d);
+  expect_close("bf16 LayerNorm forward rstd", rstd_h, rstd_d);
+  View2<bf16> dx_h("dx", n, c);
+  test::fill(dx_h, 5);
+  auto dx_d = copy_of(dx_h, "dx");
+  backward_input<float, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, true);
+  backward_input<float, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, true);
+  expect_close_bf16("bf16 LayerNorm backward_input", dx_h, dx_d);
+  auto ln_d = ln;
+  ln_d.dgamma = View1<float>("dgamma", c);
+  ln_d.dbeta = View1<float>("dbeta", c);
+  backward_weight<float, host>(space, ln, x, mean_h, rstd_h, dy);
+  backward_weight<float, device>(space, ln_d, x, mean_h, rstd_h, dy);
+  // Float sums in the same order, but of products the compiler may contract into fused multiply-adds in one
+  // instantiation and not the other (seen: 1 ulp): close, not the same bits.
+  expect_close("bf16 LayerNorm dgamma", ln.dgamma, ln_d.dgamma);
+  expect_same_bits("bf16 LayerNorm dbeta", ln.dbeta, ln_d.dbeta);
+}
+
+TEST(KernelPaths, Bf16CrossEntropyGradientAgrees) {
+  const int n = 29, vocab = 300;
+  ExecSpace space;
+  View2<float> logits("logits", n, vocab);
+  test::fill_uniform(logits, 7, -4.0, 4.0);
+  const View1<const Token> targets = tokens_for(n, vocab);
+  View2<bf16> grad_h("grad", n, vocab), grad_d("grad", n, vocab);
+  cross_entropy_backward_input<float, host>(space, logits, targets, 0.25f, grad_h);
+  cross_entropy_backward_input<float, device>(space, logits, targets, 0.25f, grad_d);
+  expect_close_bf16("bf16 cross-entropy backward_input", grad_h, grad_d);
+}
+
+TEST(KernelPaths, Bf16AttentionAgrees) {
+  const AttentionShape shape{2, 70, 3, 8};
+  ExecSpace space;
+  View2<bf16> qkv("qkv", shape.rows(), 3 * shape.channels()), dout("dout", shape.rows(), shape.channels());
+  test::fill(qkv, 9, -2.0, 2.0);
+  test::fill(dout, 10);
+  auto stash_h = allocate_stash<bf16>(shape), stash_d = allocate_stash<bf16>(shape);
+  auto work_h = allocate_work<float, bf16>(shape), work_d = allocate_work<float, bf16>(shape);
+  View2<bf16> out_h("out", shape.rows(), shape.channels()), out_d("out", shape.rows(), shape.channels());
+  attention_forward<float, host>(space, shape, qkv, stash_h, work_h, out_h);
+  attention_forward<float, device>(space, shape, qkv, stash_d, work_d, out_d);
+  expect_close_bf16("bf16 attention probs", stash_h.probs, stash_d.probs);
+  expect_close_bf16("bf16 attention forward", out_h, out_d, 2 * 0x1p-8);
+  View2<bf16> dqkv_h("dqkv", shape.rows(), 3 * shape.channels()), dqkv_d("dqkv", shape.rows(), 3 * shape.channels());
+  attention_backward_input<float, host>(space, shape, stash_h, work_h, dout, dqkv_h);
+  attention_backward_input<float, device>(space, shape, stash_d, work_d, dout, dqkv_d);
+  expect_close_bf16("bf16 attention backward_input", dqkv_h, dqkv_d, 2 * 0x1p-8);
+}
+
+TEST(KernelPaths, Bf16ElementwiseKernelsAgreeBitForBit) {
+  const int n = 13, f = 333;
+  ExecSpace space;
+  View2<bf16> x("x", n, f), dy("dy", n, f);
+  test::fill(x, 11, -6.0, 6.0);
+  test::fill(dy, 12);
+  View2<bf16> y_h("y", n, f), y_d("y", n, f);
+  gelu_forward<bf16, host>(space, x, y_h);
+  gelu_forward<bf16, device>(space, x, y_d);
+  expect_same_bits("bf16 gelu_forward", y_h, y_d);
+  View2<bf16> dx_h("dx", n, f), dx_d("dx", n, f);
+  gelu_backward_input<bf16, host>(space, x, dy, dx_h);
+  gelu_backward_input<bf16, device>(space, x, dy, dx_d);
+  expect_same_bits("bf16 gelu_backward_input", dx_h, dx_d);
+  View2<float> product("product", n, f);
+  View1<float> bias("bias", f);
+  test::fill_uniform(product, 13, -4.0, 4.0);
+  test::fill_uniform(bias, 14);
+  View2<bf16> f_h("f", n, f), f_d("f", n, f), g_h("g", n, f), g_d("g", n, f);
+  bias_gelu_forward<float, host>(space, bias, product, f_h, g_h);
+  bias_gelu_forward<float, device>(space, bias, product, f_d, g_d);
+  expect_same_bits("bf16 bias_gelu_forward f", f_h, f_d);
+  expect_same_bits("bf16 bias_gelu_forward g", g_h, g_d);
+
+  // Linear: the same products, then the epilogue and the bias' column sums in the same order.
+  const int rows = 21, in = 19, out = 70;
+  Linear<float, bf16> layer{View2<bf16>("w", out, in), View1<float>("b", out), View2<float>("dw", out, in),
+                            View1<float>("db", out),
+                            allocate_products<float>(linear_products_size<float, bf16>(rows, in, out))};
+  test::fill(layer.weight, 15);
+  test::fill_uniform(layer.bias, 16);
+  View2<bf16> lx("x", rows, in), residual("residual", rows, out), ldy("dy", rows, out);
+  test::fill(lx, 17);
+  test::fill(residual, 18);
+  test::fill(ldy, 19);
+  View2<bf16> ly_h("y", rows, out), ly_d("y", rows, out);
+  forward_residual<float, host>(space, layer, lx, residual, ly_h);
+  forward_residual<float, device>(space, layer, lx, residual, ly_d);
+  expect_same_bits("bf16 Linear forward_residual", ly_h, ly_d);
+  auto layer_d = layer;
+  layer_d.dweight = View2<float>("dw", out, in);
+  layer_d.dbias = View1<float>("db", out);
+  backward_weight<float, host>(space, layer, lx, ldy);
+  backward_weight<float, device>(space, layer_d, lx, ldy);
+  expect_same_bits("bf16 Linear dweight", layer.dweight, layer_d.dweight);
+  expect_same_bits("bf16 Linear dbias", layer.dbias, layer_d.dbias);
+
+  // Embedding gradients: float sums of bf16 rows, in the same order.
+  const int vocab = 50, positions = 12, seq = 9, c = 70, sequences = 4;
+  auto make = [&] {
+    return Embedding<float, bf16>{View2<float>("token", vocab, c), View2<float>("position", positions, c),
+                                  View2<float>("dtoken", vocab, c), View2<float>("dposition", positions, c)};
+  };
+  auto emb_h = make(), emb_d = make();
+  const View1<const Token> tokens = tokens_for(std::int64_t(sequences) * seq, 7);
+  View2<bf16> edout("dout", std::int64_t(sequences) * seq, c);
+  test::fill(edout, 20);
+  backward_weight<float, host>(space, emb_h, tokens, seq, edout);
+  backward_weight<float, device>(space, emb_d, tokens, seq, edout);
+  expect_same_bits("bf16 Embedding dtoken", emb_h.dtoken, emb_d.dtoken);
+  expect_same_bits("bf16 Embedding dposition", emb_h.dposition, emb_d.dposition);
 }
 
 }  // namespace

@@ -56,7 +56,9 @@ class Kpipe(CMakePackage, CudaPackage):
     depends_on("kokkos+openmp", when="+openmp")
 
     # GPUs: Kokkos' CUDA backend through its nvcc_wrapper (kpipe's CMake hands nvcc-specific options to it),
-    # cuBLAS for the matrix products, the kernels' device lambdas (a Kokkos 4 option; always on in Kokkos 5).
+    # cuBLAS for the matrix products (fp32 through Kokkos Kernels' cuBLAS TPL, which kpipe's CMake requires;
+    # bf16 and TF32 by kpipe itself, with Kokkos Kernels' handle), the kernels' device lambdas (a Kokkos 4
+    # option; always on in Kokkos 5).
     depends_on("kokkos+cuda+wrapper", when="+cuda")
     depends_on("kokkos-kernels+cuda+cublas", when="+cuda")
     requires("^kokkos+cuda_lambda", when="+cuda ^kokkos@:4")

@@ -9,24 +9,43 @@
 
 namespace kpipe::model {
 
+namespace {
+
+// The largest scratch the chunk's products need: every block's four Linear layers and the head's.
+template <class T, class A>
+nn::ProductsSize chunk_products_size(const ModelDesc& desc, int first, int last, int sequences) {
+  const auto& c = desc.config;
+  const std::int64_t rows = std::int64_t(sequences) * c.seq_len;
+  const nn::AttentionShape shape{sequences, c.seq_len, c.n_heads, c.d_model / c.n_heads};
+  nn::ProductsSize size;
+  for (int l = first; l < last; ++l) {
+    if (desc.layers[l].kind == LayerKind::block)
+      size.cover(nn::block_products_size<T, A>(shape, c.mlp_ratio * c.d_model));
+    if (desc.layers[l].kind == LayerKind::head) size.cover(nn::head_products_size<T, A>(rows, c.d_model, c.vocab));
+  }
+  return size;
+}
+
+}  // namespace
+
 // From the forward until the micro-batch is done here.
-template <class T> struct Chunk<T>::Slot {
+template <class T, class A> struct Chunk<T, A>::Slot {
   View1<Token> tokens, targets;
-  View2<T> input, input_grad, embed_out, output_grad;
-  std::vector<nn::BlockStash<T>> block_stash;  // the kept fields only
-  std::optional<nn::HeadStash<T>> head_stash;
+  View2<A> input, input_grad, embed_out, output_grad;
+  std::vector<nn::BlockStash<T, A>> block_stash;  // the kept fields only
+  std::optional<nn::HeadStash<T, A>> head_stash;
 };
 
 // From backward_input until backward_weight.
-template <class T> struct Chunk<T>::Backward {
-  std::vector<nn::BlockGrads<T>> block_grads;
-  std::vector<nn::BlockStash<T>> block_recomputed;  // the dropped fields backward_weight reads
-  std::optional<nn::HeadGrads<T>> head_grads;
-  std::vector<View2<T>> dact;  // dact[i]: gradient w.r.t. the output of chunk layer i (i < layers - 1)
+template <class T, class A> struct Chunk<T, A>::Backward {
+  std::vector<nn::BlockGrads<T, A>> block_grads;
+  std::vector<nn::BlockStash<T, A>> block_recomputed;  // the dropped fields backward_weight reads
+  std::optional<nn::HeadGrads<T, A>> head_grads;
+  std::vector<View2<A>> dact;  // dact[i]: gradient w.r.t. the output of chunk layer i (i < layers - 1)
 };
 
-template <class T>
-Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn::Recompute recompute)
+template <class T, class A>
+Chunk<T, A>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn::Recompute recompute, blas::Math math)
     : desc_(&desc), first_(first), last_(last), rows_(std::int64_t(sequences) * desc.config.seq_len),
       params_(desc, first, last), recompute_(recompute) {
   const auto& c = desc.config;
@@ -34,23 +53,31 @@ Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn::R
     throw std::invalid_argument(fmt::format("chunk [{}, {}) outside the model's {} layers", first, last,
                                             desc.layers.size()));
   const T eps = T(c.ln_eps);
+  // One product scratch for every layer of the chunk, sized by the largest product it serves (none when A
+  // is T: then only the math mode is used).
+  const nn::ProductsSize products = chunk_products_size<T, A>(desc, first, last, sequences);
+  {
+    memory::Scope scope(memory::Category::workspaces);
+    products_ = nn::allocate_products<T>(products, math);
+  }
   auto ln = [&](int l, const std::string& name) {
-    return nn::LayerNorm<T>{params_.vector(l, name + "/gamma"), params_.vector(l, name + "/beta"),
-                            params_.grad_vector(l, name + "/gamma"), params_.grad_vector(l, name + "/beta"), eps};
+    return nn::LayerNorm<T, A>{params_.vector(l, name + "/gamma"), params_.vector(l, name + "/beta"),
+                               params_.grad_vector(l, name + "/gamma"), params_.grad_vector(l, name + "/beta"), eps};
   };
   auto linear = [&](int l, const std::string& name, bool bias) {
-    return nn::Linear<T>{params_.matrix(l, name + "/weight"), bias ? params_.vector(l, name + "/bias") : View1<T>(),
-                         params_.grad_matrix(l, name + "/weight"),
-                         bias ? params_.grad_vector(l, name + "/bias") : View1<T>()};
+    return nn::Linear<T, A>{params_.compute_matrix(l, name + "/weight"),
+                            bias ? params_.vector(l, name + "/bias") : View1<T>(),
+                            params_.grad_matrix(l, name + "/weight"),
+                            bias ? params_.grad_vector(l, name + "/bias") : View1<T>(), products_};
   };
   for (int l = first; l < last; ++l) {
     switch (desc.layers[l].kind) {
       case LayerKind::embedding:
-        embedding_ = nn::Embedding<T>{params_.matrix(l, "wte"), params_.matrix(l, "wpe"), params_.grad_matrix(l, "wte"),
-                                      params_.grad_matrix(l, "wpe")};
+        embedding_ = nn::Embedding<T, A>{params_.matrix(l, "wte"), params_.matrix(l, "wpe"),
+                                         params_.grad_matrix(l, "wte"), params_.grad_matrix(l, "wpe")};
         break;
       case LayerKind::block: {
-        nn::Block<T> b{ln(l, "ln1"), ln(l, "ln2"), linear(l, "attn/qkv", true), linear(l, "attn/proj", true),
+        nn::Block<T, A> b{ln(l, "ln1"), ln(l, "ln2"), linear(l, "attn/qkv", true), linear(l, "attn/proj", true),
                        linear(l, "mlp/fc", true), linear(l, "mlp/proj", true),
                        nn::AttentionShape{sequences, c.seq_len, c.n_heads, c.d_model / c.n_heads},
                        c.mlp_ratio * c.d_model};
@@ -58,7 +85,7 @@ Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn::R
         break;
       }
       case LayerKind::head:
-        head_ = nn::Head<T>{ln(l, "ln_f"), linear(l, "lm_head", false)};
+        head_ = nn::Head<T, A>{ln(l, "ln_f"), linear(l, "lm_head", false)};
         break;
     }
   }
@@ -70,47 +97,47 @@ Chunk<T>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn::R
   }
 }
 
-template <class T> Chunk<T>::~Chunk() = default;
+template <class T, class A> Chunk<T, A>::~Chunk() = default;
 
-template <class T> std::unique_ptr<typename Chunk<T>::Slot> Chunk<T>::make_slot() const {
+template <class T, class A> std::unique_ptr<typename Chunk<T, A>::Slot> Chunk<T, A>::make_slot() const {
   memory::Scope scope(memory::Category::activations);
   auto s = std::make_unique<Slot>();
   const int c = channels();
   if (first())
     s->tokens = View1<Token>(uninitialized("kpipe::model::Chunk::tokens"), rows_);
   else {
-    s->input = View2<T>(uninitialized("kpipe::model::Chunk::input"), rows_, c);
-    s->input_grad = View2<T>(uninitialized("kpipe::model::Chunk::input_grad"), rows_, c);
+    s->input = View2<A>(uninitialized("kpipe::model::Chunk::input"), rows_, c);
+    s->input_grad = View2<A>(uninitialized("kpipe::model::Chunk::input_grad"), rows_, c);
   }
-  if (first()) s->embed_out = View2<T>(uninitialized("kpipe::model::Chunk::embed_out"), rows_, c);
+  if (first()) s->embed_out = View2<A>(uninitialized("kpipe::model::Chunk::embed_out"), rows_, c);
   const unsigned kept = nn::kept_fields(recompute_);
   for (const auto& b : blocks_) s->block_stash.push_back(nn::allocate_stash(b, kept));
   if (last()) {
     s->targets = View1<Token>(uninitialized("kpipe::model::Chunk::targets"), rows_);
     s->head_stash = nn::allocate_stash(*head_, rows_);
   } else {
-    s->output_grad = View2<T>(uninitialized("kpipe::model::Chunk::output_grad"), rows_, c);
+    s->output_grad = View2<A>(uninitialized("kpipe::model::Chunk::output_grad"), rows_, c);
   }
   return s;
 }
 
 // The buffers backward_input fills and backward_weight reads: each block's inner gradients and recomputed
 // activations, the head's, and the gradients between the chunk's layers.
-template <class T> std::unique_ptr<typename Chunk<T>::Backward> Chunk<T>::make_backward() const {
+template <class T, class A> std::unique_ptr<typename Chunk<T, A>::Backward> Chunk<T, A>::make_backward() const {
   memory::Scope scope(memory::Category::backward);
   auto g = std::make_unique<Backward>();
   const unsigned recomputed = nn::weight_fields(recompute_);
   for (const auto& b : blocks_) {
     g->block_grads.push_back(nn::allocate_grads(b));
-    g->block_recomputed.push_back(recomputed != 0 ? nn::allocate_stash(b, recomputed) : nn::BlockStash<T>{});
+    g->block_recomputed.push_back(recomputed != 0 ? nn::allocate_stash(b, recomputed) : nn::BlockStash<T, A>{});
   }
   if (last()) g->head_grads = nn::allocate_grads(*head_, rows_);
   for (int i = 0; i + 1 < layers(); ++i)
-    g->dact.push_back(View2<T>(uninitialized("kpipe::model::Chunk::dact"), rows_, channels()));
+    g->dact.push_back(View2<A>(uninitialized("kpipe::model::Chunk::dact"), rows_, channels()));
   return g;
 }
 
-template <class T> int Chunk<T>::acquire() {
+template <class T, class A> int Chunk<T, A>::acquire() {
   int slot = 0;
   while (slot < int(busy_.size()) && busy_[slot]) ++slot;
   if (slot == int(busy_.size())) {
@@ -122,26 +149,32 @@ template <class T> int Chunk<T>::acquire() {
   return slot;
 }
 
-template <class T> void Chunk<T>::release(int slot) {
+template <class T, class A> void Chunk<T, A>::release(int slot) {
   if (!busy_.at(slot)) throw std::logic_error(fmt::format("slot {} released twice", slot));
   busy_[slot] = false;
 }
 
-template <class T> const View1<Token>& Chunk<T>::tokens(int slot) const { return slots_.at(slot)->tokens; }
-template <class T> const View1<Token>& Chunk<T>::targets(int slot) const { return slots_.at(slot)->targets; }
-template <class T> const View2<T>& Chunk<T>::input(int slot) const { return slots_.at(slot)->input; }
-template <class T> const View2<T>& Chunk<T>::input_grad(int slot) const { return slots_.at(slot)->input_grad; }
-template <class T> const View2<T>& Chunk<T>::output_grad(int slot) const { return slots_.at(slot)->output_grad; }
-template <class T> const View2<T>& Chunk<T>::output(int slot) const { return output_of(*slots_.at(slot)); }
+template <class T, class A> const View1<Token>& Chunk<T, A>::tokens(int slot) const { return slots_.at(slot)->tokens; }
+template <class T, class A> const View1<Token>& Chunk<T, A>::targets(int slot) const {
+  return slots_.at(slot)->targets;
+}
+template <class T, class A> const View2<A>& Chunk<T, A>::input(int slot) const { return slots_.at(slot)->input; }
+template <class T, class A> const View2<A>& Chunk<T, A>::input_grad(int slot) const {
+  return slots_.at(slot)->input_grad;
+}
+template <class T, class A> const View2<A>& Chunk<T, A>::output_grad(int slot) const {
+  return slots_.at(slot)->output_grad;
+}
+template <class T, class A> const View2<A>& Chunk<T, A>::output(int slot) const { return output_of(*slots_.at(slot)); }
 
 // The chunk's last activation: the last block's output, or the embedding's in a chunk of the embedding alone.
-template <class T> View2<T>& Chunk<T>::output_of(Slot& s) const {
+template <class T, class A> View2<A>& Chunk<T, A>::output_of(Slot& s) const {
   return blocks_.empty() ? s.embed_out : s.block_stash.back().out;
 }
 
 namespace {
 // Exchanges a slot's message buffer with a spare of the same extents.
-template <class T> void swap_buffer(const char* which, View2<T>& held, View2<T>& spare) {
+template <class V> void swap_buffer(const char* which, V& held, V& spare) {
   if (spare.extent(0) != held.extent(0) || spare.extent(1) != held.extent(1))
     throw std::logic_error(fmt::format("Chunk::swap_{}: the spare is [{}, {}], the slot's buffer [{}, {}]", which,
                                        spare.extent(0), spare.extent(1), held.extent(0), held.extent(1)));
@@ -149,43 +182,45 @@ template <class T> void swap_buffer(const char* which, View2<T>& held, View2<T>&
 }
 }  // namespace
 
-template <class T> void Chunk<T>::swap_input(int slot, View2<T>& spare) {
+template <class T, class A> void Chunk<T, A>::swap_input(int slot, View2<A>& spare) {
   swap_buffer("input", slots_.at(slot)->input, spare);
 }
-template <class T> void Chunk<T>::swap_output_grad(int slot, View2<T>& spare) {
+template <class T, class A> void Chunk<T, A>::swap_output_grad(int slot, View2<A>& spare) {
   swap_buffer("output_grad", slots_.at(slot)->output_grad, spare);
 }
-template <class T> void Chunk<T>::swap_output(int slot, View2<T>& spare) {
+template <class T, class A> void Chunk<T, A>::swap_output(int slot, View2<A>& spare) {
   swap_buffer("output", output_of(*slots_.at(slot)), spare);
 }
-template <class T> void Chunk<T>::swap_input_grad(int slot, View2<T>& spare) {
+template <class T, class A> void Chunk<T, A>::swap_input_grad(int slot, View2<A>& spare) {
   swap_buffer("input_grad", slots_.at(slot)->input_grad, spare);
 }
 
 // Chunk layer i's input activation: the chunk's input, or the previous layer's output.
-template <class T> View2<T> Chunk<T>::act_in(const Slot& s, int i) const {
+template <class T, class A> View2<A> Chunk<T, A>::act_in(const Slot& s, int i) const {
   if (i == 0) return s.input;
   const int prev = i - 1 - (first() ? 1 : 0);  // index of the previous layer among the blocks
   return prev < 0 ? s.embed_out : s.block_stash[prev].out;
 }
 
 // Gradient w.r.t. chunk layer i's output.
-template <class T> View2<T> Chunk<T>::grad_out(const Slot& s, const Backward& g, int i) const {
+template <class T, class A> View2<A> Chunk<T, A>::grad_out(const Slot& s, const Backward& g, int i) const {
   return i + 1 < layers() ? g.dact[i] : s.output_grad;
 }
 
 // Gradient w.r.t. chunk layer i's input.
-template <class T> View2<T> Chunk<T>::grad_in(const Slot& s, const Backward& g, int i) const {
+template <class T, class A> View2<A> Chunk<T, A>::grad_in(const Slot& s, const Backward& g, int i) const {
   return i == 0 ? s.input_grad : g.dact[i - 1];
 }
 
-template <class T> nn::BlockStash<T> Chunk<T>::stash_of(const Slot& s, const Backward* g, int b) const {
+template <class T, class A>
+nn::BlockStash<T, A> Chunk<T, A>::stash_of(const Slot& s, const Backward* g, int b) const {
   if (recompute_ == nn::Recompute::none) return s.block_stash[b];
-  const nn::BlockStash<T> dropped = g ? nn::overlay(g->block_recomputed[b], scratch_) : scratch_;
+  const nn::BlockStash<T, A> dropped = g ? nn::overlay(g->block_recomputed[b], scratch_) : scratch_;
   return nn::overlay(s.block_stash[b], dropped);
 }
 
-template <class T> const typename Chunk<T>::Backward& Chunk<T>::backward_of(int slot, const char* what) const {
+template <class T, class A>
+const typename Chunk<T, A>::Backward& Chunk<T, A>::backward_of(int slot, const char* what) const {
   const int set = backward_of_slot_.at(slot);
   if (set < 0 || backward_holder_[set] != slot)
     throw std::logic_error(fmt::format("Chunk::{} of slot {}: no backward_input of that slot holds backward buffers",
@@ -193,9 +228,9 @@ template <class T> const typename Chunk<T>::Backward& Chunk<T>::backward_of(int 
   return *backward_sets_[set];
 }
 
-template <class T>
+template <class T, class A>
 template <class F>
-void Chunk<T>::timed(const ExecSpace& space, int chunk_layer, int kind, const F& f) const {
+void Chunk<T, A>::timed(const ExecSpace& space, int chunk_layer, int kind, const F& f) const {
   if (!layer_times_) return f();
   space.fence();
   const auto start = std::chrono::steady_clock::now();
@@ -206,7 +241,7 @@ void Chunk<T>::timed(const ExecSpace& space, int chunk_layer, int kind, const F&
   ++entry.calls[kind];
 }
 
-template <class T> void Chunk<T>::forward(const ExecSpace& space, int slot) {
+template <class T, class A> void Chunk<T, A>::forward(const ExecSpace& space, int slot) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::forward");
   const Slot& s = *slots_.at(slot);
   const int offset = first() ? 1 : 0;
@@ -220,7 +255,7 @@ template <class T> void Chunk<T>::forward(const ExecSpace& space, int slot) {
   Kokkos::Profiling::popRegion();
 }
 
-template <class T> void Chunk<T>::backward_input(const ExecSpace& space, int slot, T loss_scale) {
+template <class T, class A> void Chunk<T, A>::backward_input(const ExecSpace& space, int slot, T loss_scale) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::backward_input");
   const Slot& s = *slots_.at(slot);
   if (const int held = backward_of_slot_.at(slot); held >= 0 && backward_holder_[held] == slot)
@@ -245,7 +280,7 @@ template <class T> void Chunk<T>::backward_input(const ExecSpace& space, int slo
   }
   for (int b = int(blocks_.size()) - 1; b >= 0; --b) {
     const int i = b + offset;
-    const nn::BlockStash<T> stash = stash_of(s, &g, b);
+    const nn::BlockStash<T, A> stash = stash_of(s, &g, b);
     if (recompute_ != nn::Recompute::none)
       timed(space, i, 3, [&] { nn::recompute(space, blocks_[b], recompute_, act_in(s, i), stash, *work_); });
     timed(space, i, 1, [&] {
@@ -256,7 +291,7 @@ template <class T> void Chunk<T>::backward_input(const ExecSpace& space, int slo
   Kokkos::Profiling::popRegion();
 }
 
-template <class T> void Chunk<T>::backward_weight(const ExecSpace& space, int slot) {
+template <class T, class A> void Chunk<T, A>::backward_weight(const ExecSpace& space, int slot) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::backward_weight");
   const Slot& s = *slots_.at(slot);
   const Backward& g = backward_of(slot, "backward_weight");
@@ -277,35 +312,96 @@ template <class T> void Chunk<T>::backward_weight(const ExecSpace& space, int sl
   Kokkos::Profiling::popRegion();
 }
 
-template <class T> double Chunk<T>::loss_sum(const ExecSpace& space, int slot) const {
+template <class T, class A> double Chunk<T, A>::loss_sum(const ExecSpace& space, int slot) const {
   return nn::loss_sum(space, *slots_.at(slot)->head_stash);
 }
 
-template <class T>
-void Chunk<T>::loss_sum(const ExecSpace& space, int slot, const Kokkos::View<double, MemSpace>& into) const {
+template <class T, class A>
+void Chunk<T, A>::loss_sum(const ExecSpace& space, int slot, const Kokkos::View<double, MemSpace>& into) const {
   nn::loss_sum(space, *slots_.at(slot)->head_stash, into);
 }
 
-template <class T> View2<const T> Chunk<T>::layer_output(int slot, int layer) const {
+template <class T, class A> View2<const A> Chunk<T, A>::layer_output(int slot, int layer) const {
   const Slot& s = *slots_.at(slot);
   const int i = layer - first_;
   if (i < 0 || i >= layers()) throw std::out_of_range(fmt::format("layer {} is not in this chunk", layer));
-  if (last() && i == layers() - 1) return s.head_stash->logits;
+  if (last() && i == layers() - 1) {
+    if constexpr (mixed_precision<T, A>)
+      throw std::logic_error(fmt::format("Chunk::layer_output: the head's output (layer {}) is its logits, in {}, "
+                                         "not {}: Chunk::logits", layer, type_name<T>(), type_name<A>()));
+    else
+      return s.head_stash->logits;
+  }
   return i == 0 && first() ? s.embed_out : s.block_stash[i - (first() ? 1 : 0)].out;
 }
 
-template <class T> View2<const T> Chunk<T>::layer_output_grad(int slot, int layer) const {
+template <class T, class A> View2<const A> Chunk<T, A>::layer_output_grad(int slot, int layer) const {
   const Slot& s = *slots_.at(slot);
   const int i = layer - first_;
   if (i < 0 || i >= layers()) throw std::out_of_range(fmt::format("layer {} is not in this chunk", layer));
-  if (last() && i == layers() - 1) return s.head_stash->logits;
+  if constexpr (!mixed_precision<T, A>)  // dL/dlogits over the logits, which outlive the backward buffers
+    if (last() && i == layers() - 1) return s.head_stash->logits;
   const int set = backward_of_slot_.at(slot);
   if (set < 0 || (backward_holder_[set] >= 0 && backward_holder_[set] != slot))
     throw std::logic_error(fmt::format("Chunk::layer_output_grad of slot {}: its backward buffers were taken", slot));
-  return grad_out(s, *backward_sets_[set], i);
+  const Backward& g = *backward_sets_[set];
+  if (last() && i == layers() - 1) return nn::dlogits(*s.head_stash, *g.head_grads);
+  return grad_out(s, g, i);
+}
+
+template <class T, class A> View2<const T> Chunk<T, A>::logits(int slot) const {
+  const Slot& s = *slots_.at(slot);
+  if (!last()) throw std::logic_error("Chunk::logits: this chunk has no head");
+  return s.head_stash->logits;
+}
+
+
+template <class T, class A>
+ChunkBytes chunk_bytes(const ModelDesc& desc, int first, int last, int sequences, nn::Recompute recompute) {
+  const auto& c = desc.config;
+  const std::int64_t n = std::int64_t(sequences) * c.seq_len, width = c.d_model, vocab = c.vocab;
+  const nn::AttentionShape shape{sequences, c.seq_len, c.n_heads, c.d_model / c.n_heads};
+  const int hidden = c.mlp_ratio * c.d_model;
+  const bool has_first = first == 0, has_last = last == int(desc.layers.size());
+  const std::int64_t a = sizeof(A), t = sizeof(T), token = sizeof(Token);
+  int blocks = 0;
+  ChunkBytes m;
+  for (int l = first; l < last; ++l) {
+    m.parameters += desc.layers[l].num_params() * t;
+    if (desc.layers[l].kind == LayerKind::block) ++blocks;
+  }
+  m.compute_copy = compute_copy_elements<T, A>(desc, first, last) * a;
+  m.message = n * width * a;
+  // Activation slot (make_slot): the chunk's input and its gradient, or the tokens and the embedding's output;
+  // each block's kept stash; the targets and the head's stash, or the output's gradient.
+  m.slot = has_first ? n * token + n * width * a : 2 * n * width * a;
+  m.slot += blocks * nn::stash_bytes<T, A>(nn::kept_fields(recompute), shape, hidden);
+  if (has_last) {
+    const nn::HeadElements head = nn::head_stash_elements<T, A>(n, width, vocab);
+    m.slot += n * token + head.a * a + head.t * t;
+  } else {
+    m.slot += n * width * a;
+  }
+  // Backward buffers (make_backward): inner gradients, recomputed activations backward_weight reads, the head's
+  // gradients, the gradients between the chunk's layers.
+  m.backward_set = blocks * (nn::grads_bytes<T, A>(shape, hidden) +
+                             nn::stash_bytes<T, A>(nn::weight_fields(recompute), shape, hidden));
+  if (has_last) m.backward_set += nn::head_grads_elements<T, A>(n, width, vocab) * a;
+  m.backward_set += std::int64_t(last - first - 1) * n * width * a;
+  // Scratch (the constructor): the blocks' work and recomputation buffers, the products' scratch.
+  if (blocks > 0) {
+    const unsigned dropped = nn::stash_field::all & ~nn::kept_fields(recompute);
+    m.workspace = nn::work_bytes<T, A>(shape) + (dropped ? nn::stash_bytes<T, A>(dropped, shape, hidden) : 0);
+  }
+  m.workspace += chunk_products_size<T, A>(desc, first, last, sequences).bytes(sizeof(T));
+  return m;
 }
 
 template class Chunk<float>;
 template class Chunk<double>;
+template class Chunk<float, bf16>;
+template ChunkBytes chunk_bytes<float, float>(const ModelDesc&, int, int, int, nn::Recompute);
+template ChunkBytes chunk_bytes<double, double>(const ModelDesc&, int, int, int, nn::Recompute);
+template ChunkBytes chunk_bytes<float, bf16>(const ModelDesc&, int, int, int, nn::Recompute);
 
 }  // namespace kpipe::model

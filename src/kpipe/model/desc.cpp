@@ -50,7 +50,7 @@ const char* to_string(LayerKind kind) {
 namespace {
 
 ParamSpec weight(std::string name, std::int64_t rows, std::int64_t cols, double std) {
-  return {std::move(name), {rows, cols}, Init::normal, std, true};
+  return {std::move(name), {rows, cols}, Init::normal, std, true, true};
 }
 ParamSpec vec(std::string name, std::int64_t n, Init init) { return {std::move(name), {n}, init, 0.0, false}; }
 
@@ -67,6 +67,8 @@ ModelDesc describe(const ModelConfig& c) {
   emb.kind = LayerKind::embedding;
   emb.params = {weight("wte", V, C, std), weight("wpe", T, C, std)};
   emb.params[0].decay = emb.params[1].decay = false;  // embeddings are not decayed (as in GPT-2 practice)
+  // Tables the embedding reads row by row in T, not matrix products' operands.
+  emb.params[0].product_operand = emb.params[1].product_operand = false;
   emb.forward_flops = t * C;  // the position add
   emb.backward_weight_flops = 2 * t * C;
   emb.output_elems = T * C;

@@ -21,6 +21,7 @@ struct ParamSpec {
   Init init = Init::normal;
   double std = 0;                    // for Init::normal
   bool decay = false;                // weight decay applies (2-D weights only)
+  bool product_operand = false;      // a matrix products read: kept in the compute type too (ParameterStore)
   std::int64_t numel() const;
 };
 

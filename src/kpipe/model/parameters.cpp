@@ -12,17 +12,21 @@ namespace kpipe::model {
 
 std::string TensorSlot::path() const { return fmt::format("layers/{:02d}/{}", layer, spec->name); }
 
-template <class T>
-ParameterStore<T>::ParameterStore(const ModelDesc& desc, int first, int last) : desc_(&desc), first_(first), last_(last) {
-  std::int64_t total = 0;
+template <class T, class A>
+ParameterStore<T, A>::ParameterStore(const ModelDesc& desc, int first, int last)
+    : desc_(&desc), first_(first), last_(last) {
+  std::int64_t total = 0, compute_total = 0;
   for (int l = first; l < last; ++l)
     for (const auto& spec : desc.layers.at(l).params) {
-      slots_.push_back({l, &spec, total});
+      const bool copied = mixed_precision<T, A> && spec.product_operand;
+      slots_.push_back({l, &spec, total, copied ? compute_total : -1});
       total += spec.numel();
+      if (copied) compute_total += spec.numel();
     }
   {
     memory::Scope scope(memory::Category::parameters);
     values_ = View1<T>(uninitialized("kpipe::model::ParameterStore::values"), total);
+    if (compute_total > 0) compute_ = View1<A>(uninitialized("kpipe::model::ParameterStore::compute"), compute_total);
   }
   {
     memory::Scope scope(memory::Category::gradients);
@@ -41,7 +45,7 @@ ParameterStore<T>::ParameterStore(const ModelDesc& desc, int first, int last) : 
   decay_mask_ = mask;
 }
 
-template <class T> void ParameterStore<T>::initialize(const ExecSpace& space, std::uint64_t seed) {
+template <class T, class A> void ParameterStore<T, A>::initialize(const ExecSpace& space, std::uint64_t seed) {
   for (const auto& s : slots_) {
     const auto v = view1(values_, s);
     const Init init = s.spec->init;
@@ -58,12 +62,41 @@ template <class T> void ParameterStore<T>::initialize(const ExecSpace& space, st
   Kokkos::deep_copy(space, moment1_, T(0));
   Kokkos::deep_copy(space, moment2_, T(0));
   zero_grads(space);
+  refresh_compute_copy(space);
 }
 
-template <class T> void ParameterStore<T>::zero_grads(const ExecSpace& space) { Kokkos::deep_copy(space, grads_, T(0)); }
+template <class T, class A> void ParameterStore<T, A>::refresh_compute_copy(const ExecSpace& space) {
+  if constexpr (mixed_precision<T, A>) {
+    for (const auto& s : slots_) {
+      if (s.compute_offset < 0) continue;
+      const T* const from = values_.data() + s.offset;
+      A* const to = compute_.data() + s.compute_offset;
+      Kokkos::parallel_for("kpipe::model::ParameterStore::refresh_compute_copy", range(space, s.spec->numel()),
+                           KOKKOS_LAMBDA(std::int64_t i) { to[i] = narrow<A>(from[i]); });
+    }
+  } else {
+    (void)space;
+  }
+}
 
-template <class T>
-std::pair<std::int64_t, std::int64_t> ParameterStore<T>::layer_range(int layer) const {
+template <class T, class A> View2<A> ParameterStore<T, A>::compute_matrix(int layer, const std::string& name) const {
+  if constexpr (mixed_precision<T, A>) {
+    const TensorSlot& s = find(layer, name);
+    if (s.compute_offset < 0)
+      throw std::logic_error(s.path() + " has no compute copy (it is not a matrix products read)");
+    if (s.spec->shape.size() != 2) throw std::logic_error(s.path() + " is not a matrix");
+    return View2<A>(compute_.data() + s.compute_offset, s.spec->shape[0], s.spec->shape[1]);
+  } else {
+    return matrix(layer, name);
+  }
+}
+
+template <class T, class A> void ParameterStore<T, A>::zero_grads(const ExecSpace& space) {
+  Kokkos::deep_copy(space, grads_, T(0));
+}
+
+template <class T, class A>
+std::pair<std::int64_t, std::int64_t> ParameterStore<T, A>::layer_range(int layer) const {
   std::int64_t begin = -1, end = -1;
   for (const auto& s : slots_)
     if (s.layer == layer) {
@@ -74,22 +107,22 @@ std::pair<std::int64_t, std::int64_t> ParameterStore<T>::layer_range(int layer) 
   return {begin, end - begin};
 }
 
-template <class T> const TensorSlot& ParameterStore<T>::find(int layer, const std::string& name) const {
+template <class T, class A> const TensorSlot& ParameterStore<T, A>::find(int layer, const std::string& name) const {
   for (const auto& s : slots_)
     if (s.layer == layer && s.spec->name == name) return s;
   throw std::out_of_range(fmt::format("no parameter layers/{:02d}/{} in this store", layer, name));
 }
 
-template <class T> View1<T> ParameterStore<T>::view1(const View1<T>& flat, const TensorSlot& s) {
+template <class T, class A> View1<T> ParameterStore<T, A>::view1(const View1<T>& flat, const TensorSlot& s) {
   return View1<T>(flat.data() + s.offset, s.spec->numel());
 }
 
-template <class T> View2<T> ParameterStore<T>::view2(const View1<T>& flat, const TensorSlot& s) {
+template <class T, class A> View2<T> ParameterStore<T, A>::view2(const View1<T>& flat, const TensorSlot& s) {
   if (s.spec->shape.size() != 2) throw std::logic_error(s.path() + " is not a matrix");
   return View2<T>(flat.data() + s.offset, s.spec->shape[0], s.spec->shape[1]);
 }
 
-template <class T> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T>& store) {
+template <class T, class A> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T, A>& store) {
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), store.values());
   std::vector<std::uint64_t> hashes;
   for (const auto& s : store.slots())
@@ -103,7 +136,9 @@ std::uint64_t combine_hashes(const std::vector<std::uint64_t>& hashes) {
 
 template class ParameterStore<float>;
 template class ParameterStore<double>;
+template class ParameterStore<float, bf16>;
 template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<float>&);
 template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<double>&);
+template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<float, bf16>&);
 
 }  // namespace kpipe::model

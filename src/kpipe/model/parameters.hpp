@@ -2,10 +2,17 @@
 // The parameters of a run of consecutive layers (a model chunk), their gradients and optimizer moments,
 // each carved out of one allocation so that the optimizer is one kernel and a checkpoint one copy.
 // Tensors are laid out in global layer order, then in the order of the layer's ParamSpec list.
+//
+// Mixed precision (A, the storage type, not T): the values stay the master copy in T, and the matrices the
+// layers' products read (ParamSpec::product_operand) have a compute copy in A, each rounded once from its
+// master value by refresh_compute_copy. The copy is only as fresh as its last refresh: whatever writes the
+// values (initialize, which refreshes itself; the optimizer; a checkpoint load; binding a weight version)
+// must refresh it before the next forward. When A is T there is no copy: the compute views are the values.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "kpipe/core/bfloat16.hpp"
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/model/desc.hpp"
 
@@ -15,16 +22,20 @@ struct TensorSlot {
   int layer = 0;                     // global layer index
   const ParamSpec* spec = nullptr;   // into the ModelDesc the store was built from
   std::int64_t offset = 0;           // into the flat buffers
+  std::int64_t compute_offset = -1;  // into the compute copy (mixed precision), -1 when it has none there
   std::string path() const;          // "layers/03/attn/qkv/weight"
 };
 
-template <class T> class ParameterStore {
+template <class T, class A = T> class ParameterStore {
  public:
   // Layers [first, last) of desc; desc must outlive the store.
   ParameterStore(const ModelDesc& desc, int first, int last);
 
   // Fills every parameter from (seed, global layer index, parameter name): the same values on any layout.
+  // Refreshes the compute copy.
   void initialize(const ExecSpace& space, std::uint64_t seed);
+  // The compute copy := the values, each rounded to A once (nothing to do when A is T).
+  void refresh_compute_copy(const ExecSpace& space);
   void zero_grads(const ExecSpace& space);
 
   const std::vector<TensorSlot>& slots() const { return slots_; }
@@ -37,6 +48,8 @@ template <class T> class ParameterStore {
   View2<T> matrix(int layer, const std::string& name) const { return view2(values_, find(layer, name)); }
   View1<T> grad_vector(int layer, const std::string& name) const { return view1(grads_, find(layer, name)); }
   View2<T> grad_matrix(int layer, const std::string& name) const { return view2(grads_, find(layer, name)); }
+  // The matrix as the products read it: its compute copy in A (the values themselves when A is T).
+  View2<A> compute_matrix(int layer, const std::string& name) const;
 
   // The flat buffers: values, gradients, optimizer moments, and 1 where weight decay applies.
   const View1<T>& values() const { return values_; }
@@ -44,6 +57,9 @@ template <class T> class ParameterStore {
   const View1<T>& moment1() const { return moment1_; }
   const View1<T>& moment2() const { return moment2_; }
   const View1<const std::uint8_t>& decay_mask() const { return decay_mask_; }
+  // The compute copy, flat (empty when A is T), and its length.
+  const View1<A>& compute_values() const { return compute_; }
+  std::int64_t compute_size() const { return compute_.extent(0); }
 
   // Offset and length of one layer's parameters in the flat buffers (layers are contiguous).
   std::pair<std::int64_t, std::int64_t> layer_range(int layer) const;
@@ -58,10 +74,21 @@ template <class T> class ParameterStore {
   std::vector<TensorSlot> slots_;
   View1<T> values_, grads_, moment1_, moment2_;
   View1<const std::uint8_t> decay_mask_;
+  View1<A> compute_;
 };
 
+// Elements of the compute copy of layers [first, last) in A (0 when A is T: no copy).
+template <class T, class A> std::int64_t compute_copy_elements(const ModelDesc& desc, int first, int last) {
+  std::int64_t n = 0;
+  if constexpr (mixed_precision<T, A>)
+    for (int l = first; l < last; ++l)
+      for (const auto& spec : desc.layers.at(l).params)
+        if (spec.product_operand) n += spec.numel();
+  return n;
+}
+
 // Per-tensor hashes (kpipe::fnv1a64 of each tensor's bytes, core/hash.hpp) of the store's values (host copy), in slot order.
-template <class T> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T>& store);
+template <class T, class A> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T, A>& store);
 
 // The checksum of a whole model from its tensors' hashes in global layer order.
 std::uint64_t combine_hashes(const std::vector<std::uint64_t>& hashes);

@@ -77,12 +77,32 @@ void require_extents(const char* name, const V& view, const AttentionShape& shap
           shape.seq, last, view.extent(0), view.extent(1), view.extent(2), view.extent(3));
 }
 
-template <class T>
-void require_buffers(const AttentionShape& shape, const AttentionStash<T>& stash, const AttentionWork<T>& work) {
+template <class T, class A>
+void require_buffers(const AttentionShape& shape, const AttentionStash<A>& stash, const AttentionWork<T, A>& work) {
   require_positive(shape);
   require_extents("stash.qkv", stash.qkv, shape.rows(), 3 * std::int64_t(shape.channels()));
   require_extents("stash.probs", stash.probs, shape, shape.seq);
   require_extents("work.dprobs", work.dprobs, shape, shape.seq);
+  if constexpr (mixed_precision<T, A>) require_extents("work.dscores", work.dscores, shape, shape.seq);
+}
+
+// Where forward's raw scores go: into the probabilities, softmaxed in place, when A is T; into the T buffer
+// otherwise (the softmax reads them in T and writes the probabilities rounded to A).
+template <class T, class A> View4<T> scores_of(const AttentionStash<A>& stash, const AttentionWork<T, A>& work) {
+  if constexpr (mixed_precision<T, A>) {
+    return work.dprobs;
+  } else {
+    return stash.probs;
+  }
+}
+
+// Where dL/d(q k^T) goes: over dL/dprobs in place when A is T; into the A buffer otherwise.
+template <class T, class A> View4<A> dscores_of(const AttentionWork<T, A>& work) {
+  if constexpr (mixed_precision<T, A>) {
+    return work.dscores;
+  } else {
+    return work.dprobs;
+  }
 }
 
 using Team = Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -96,17 +116,22 @@ template <class M> auto qkv_head(const M& qkv, const AttentionShape& shape, int 
 
 // ---- Host path: per-head products through the vendor BLAS, softmax one thread per row ----
 
-// In place on probs[B, H, T, T]: raw scores q k^T on and below the diagonal in, causal softmax of
-// scale * scores out, with exact zeros above the diagonal (whatever was there before). One thread per row,
-// three sweeps (max, sum of exponentials, normalize), each a vectorized loop over the row's first i + 1
-// entries.
-template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& probs, T scale) {
+// scores[B, H, T, T] -> probs[B, H, T, T]: raw scores q k^T on and below the diagonal in, causal softmax of
+// scale * scores out, with exact zeros above the diagonal (whatever was there before). When A is T, scores
+// and probs are the same buffer (in place); otherwise the exponentials overwrite the scores and the
+// probabilities are rounded to A once. One thread per row, three sweeps (max, sum of exponentials,
+// normalize), each a vectorized loop over the row's first i + 1 entries.
+template <class T, class A>
+void causal_softmax(const ExecSpace& space, const View4<T>& scores, const View4<A>& probs, T scale) {
   const int seq = probs.extent(2);
-  T* const base = probs.data();
+  T* const base = scores.data();
+  A* const probs_base = probs.data();
   Kokkos::parallel_for(
       "kpipe::nn::Attention::forward::causal_softmax",
       range(space, std::int64_t(probs.extent(0)) * probs.extent(1) * seq), KOKKOS_LAMBDA(std::int64_t r) {
         T* KOKKOS_RESTRICT p = base + r * seq;
+        // Captured here, not first inside the if constexpr below (which CUDA's extended lambdas refuse).
+        A* const row_probs = probs_base + r * seq;  // p itself when A is T
         const std::int64_t n = r % seq + 1;
         // Whole vectors up to `padded`: masked lanes count as nothing, and the exponential sweep writes
         // them the zeros they get anyway.
@@ -119,30 +144,51 @@ template <class T> void causal_softmax(const ExecSpace& space, const View4<T>& p
           return e;
         });
         const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
-        for (std::int64_t j = 0; j < padded; ++j) p[j] *= inv_sum;
-        for (std::int64_t j = padded; j < seq; ++j) p[j] = T(0);
+        if constexpr (mixed_precision<T, A>) {
+          A* KOKKOS_RESTRICT out = row_probs;
+          for (std::int64_t j = 0; j < padded; ++j) out[j] = narrow<A>(p[j] * inv_sum);
+          for (std::int64_t j = padded; j < seq; ++j) out[j] = narrow<A>(T(0));
+        } else {
+          (void)row_probs;  // the same buffer as p
+          for (std::int64_t j = 0; j < padded; ++j) p[j] *= inv_sum;
+          for (std::int64_t j = padded; j < seq; ++j) p[j] = T(0);
+        }
       });
 }
 
-// In place on grad[B, H, T, T]: dL/dprobs on and below the diagonal in, dL/d(q k^T) out,
-// grad_ij = scale * P_ij (grad_ij - sum_k grad_ik P_ik), with exact zeros above the diagonal.
-template <class T>
-void causal_softmax_backward(const ExecSpace& space, const View4<T>& probs, const View4<T>& grad, T scale) {
+// (probs, grad = dL/dprobs)[B, H, T, T] -> dscores = dL/d(q k^T), on and below the diagonal
+// scale * P_ij (grad_ij - sum_k grad_ik P_ik), with exact zeros above it. When A is T, dscores is grad (in
+// place); otherwise the result, computed in T, is rounded to A once.
+template <class T, class A>
+void causal_softmax_backward(const ExecSpace& space, const View4<A>& probs, const View4<T>& grad,
+                             const View4<A>& dscores, T scale) {
   const int seq = probs.extent(2);
-  const T* const probs_base = probs.data();
+  const A* const probs_base = probs.data();
   T* const grad_base = grad.data();
+  A* const dscores_base = dscores.data();
   Kokkos::parallel_for(
       "kpipe::nn::Attention::backward_input::causal_softmax",
       range(space, std::int64_t(probs.extent(0)) * probs.extent(1) * seq), KOKKOS_LAMBDA(std::int64_t r) {
-        const T* KOKKOS_RESTRICT p = probs_base + r * seq;
+        const A* KOKKOS_RESTRICT p = probs_base + r * seq;
         T* KOKKOS_RESTRICT g = grad_base + r * seq;
+        // Captured here, not first inside the if constexpr below (which CUDA's extended lambdas refuse).
+        A* const row_dscores = dscores_base + r * seq;  // g itself when A is T
+        const T s = scale;
         // probs are exact zeros in [n, padded) (the forward wrote them), so whole vectors up to padded
         // add nothing to the dot product and give zeros there.
         const std::int64_t n = r % seq + 1;
         const std::int64_t padded = whole_vectors(n, seq);
-        const T dot = lane_sum<T>(padded, [&](std::int64_t j) { return j < n ? g[j] * p[j] : T(0); });
-        for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? scale * p[j] * (g[j] - dot) : T(0);
-        for (std::int64_t j = padded; j < seq; ++j) g[j] = T(0);
+        const T dot = lane_sum<T>(padded, [&](std::int64_t j) { return j < n ? g[j] * widen<T>(p[j]) : T(0); });
+        if constexpr (mixed_precision<T, A>) {
+          A* KOKKOS_RESTRICT ds = row_dscores;
+          for (std::int64_t j = 0; j < padded; ++j)
+            ds[j] = narrow<A>(j < n ? s * widen<T>(p[j]) * (g[j] - dot) : T(0));
+          for (std::int64_t j = padded; j < seq; ++j) ds[j] = narrow<A>(T(0));
+        } else {
+          (void)row_dscores;  // the same buffer as g
+          for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? s * p[j] * (g[j] - dot) : T(0);
+          for (std::int64_t j = padded; j < seq; ++j) g[j] = T(0);
+        }
       });
 }
 
@@ -150,34 +196,43 @@ void causal_softmax_backward(const ExecSpace& space, const View4<T>& probs, cons
 // the entries above the diagonal inside a diagonal block are exact zeros (the kernels above write them),
 // so skipping the blocks beyond leaves every result unchanged.
 
+// The products' alpha and beta for an output holding M's elements.
+template <class M> using scalar_of = blas::scalar_t<typename M::non_const_value_type>;
+
 // scores[r0:r1, 0:r1] = q[r0:r1] k[0:r1]^T for every row block.
-template <class Q, class K, class P> void causal_scores(const ExecSpace& space, const Q& q, const K& k, const P& scores) {
-  using T = typename P::non_const_value_type;
+template <class Q, class K, class P>
+void causal_scores(const ExecSpace& space, const Q& q, const K& k, const P& scores, const View1<float>& workspace) {
+  using S = scalar_of<P>;
   const std::int64_t seq = scores.extent(0);
   for (std::int64_t r0 = 0; r0 < seq; r0 += causal_block) {
     const std::int64_t r1 = std::min(seq, r0 + causal_block);
-    blas::gemm(space, "N", "T", T(1), rows(q, r0, r1), rows(k, 0, r1), T(0), block(scores, r0, r1, 0, r1));
+    blas::gemm(space, "N", "T", S(1), rows(q, r0, r1), rows(k, 0, r1), S(0), block(scores, r0, r1, 0, r1),
+               blas::Math::exact, workspace);
   }
 }
 
 // out[r0:r1] = probs[r0:r1, 0:r1] x[0:r1] for every row block (probs lower triangular).
-template <class P, class X, class O> void lower_times(const ExecSpace& space, const P& probs, const X& x, const O& out) {
-  using T = typename P::non_const_value_type;
+template <class P, class X, class O>
+void lower_times(const ExecSpace& space, const P& probs, const X& x, const O& out, const View1<float>& workspace) {
+  using S = scalar_of<O>;
   const std::int64_t seq = probs.extent(0);
   for (std::int64_t r0 = 0; r0 < seq; r0 += causal_block) {
     const std::int64_t r1 = std::min(seq, r0 + causal_block);
-    blas::gemm(space, "N", "N", T(1), block(probs, r0, r1, 0, r1), rows(x, 0, r1), T(0), rows(out, r0, r1));
+    blas::gemm(space, "N", "N", S(1), block(probs, r0, r1, 0, r1), rows(x, 0, r1), S(0), rows(out, r0, r1),
+               blas::Math::exact, workspace);
   }
 }
 
 // out[c0:c1] = probs[c0:T, c0:c1]^T x[c0:T] for every column block (probs lower triangular).
 template <class P, class X, class O>
-void lower_transposed_times(const ExecSpace& space, const P& probs, const X& x, const O& out) {
-  using T = typename P::non_const_value_type;
+void lower_transposed_times(const ExecSpace& space, const P& probs, const X& x, const O& out,
+                            const View1<float>& workspace) {
+  using S = scalar_of<O>;
   const std::int64_t seq = probs.extent(0);
   for (std::int64_t c0 = 0; c0 < seq; c0 += causal_block) {
     const std::int64_t c1 = std::min(seq, c0 + causal_block);
-    blas::gemm(space, "T", "N", T(1), block(probs, c0, seq, c0, c1), rows(x, c0, seq), T(0), rows(out, c0, c1));
+    blas::gemm(space, "T", "N", S(1), block(probs, c0, seq, c0, c1), rows(x, c0, seq), S(0), rows(out, c0, c1),
+               blas::Math::exact, workspace);
   }
 }
 
@@ -201,41 +256,45 @@ struct HeadRow {
       : b(int(r / (std::int64_t(heads) * seq))), h(int((r / seq) % heads)), i(int(r % seq)) {}
 };
 
-// In place on row p[0, seq) of query i: raw scores on and below the diagonal in, the causal softmax of
-// scale * scores out, exact zeros above the diagonal. Each thread sweeps a strided share j = lane,
+// Row s[0, seq) of query i's raw scores on and below the diagonal -> row p[0, seq) of its causal softmax of
+// scale * scores, exact zeros above the diagonal; the exponentials overwrite s. When A is T, p is s (in
+// place); otherwise each probability is rounded to A once. Each thread sweeps a strided share j = lane,
 // lane + lanes, ... of the row in a register of its own (coalesced), then the team combines the shares.
-template <class T> KOKKOS_INLINE_FUNCTION void team_causal_softmax(const Team& team, T* p, int i, int seq, T scale) {
+template <class T, class A>
+KOKKOS_INLINE_FUNCTION void team_causal_softmax(const Team& team, T* s, A* p, int i, int seq, T scale) {
   const int lanes = team.team_size();
   T row_max = 0;
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(team, lanes),
       [&](int lane, T& team_max) {
         // max(scale * x) = scale * max(x) exactly, scale being positive.
-        if (lane <= i) team_max = math::max(team_max, strided_max(p, lane, i, lanes) * scale);
+        if (lane <= i) team_max = math::max(team_max, strided_max(s, lane, i, lanes) * scale);
       },
       Kokkos::Max<T>(row_max));
   T sum = 0;
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(team, lanes),
       [&](int lane, T& team_sum) {
-        T s = 0;
+        T partial = 0;
         for (int j = lane; j <= i; j += lanes) {
-          const T e = math::exp(scale * p[j] - row_max);
-          p[j] = e;
-          s += e;
+          const T e = math::exp(scale * s[j] - row_max);
+          s[j] = e;
+          partial += e;
         }
-        team_sum += s;
+        team_sum += partial;
       },
       sum);
   const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
   team.team_barrier();           // the next sweep splits the row among the threads differently
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](int j) { p[j] = j <= i ? p[j] * inv_sum : T(0); });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
+                       [&](int j) { p[j] = j <= i ? narrow<A>(s[j] * inv_sum) : narrow<A>(T(0)); });
 }
 
-// qkv[B*T, 3C] -> probs[B, H, T, T] (the stash), out[B*T, C]
-template <class T>
-void forward_rows(const ExecSpace& space, const AttentionShape& shape, const View2<const T>& qkv,
-                  const View4<T>& probs, const View2<T>& out) {
+// qkv[B*T, 3C] -> probs[B, H, T, T] (the stash), out[B*T, C]; the raw scores go through `scores` (probs
+// itself when A is T).
+template <class T, class A>
+void forward_rows(const ExecSpace& space, const AttentionShape& shape, const View2<const A>& qkv,
+                  const View4<T>& scores, const View4<A>& probs, const View2<A>& out) {
   const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim;
   const std::int64_t channels = shape.channels();
   const T scale = T(1) / math::sqrt(T(hd));
@@ -245,30 +304,32 @@ void forward_rows(const ExecSpace& space, const AttentionShape& shape, const Vie
         const HeadRow r(team.league_rank(), heads, seq);
         const std::int64_t row0 = std::int64_t(r.b) * seq;  // sequence b's first row of qkv and out
         const std::int64_t q0 = std::int64_t(r.h) * hd, k0 = channels + q0, v0 = 2 * channels + q0;
-        const T* const q = &qkv(row0 + r.i, q0);
-        T* const p = &probs(r.b, r.h, r.i, 0);
+        const A* const q = &qkv(row0 + r.i, q0);
+        T* const s = &scores(r.b, r.h, r.i, 0);
+        A* const p = &probs(r.b, r.h, r.i, 0);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r.i + 1), [&](int j) {
-          const T* const k = &qkv(row0 + j, k0);
-          T s = 0;
-          for (int d = 0; d < hd; ++d) s += q[d] * k[d];
-          p[j] = s;
+          const A* const k = &qkv(row0 + j, k0);
+          T dot = 0;
+          for (int d = 0; d < hd; ++d) dot += widen<T>(q[d]) * widen<T>(k[d]);
+          s[j] = dot;
         });
         team.team_barrier();
-        team_causal_softmax(team, p, r.i, seq, scale);
+        team_causal_softmax(team, s, p, r.i, seq, scale);
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
-          T s = 0;
-          for (int j = 0; j <= r.i; ++j) s += p[j] * qkv(row0 + j, v0 + d);
-          out(row0 + r.i, q0 + d) = s;
+          T sum = 0;
+          for (int j = 0; j <= r.i; ++j) sum += widen<T>(p[j]) * widen<T>(qkv(row0 + j, v0 + d));
+          out(row0 + r.i, q0 + d) = narrow<A>(sum);
         });
       });
 }
 
-// (qkv, probs, dout[B*T, C]) -> dscores[B, H, T, T] = dL/d(q k^T), dqkv[B*T, 3C]
-template <class T>
-void backward_rows(const ExecSpace& space, const AttentionShape& shape, const View2<const T>& qkv,
-                   const View4<const T>& probs, const View2<const T>& dout, const View4<T>& dscores,
-                   const View2<T>& dqkv) {
+// (qkv, probs, dout[B*T, C]) -> dprobs[B, H, T, T] = dL/dprobs, dscores[B, H, T, T] = dL/d(q k^T) (dprobs
+// itself when A is T), dqkv[B*T, 3C]
+template <class T, class A>
+void backward_rows(const ExecSpace& space, const AttentionShape& shape, const View2<const A>& qkv,
+                   const View4<const A>& probs, const View2<const A>& dout, const View4<T>& dprobs,
+                   const View4<A>& dscores, const View2<A>& dqkv) {
   const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim;
   const std::int64_t channels = shape.channels();
   const T scale = T(1) / math::sqrt(T(hd));
@@ -279,13 +340,14 @@ void backward_rows(const ExecSpace& space, const AttentionShape& shape, const Vi
         const HeadRow r(team.league_rank(), heads, seq);
         const std::int64_t row0 = std::int64_t(r.b) * seq;
         const std::int64_t q0 = std::int64_t(r.h) * hd, k0 = channels + q0, v0 = 2 * channels + q0;
-        const T* const dy = &dout(row0 + r.i, q0);
-        const T* const p = &probs(r.b, r.h, r.i, 0);
-        T* const g = &dscores(r.b, r.h, r.i, 0);
+        const A* const dy = &dout(row0 + r.i, q0);
+        const A* const p = &probs(r.b, r.h, r.i, 0);
+        T* const g = &dprobs(r.b, r.h, r.i, 0);
+        A* const ds = &dscores(r.b, r.h, r.i, 0);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r.i + 1), [&](int j) {
-          const T* const v = &qkv(row0 + j, v0);
+          const A* const v = &qkv(row0 + j, v0);
           T s = 0;
-          for (int d = 0; d < hd; ++d) s += dy[d] * v[d];
+          for (int d = 0; d < hd; ++d) s += widen<T>(dy[d]) * widen<T>(v[d]);
           g[j] = s;
         });
         team.team_barrier();
@@ -295,23 +357,24 @@ void backward_rows(const ExecSpace& space, const AttentionShape& shape, const Vi
             Kokkos::TeamThreadRange(team, lanes),
             [&](int lane, T& team_dot) {
               T s = 0;
-              for (int j = lane; j <= r.i; j += lanes) s += g[j] * p[j];
+              for (int j = lane; j <= r.i; j += lanes) s += g[j] * widen<T>(p[j]);
               team_dot += s;
             },
             dot);
-        team.team_barrier();  // every read of g before the first write
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
-                             [&](int j) { g[j] = j <= r.i ? scale * p[j] * (g[j] - dot) : T(0); });
+        team.team_barrier();  // every read of g before the first write (ds is g when A is T)
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](int j) {
+          ds[j] = j <= r.i ? narrow<A>(scale * widen<T>(p[j]) * (g[j] - dot)) : narrow<A>(T(0));
+        });
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
           T s = 0;
-          for (int j = 0; j <= r.i; ++j) s += g[j] * qkv(row0 + j, k0 + d);
-          dqkv(row0 + r.i, q0 + d) = s;
+          for (int j = 0; j <= r.i; ++j) s += widen<T>(ds[j]) * widen<T>(qkv(row0 + j, k0 + d));
+          dqkv(row0 + r.i, q0 + d) = narrow<A>(s);
         });
       });
   // Key rows, once every dS is complete (the next launch on the same space): dv_j = P[:, j]^T dO and
   // dk_j = dS[:, j]^T Q over the query rows i >= j.
-  const View4<const T> ds = dscores;
+  const View4<const A> ds = dscores;
   for_each_team(
       "kpipe::nn::Attention::backward_input::columns", space, rows, KOKKOS_LAMBDA(const Team& team) {
         const HeadRow r(team.league_rank(), heads, seq);  // r.i is the key position here
@@ -320,36 +383,56 @@ void backward_rows(const ExecSpace& space, const AttentionShape& shape, const Vi
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
           T dv = 0, dk = 0;
           for (int i = r.i; i < seq; ++i) {
-            dv += probs(r.b, r.h, i, r.i) * dout(row0 + i, q0 + d);
-            dk += ds(r.b, r.h, i, r.i) * qkv(row0 + i, q0 + d);
+            dv += widen<T>(probs(r.b, r.h, i, r.i)) * widen<T>(dout(row0 + i, q0 + d));
+            dk += widen<T>(ds(r.b, r.h, i, r.i)) * widen<T>(qkv(row0 + i, q0 + d));
           }
-          dqkv(row0 + r.i, v0 + d) = dv;
-          dqkv(row0 + r.i, k0 + d) = dk;
+          dqkv(row0 + r.i, v0 + d) = narrow<A>(dv);
+          dqkv(row0 + r.i, k0 + d) = narrow<A>(dk);
         });
       });
 }
 
 }  // namespace attention_detail
 
-template <class T> AttentionStash<T> allocate_stash(const AttentionShape& shape, bool qkv, bool probs) {
+template <class A> AttentionStash<A> allocate_stash(const AttentionShape& shape, bool qkv, bool probs) {
   attention_detail::require_positive(shape);
   const int b = shape.batch, h = shape.heads, t = shape.seq, d = shape.head_dim;
-  AttentionStash<T> stash;
-  if (qkv) stash.qkv = View2<T>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(h) * d);
-  if (probs) stash.probs = View4<T>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t);
+  AttentionStash<A> stash;
+  if (qkv) stash.qkv = View2<A>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(h) * d);
+  if (probs) stash.probs = View4<A>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t);
   return stash;
 }
 
-template <class T> AttentionWork<T> allocate_work(const AttentionShape& shape) {
+template <class T, class A> AttentionWorkElements attention_work_elements(const AttentionShape& shape) {
+  const std::int64_t square = std::int64_t(shape.batch) * shape.heads * shape.seq * shape.seq;
+  AttentionWorkElements e;
+  e.t = square;
+  if constexpr (mixed_precision<T, A>) {
+    e.a = square;
+    // The host path's products: blocks of at most causal_block query rows (or key columns) of one head;
+    // scores and dP in T (causal_scores), out, dq, dk and dv in A (lower_times, lower_transposed_times).
+    const std::int64_t rows = std::min<std::int64_t>(attention_detail::causal_block, shape.seq);
+    e.workspace = std::max(blas::workspace_elements<A, T>(rows, shape.seq, shape.head_dim),
+                           blas::workspace_elements<A, A>(rows, shape.head_dim, shape.seq));
+  }
+  return e;
+}
+
+template <class T, class A> AttentionWork<T, A> allocate_work(const AttentionShape& shape) {
   attention_detail::require_positive(shape);
-  AttentionWork<T> work;
+  const AttentionWorkElements e = attention_work_elements<T, A>(shape);
+  AttentionWork<T, A> work;
   work.dprobs = View4<T>(uninitialized("kpipe::nn::Attention::dprobs"), shape.batch, shape.heads, shape.seq, shape.seq);
+  if (e.a > 0)
+    work.dscores =
+        View4<A>(uninitialized("kpipe::nn::Attention::dscores"), shape.batch, shape.heads, shape.seq, shape.seq);
+  if (e.workspace > 0) work.workspace = View1<float>(uninitialized("kpipe::nn::Attention::workspace"), e.workspace);
   return work;
 }
 
-template <class T, KernelPath P>
-void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<T> qkv, const AttentionStash<T>& stash,
-                       const AttentionWork<T>& work, const View2<T>& out) {
+template <class T, KernelPath P, class A>
+void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<A> qkv, const AttentionStash<A>& stash,
+                       const AttentionWork<T, A>& work, const View2<A>& out) {
   using namespace attention_detail;
   require_buffers(shape, stash, work);
   require_extents("qkv", qkv, shape.rows(), 3 * std::int64_t(shape.channels()));
@@ -357,24 +440,26 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<
 
   const int hd = shape.head_dim;
   if (qkv.data() != stash.qkv.data()) Kokkos::deep_copy(space, stash.qkv, qkv);
-  const View2<const T> x = stash.qkv;
+  const View2<const A> x = stash.qkv;
+  const View4<T> scores = scores_of(stash, work);
   if constexpr (P == KernelPath::device) {
-    forward_rows(space, shape, x, stash.probs, out);
+    forward_rows(space, shape, x, scores, stash.probs, out);
   } else {  // host path: per-head products through the host BLAS
+    const View1<float>& ws = work.workspace;
     for (int b = 0; b < shape.batch; ++b)
       for (int h = 0; h < shape.heads; ++h)
-        causal_scores(space, qkv_head(x, shape, 0, b, h), qkv_head(x, shape, 1, b, h), head(stash.probs, b, h));
-    causal_softmax(space, stash.probs, T(1) / math::sqrt(T(hd)));
+        causal_scores(space, qkv_head(x, shape, 0, b, h), qkv_head(x, shape, 1, b, h), head(scores, b, h), ws);
+    causal_softmax(space, scores, stash.probs, T(1) / math::sqrt(T(hd)));
     for (int b = 0; b < shape.batch; ++b)
       for (int h = 0; h < shape.heads; ++h)  // head h's output straight into its columns of out
         lower_times(space, head(stash.probs, b, h), qkv_head(x, shape, 2, b, h),
-                    sequence_columns(out, shape, b, h * hd, hd));
+                    sequence_columns(out, shape, b, h * hd, hd), ws);
   }
 }
 
-template <class T, KernelPath P>
-void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<T>& stash,
-                              const AttentionWork<T>& work, In2<T> dout, const View2<T>& dqkv) {
+template <class T, KernelPath P, class A>
+void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<A>& stash,
+                              const AttentionWork<T, A>& work, In2<A> dout, const View2<A>& dqkv) {
   using namespace attention_detail;
   require_buffers(shape, stash, work);
   require_extents("dout", dout, shape.rows(), shape.channels());
@@ -382,27 +467,28 @@ void attention_backward_input(const ExecSpace& space, const AttentionShape& shap
 
   const int hd = shape.head_dim;
   const std::int64_t channels = shape.channels();
-  const View2<const T> dy = dout;
-  const View2<const T> x = stash.qkv;
+  const View2<const A> dy = dout;
+  const View2<const A> x = stash.qkv;
+  const View4<A> dscores = dscores_of(work);  // dL/d(q k^T): over dprobs in place when A is T
   if constexpr (P == KernelPath::device) {
-    backward_rows(space, shape, x, View4<const T>(stash.probs), dy, work.dprobs, dqkv);
+    backward_rows(space, shape, x, View4<const A>(stash.probs), dy, work.dprobs, dscores, dqkv);
   } else {  // host path: per-head products through the host BLAS
+    const View1<float>& ws = work.workspace;
     // dO of head h is its columns of dout; dq, dk, dv of head h go straight into their columns of dqkv.
     for (int b = 0; b < shape.batch; ++b)
       for (int h = 0; h < shape.heads; ++h) {
         const auto dheads = sequence_columns(dy, shape, b, h * hd, hd);
-        causal_scores(space, dheads, qkv_head(x, shape, 2, b, h), head(work.dprobs, b, h));  // dP = dO v^T
+        causal_scores(space, dheads, qkv_head(x, shape, 2, b, h), head(work.dprobs, b, h), ws);  // dP = dO v^T
         lower_transposed_times(space, head(stash.probs, b, h), dheads,
-                               sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd));  // dv = P^T dO
+                               sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd), ws);  // dv = P^T dO
       }
-    const auto& dscores = work.dprobs;  // overwritten in place: dL/d(q k^T) from here on
-    causal_softmax_backward(space, stash.probs, dscores, T(1) / math::sqrt(T(hd)));
+    causal_softmax_backward(space, stash.probs, work.dprobs, dscores, T(1) / math::sqrt(T(hd)));
     for (int b = 0; b < shape.batch; ++b)
       for (int h = 0; h < shape.heads; ++h) {
         lower_times(space, head(dscores, b, h), qkv_head(x, shape, 1, b, h),
-                    sequence_columns(dqkv, shape, b, h * hd, hd));  // dq = dS k
+                    sequence_columns(dqkv, shape, b, h * hd, hd), ws);  // dq = dS k
         lower_transposed_times(space, head(dscores, b, h), qkv_head(x, shape, 0, b, h),
-                               sequence_columns(dqkv, shape, b, channels + h * hd, hd));  // dk = dS^T q
+                               sequence_columns(dqkv, shape, b, channels + h * hd, hd), ws);  // dk = dS^T q
       }
   }
 }
@@ -413,33 +499,61 @@ double attention_forward_flops(const AttentionShape& shape) {
                   blas::gemm_flops(shape.seq, shape.head_dim, shape.seq));
 }
 
+// Float (training), double (gradient checks), float accumulating bf16 storage (mixed precision); both paths.
 template AttentionStash<float> allocate_stash<float>(const AttentionShape&, bool, bool);
-template AttentionWork<float> allocate_work<float>(const AttentionShape&);
-template void attention_forward<float, KernelPath::host>(const ExecSpace&, const AttentionShape&, In2<float>,
-                                                     const AttentionStash<float>&, const AttentionWork<float>&,
-                                                     const View2<float>&);
-template void attention_backward_input<float, KernelPath::host>(const ExecSpace&, const AttentionShape&,
-                                                            const AttentionStash<float>&, const AttentionWork<float>&,
-                                                            In2<float>, const View2<float>&);
-template void attention_forward<float, KernelPath::device>(const ExecSpace&, const AttentionShape&, In2<float>,
-                                                     const AttentionStash<float>&, const AttentionWork<float>&,
-                                                     const View2<float>&);
-template void attention_backward_input<float, KernelPath::device>(const ExecSpace&, const AttentionShape&,
-                                                            const AttentionStash<float>&, const AttentionWork<float>&,
-                                                            In2<float>, const View2<float>&);
 template AttentionStash<double> allocate_stash<double>(const AttentionShape&, bool, bool);
-template AttentionWork<double> allocate_work<double>(const AttentionShape&);
-template void attention_forward<double, KernelPath::host>(const ExecSpace&, const AttentionShape&, In2<double>,
-                                                     const AttentionStash<double>&, const AttentionWork<double>&,
-                                                     const View2<double>&);
-template void attention_backward_input<double, KernelPath::host>(const ExecSpace&, const AttentionShape&,
-                                                            const AttentionStash<double>&, const AttentionWork<double>&,
-                                                            In2<double>, const View2<double>&);
-template void attention_forward<double, KernelPath::device>(const ExecSpace&, const AttentionShape&, In2<double>,
-                                                     const AttentionStash<double>&, const AttentionWork<double>&,
-                                                     const View2<double>&);
-template void attention_backward_input<double, KernelPath::device>(const ExecSpace&, const AttentionShape&,
-                                                            const AttentionStash<double>&, const AttentionWork<double>&,
-                                                            In2<double>, const View2<double>&);
+template AttentionStash<bf16> allocate_stash<bf16>(const AttentionShape&, bool, bool);
+template AttentionWork<float, float> allocate_work<float, float>(const AttentionShape&);
+template AttentionWorkElements attention_work_elements<float, float>(const AttentionShape&);
+template void attention_forward<float, KernelPath::host, float>(const ExecSpace&, const AttentionShape&, In2<float>,
+                                                                const AttentionStash<float>&,
+                                                                const AttentionWork<float, float>&,
+                                                                const View2<float>&);
+template void attention_backward_input<float, KernelPath::host, float>(const ExecSpace&, const AttentionShape&,
+                                                                       const AttentionStash<float>&,
+                                                                       const AttentionWork<float, float>&, In2<float>,
+                                                                       const View2<float>&);
+template void attention_forward<float, KernelPath::device, float>(const ExecSpace&, const AttentionShape&, In2<float>,
+                                                                  const AttentionStash<float>&,
+                                                                  const AttentionWork<float, float>&,
+                                                                  const View2<float>&);
+template void attention_backward_input<float, KernelPath::device, float>(const ExecSpace&, const AttentionShape&,
+                                                                         const AttentionStash<float>&,
+                                                                         const AttentionWork<float, float>&, In2<float>,
+                                                                         const View2<float>&);
+template AttentionWork<double, double> allocate_work<double, double>(const AttentionShape&);
+template AttentionWorkElements attention_work_elements<double, double>(const AttentionShape&);
+template void attention_forward<double, KernelPath::host, double>(const ExecSpace&, const AttentionShape&, In2<double>,
+                                                                  const AttentionStash<double>&,
+                                                                  const AttentionWork<double, double>&,
+                                                                  const View2<double>&);
+template void attention_backward_input<double, KernelPath::host, double>(const ExecSpace&, const AttentionShape&,
+                                                                         const AttentionStash<double>&,
+                                                                         const AttentionWork<double, double>&,
+                                                                         In2<double>, const View2<double>&);
+template void attention_forward<double, KernelPath::device, double>(const ExecSpace&, const AttentionShape&,
+                                                                    In2<double>, const AttentionStash<double>&,
+                                                                    const AttentionWork<double, double>&,
+                                                                    const View2<double>&);
+template void attention_backward_input<double, KernelPath::device, double>(const ExecSpace&, const AttentionShape&,
+                                                                           const AttentionStash<double>&,
+                                                                           const AttentionWork<double, double>&,
+                                                                           In2<double>, const View2<double>&);
+template AttentionWork<float, bf16> allocate_work<float, bf16>(const AttentionShape&);
+template AttentionWorkElements attention_work_elements<float, bf16>(const AttentionShape&);
+template void attention_forward<float, KernelPath::host, bf16>(const ExecSpace&, const AttentionShape&, In2<bf16>,
+                                                               const AttentionStash<bf16>&,
+                                                               const AttentionWork<float, bf16>&, const View2<bf16>&);
+template void attention_backward_input<float, KernelPath::host, bf16>(const ExecSpace&, const AttentionShape&,
+                                                                      const AttentionStash<bf16>&,
+                                                                      const AttentionWork<float, bf16>&, In2<bf16>,
+                                                                      const View2<bf16>&);
+template void attention_forward<float, KernelPath::device, bf16>(const ExecSpace&, const AttentionShape&, In2<bf16>,
+                                                                 const AttentionStash<bf16>&,
+                                                                 const AttentionWork<float, bf16>&, const View2<bf16>&);
+template void attention_backward_input<float, KernelPath::device, bf16>(const ExecSpace&, const AttentionShape&,
+                                                                        const AttentionStash<bf16>&,
+                                                                        const AttentionWork<float, bf16>&, In2<bf16>,
+                                                                        const View2<bf16>&);
 
 }  // namespace kpipe::nn

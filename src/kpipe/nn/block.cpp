@@ -33,21 +33,57 @@ unsigned weight_fields(Recompute mode) {
   return (ln1 | att | x2 | ln2 | g) & ~kept_fields(mode);
 }
 
-std::int64_t stash_elements(unsigned fields, const AttentionShape& shape, int hidden) {
+namespace {
+// Elements of the given stash fields stored in A (activations) and in T (LayerNorm statistics).
+struct StashElements {
+  std::int64_t a = 0, t = 0;
+};
+StashElements stash_element_counts(unsigned fields, const AttentionShape& shape, int hidden) {
   using namespace stash_field;
   const std::int64_t n = shape.rows(), c = shape.channels(), h = hidden;
   const std::int64_t probs_elems = std::int64_t(shape.batch) * shape.heads * shape.seq * shape.seq;
-  std::int64_t e = 0;
-  if (fields & ln1) e += n * c + 2 * n;
-  if (fields & qkv) e += 3 * n * c;
-  if (fields & probs) e += probs_elems;
-  if (fields & att) e += n * c;
-  if (fields & x2) e += n * c;
-  if (fields & ln2) e += n * c + 2 * n;
-  if (fields & f) e += n * h;
-  if (fields & g) e += n * h;
-  if (fields & out) e += n * c;
+  StashElements e;
+  if (fields & ln1) e.a += n * c, e.t += 2 * n;
+  if (fields & qkv) e.a += 3 * n * c;
+  if (fields & probs) e.a += probs_elems;
+  if (fields & att) e.a += n * c;
+  if (fields & x2) e.a += n * c;
+  if (fields & ln2) e.a += n * c, e.t += 2 * n;
+  if (fields & f) e.a += n * h;
+  if (fields & g) e.a += n * h;
+  if (fields & out) e.a += n * c;
   return e;
+}
+}  // namespace
+
+std::int64_t stash_elements(unsigned fields, const AttentionShape& shape, int hidden) {
+  const StashElements e = stash_element_counts(fields, shape, hidden);
+  return e.a + e.t;
+}
+
+template <class T, class A> std::int64_t stash_bytes(unsigned fields, const AttentionShape& shape, int hidden) {
+  const StashElements e = stash_element_counts(fields, shape, hidden);
+  return e.a * std::int64_t(sizeof(A)) + e.t * std::int64_t(sizeof(T));
+}
+
+template <class T, class A> std::int64_t grads_bytes(const AttentionShape& shape, int hidden) {
+  return grads_elements(shape, hidden) * std::int64_t(sizeof(A));
+}
+
+template <class T, class A> std::int64_t work_bytes(const AttentionShape& shape) {
+  const AttentionWorkElements attn = attention_work_elements<T, A>(shape);
+  return shape.rows() * shape.channels() * std::int64_t(sizeof(A)) +  // datt
+         attn.t * std::int64_t(sizeof(T)) + attn.a * std::int64_t(sizeof(A)) +
+         attn.workspace * std::int64_t(sizeof(float));
+}
+
+template <class T, class A> ProductsSize block_products_size(const AttentionShape& shape, int hidden) {
+  const std::int64_t n = shape.rows(), c = shape.channels();
+  ProductsSize s = linear_products_size<T, A>(n, c, 3 * c);  // qkv
+  s.cover(linear_products_size<T, A>(n, c, c));               // proj
+  s.cover(linear_products_size<T, A>(n, c, hidden));          // fc
+  s.cover(linear_products_size<T, A>(n, hidden, c));          // fc_proj
+  return s;
 }
 
 std::int64_t grads_elements(const AttentionShape& shape, int hidden) {
@@ -59,35 +95,35 @@ std::int64_t work_elements(const AttentionShape& shape) {
   return shape.rows() * shape.channels() + std::int64_t(shape.batch) * shape.heads * shape.seq * shape.seq;
 }
 
-template <class T> BlockStash<T> allocate_stash(const Block<T>& b, unsigned fields) {
+template <class T, class A> BlockStash<T, A> allocate_stash(const Block<T, A>& b, unsigned fields) {
   using namespace stash_field;
   const auto n = b.shape.rows();
   const int c = b.shape.channels(), f_width = b.hidden;
-  BlockStash<T> s;
+  BlockStash<T, A> s;
   if (fields & ln1) {
-    s.h1 = matrix<T>("kpipe::nn::Block::h1", n, c);
+    s.h1 = matrix<A>("kpipe::nn::Block::h1", n, c);
     s.mean1 = vector<T>("kpipe::nn::Block::mean1", n);
     s.rstd1 = vector<T>("kpipe::nn::Block::rstd1", n);
   }
   if (fields & (qkv | probs)) {
-    const AttentionStash<T> a = allocate_stash<T>(b.shape, (fields & qkv) != 0, (fields & probs) != 0);
+    const AttentionStash<A> a = allocate_stash<A>(b.shape, (fields & qkv) != 0, (fields & probs) != 0);
     s.attn = a;
   }
-  if (fields & att) s.att = matrix<T>("kpipe::nn::Block::att", n, c);
-  if (fields & x2) s.x2 = matrix<T>("kpipe::nn::Block::x2", n, c);
+  if (fields & att) s.att = matrix<A>("kpipe::nn::Block::att", n, c);
+  if (fields & x2) s.x2 = matrix<A>("kpipe::nn::Block::x2", n, c);
   if (fields & ln2) {
-    s.h2 = matrix<T>("kpipe::nn::Block::h2", n, c);
+    s.h2 = matrix<A>("kpipe::nn::Block::h2", n, c);
     s.mean2 = vector<T>("kpipe::nn::Block::mean2", n);
     s.rstd2 = vector<T>("kpipe::nn::Block::rstd2", n);
   }
-  if (fields & f) s.f = matrix<T>("kpipe::nn::Block::f", n, f_width);
-  if (fields & g) s.g = matrix<T>("kpipe::nn::Block::g", n, f_width);
-  if (fields & out) s.out = matrix<T>("kpipe::nn::Block::out", n, c);
+  if (fields & f) s.f = matrix<A>("kpipe::nn::Block::f", n, f_width);
+  if (fields & g) s.g = matrix<A>("kpipe::nn::Block::g", n, f_width);
+  if (fields & out) s.out = matrix<A>("kpipe::nn::Block::out", n, c);
   return s;
 }
 
-template <class T> BlockStash<T> overlay(const BlockStash<T>& a, const BlockStash<T>& b) {
-  BlockStash<T> s;
+template <class T, class A> BlockStash<T, A> overlay(const BlockStash<T, A>& a, const BlockStash<T, A>& b) {
+  BlockStash<T, A> s;
   s.h1 = pick(a.h1, b.h1);
   s.mean1 = pick(a.mean1, b.mean1);
   s.rstd1 = pick(a.rstd1, b.rstd1);
@@ -104,18 +140,18 @@ template <class T> BlockStash<T> overlay(const BlockStash<T>& a, const BlockStas
   return s;
 }
 
-template <class T> BlockGrads<T> allocate_grads(const Block<T>& b) {
+template <class T, class A> BlockGrads<T, A> allocate_grads(const Block<T, A>& b) {
   const auto n = b.shape.rows();
   const int c = b.shape.channels(), f = b.hidden;
-  return {matrix<T>("kpipe::nn::Block::df", n, f), matrix<T>("kpipe::nn::Block::dh2", n, c),
-          matrix<T>("kpipe::nn::Block::dx2", n, c), matrix<T>("kpipe::nn::Block::dqkv", n, 3 * c),
-          matrix<T>("kpipe::nn::Block::dh1", n, c)};
+  return {matrix<A>("kpipe::nn::Block::df", n, f), matrix<A>("kpipe::nn::Block::dh2", n, c),
+          matrix<A>("kpipe::nn::Block::dx2", n, c), matrix<A>("kpipe::nn::Block::dqkv", n, 3 * c),
+          matrix<A>("kpipe::nn::Block::dh1", n, c)};
 }
 
-template <class T> BlockWork<T> allocate_work(const Block<T>& b) {
+template <class T, class A> BlockWork<T, A> allocate_work(const Block<T, A>& b) {
   const auto n = b.shape.rows();
   const int c = b.shape.channels();
-  return {matrix<T>("kpipe::nn::Block::datt", n, c), allocate_work<T>(b.shape)};
+  return {matrix<A>("kpipe::nn::Block::datt", n, c), allocate_work<T, A>(b.shape)};
 }
 
 // The forward in its three parts; recompute runs the parts that produce what a mode drops, so a recomputed
@@ -124,8 +160,9 @@ template <class T> BlockWork<T> allocate_work(const Block<T>& b) {
 namespace block_detail {
 
 // x -> h1, q|k|v, probabilities, att, x2 = x + proj(att)
-template <class T>
-void attention_half(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockStash<T>& s, const BlockWork<T>& w) {
+template <class T, class A>
+void attention_half(const ExecSpace& space, const Block<T, A>& b, In2<A> x, const BlockStash<T, A>& s,
+                    const BlockWork<T, A>& w) {
   forward(space, b.ln1, x, s.h1, s.mean1, s.rstd1);
   forward(space, b.qkv, s.h1, s.attn.qkv);  // straight into the stash: attention reads its heads there
   attention_forward(space, b.shape, s.attn.qkv, s.attn, w.attn, s.att);
@@ -133,8 +170,14 @@ void attention_half(const ExecSpace& space, const Block<T>& b, In2<T> x, const B
 }
 
 // h2 -> f, g
-template <class T> void mlp_activation(const ExecSpace& space, const Block<T>& b, const BlockStash<T>& s) {
-  if constexpr (host_kernels) {
+template <class T, class A> void mlp_activation(const ExecSpace& space, const Block<T, A>& b, const BlockStash<T,
+                                                A>& s) {
+  if constexpr (mixed_precision<T, A>) {
+    // The product in T, then f = product + bias and g = GeLU(f) from the same T value, each rounded once.
+    const View2<T> product = accumulator(b.fc.products, s.f.extent(0), s.f.extent(1));
+    forward_product(space, b.fc, s.h2, product);
+    bias_gelu_forward<T>(space, b.fc.bias, product, s.f, s.g);
+  } else if constexpr (host_kernels) {
     // OpenBLAS clears C in a pass of its own when beta = 0, so writing the bias first and adding the
     // product onto it (beta = 1) costs the same, and the GeLU pass then only reads f.
     forward(space, b.fc, s.h2, s.f);
@@ -147,24 +190,25 @@ template <class T> void mlp_activation(const ExecSpace& space, const Block<T>& b
 }
 
 // x2 -> h2, f = fc(h2), g = gelu(f)
-template <class T> void mlp_hidden(const ExecSpace& space, const Block<T>& b, const BlockStash<T>& s) {
+template <class T, class A> void mlp_hidden(const ExecSpace& space, const Block<T, A>& b, const BlockStash<T, A>& s) {
   forward(space, b.ln2, s.x2, s.h2, s.mean2, s.rstd2);
   mlp_activation(space, b, s);
 }
 
 }  // namespace block_detail
 
-template <class T>
-void forward(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockStash<T>& s, const BlockWork<T>& w) {
+template <class T, class A>
+void forward(const ExecSpace& space, const Block<T, A>& b, In2<A> x, const BlockStash<T, A>& s,
+             const BlockWork<T, A>& w) {
   using namespace block_detail;
   attention_half(space, b, x, s, w);
   mlp_hidden(space, b, s);
   forward_residual(space, b.fc_proj, s.g, s.x2, s.out);
 }
 
-template <class T>
-void recompute(const ExecSpace& space, const Block<T>& b, Recompute mode, In2<T> x, const BlockStash<T>& s,
-               const BlockWork<T>& w) {
+template <class T, class A>
+void recompute(const ExecSpace& space, const Block<T, A>& b, Recompute mode, In2<A> x, const BlockStash<T, A>& s,
+               const BlockWork<T, A>& w) {
   using namespace block_detail;
   switch (mode) {
     case Recompute::none: return;
@@ -181,9 +225,9 @@ void recompute(const ExecSpace& space, const Block<T>& b, Recompute mode, In2<T>
   }
 }
 
-template <class T>
-void backward_input(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockStash<T>& s,
-                    const BlockGrads<T>& g, const BlockWork<T>& w, In2<T> dout, const View2<T>& dx) {
+template <class T, class A>
+void backward_input(const ExecSpace& space, const Block<T, A>& b, In2<A> x, const BlockStash<T, A>& s,
+                    const BlockGrads<T, A>& g, const BlockWork<T, A>& w, In2<A> dout, const View2<A>& dx) {
   // MLP branch: dout -> dg -> df (in place) -> dh2; the residual passes dout straight to dx2.
   backward_input(space, b.fc_proj, dout, g.df);
   gelu_backward_input(space, s.f, g.df, g.df);
@@ -198,9 +242,9 @@ void backward_input(const ExecSpace& space, const Block<T>& b, In2<T> x, const B
   backward_input(space, b.ln1, x, s.mean1, s.rstd1, g.dh1, dx, /*accumulate=*/true);
 }
 
-template <class T>
-void backward_weight(const ExecSpace& space, const Block<T>& b, In2<T> x, const BlockStash<T>& s,
-                     const BlockGrads<T>& g, In2<T> dout) {
+template <class T, class A>
+void backward_weight(const ExecSpace& space, const Block<T, A>& b, In2<A> x, const BlockStash<T, A>& s,
+                     const BlockGrads<T, A>& g, In2<A> dout) {
   backward_weight(space, b.fc_proj, s.g, dout);
   backward_weight(space, b.fc, s.h2, g.df);
   backward_weight(space, b.ln2, s.x2, s.mean2, s.rstd2, g.dh2);
@@ -209,29 +253,56 @@ void backward_weight(const ExecSpace& space, const Block<T>& b, In2<T> x, const 
   backward_weight(space, b.ln1, x, s.mean1, s.rstd1, g.dh1);
 }
 
-template BlockStash<float> allocate_stash(const Block<float>&, unsigned);
-template BlockStash<float> overlay(const BlockStash<float>&, const BlockStash<float>&);
-template void recompute(const ExecSpace&, const Block<float>&, Recompute, In2<float>, const BlockStash<float>&,
-                        const BlockWork<float>&);
-template BlockGrads<float> allocate_grads(const Block<float>&);
-template BlockWork<float> allocate_work(const Block<float>&);
-template void forward(const ExecSpace&, const Block<float>&, In2<float>, const BlockStash<float>&,
-                      const BlockWork<float>&);
-template void backward_input(const ExecSpace&, const Block<float>&, In2<float>, const BlockStash<float>&,
-                             const BlockGrads<float>&, const BlockWork<float>&, In2<float>, const View2<float>&);
-template void backward_weight(const ExecSpace&, const Block<float>&, In2<float>, const BlockStash<float>&,
-                              const BlockGrads<float>&, In2<float>);
-template BlockStash<double> allocate_stash(const Block<double>&, unsigned);
-template BlockStash<double> overlay(const BlockStash<double>&, const BlockStash<double>&);
-template void recompute(const ExecSpace&, const Block<double>&, Recompute, In2<double>, const BlockStash<double>&,
-                        const BlockWork<double>&);
-template BlockGrads<double> allocate_grads(const Block<double>&);
-template BlockWork<double> allocate_work(const Block<double>&);
-template void forward(const ExecSpace&, const Block<double>&, In2<double>, const BlockStash<double>&,
-                      const BlockWork<double>&);
-template void backward_input(const ExecSpace&, const Block<double>&, In2<double>, const BlockStash<double>&,
-                             const BlockGrads<double>&, const BlockWork<double>&, In2<double>, const View2<double>&);
-template void backward_weight(const ExecSpace&, const Block<double>&, In2<double>, const BlockStash<double>&,
-                              const BlockGrads<double>&, In2<double>);
+template std::int64_t stash_bytes<float, float>(unsigned, const AttentionShape&, int);
+template std::int64_t grads_bytes<float, float>(const AttentionShape&, int);
+template std::int64_t work_bytes<float, float>(const AttentionShape&);
+template ProductsSize block_products_size<float, float>(const AttentionShape&, int);
+template BlockStash<float, float> allocate_stash(const Block<float, float>&, unsigned);
+template BlockStash<float, float> overlay(const BlockStash<float, float>&, const BlockStash<float, float>&);
+template void recompute(const ExecSpace&, const Block<float, float>&, Recompute, In2<float>, const BlockStash<float,
+                        float>&, const BlockWork<float, float>&);
+template BlockGrads<float, float> allocate_grads(const Block<float, float>&);
+template BlockWork<float, float> allocate_work(const Block<float, float>&);
+template void forward(const ExecSpace&, const Block<float, float>&, In2<float>, const BlockStash<float, float>&,
+                      const BlockWork<float, float>&);
+template void backward_input(const ExecSpace&, const Block<float, float>&, In2<float>, const BlockStash<float,
+                             float>&, const BlockGrads<float, float>&, const BlockWork<float, float>&, In2<float>,
+                             const View2<float>&);
+template void backward_weight(const ExecSpace&, const Block<float, float>&, In2<float>, const BlockStash<float,
+                              float>&, const BlockGrads<float, float>&, In2<float>);
+template std::int64_t stash_bytes<double, double>(unsigned, const AttentionShape&, int);
+template std::int64_t grads_bytes<double, double>(const AttentionShape&, int);
+template std::int64_t work_bytes<double, double>(const AttentionShape&);
+template ProductsSize block_products_size<double, double>(const AttentionShape&, int);
+template BlockStash<double, double> allocate_stash(const Block<double, double>&, unsigned);
+template BlockStash<double, double> overlay(const BlockStash<double, double>&, const BlockStash<double, double>&);
+template void recompute(const ExecSpace&, const Block<double, double>&, Recompute, In2<double>,
+                        const BlockStash<double, double>&, const BlockWork<double, double>&);
+template BlockGrads<double, double> allocate_grads(const Block<double, double>&);
+template BlockWork<double, double> allocate_work(const Block<double, double>&);
+template void forward(const ExecSpace&, const Block<double, double>&, In2<double>, const BlockStash<double, double>&,
+                      const BlockWork<double, double>&);
+template void backward_input(const ExecSpace&, const Block<double, double>&, In2<double>, const BlockStash<double,
+                             double>&, const BlockGrads<double, double>&, const BlockWork<double, double>&, In2<double>,
+                             const View2<double>&);
+template void backward_weight(const ExecSpace&, const Block<double, double>&, In2<double>, const BlockStash<double,
+                              double>&, const BlockGrads<double, double>&, In2<double>);
+template std::int64_t stash_bytes<float, bf16>(unsigned, const AttentionShape&, int);
+template std::int64_t grads_bytes<float, bf16>(const AttentionShape&, int);
+template std::int64_t work_bytes<float, bf16>(const AttentionShape&);
+template ProductsSize block_products_size<float, bf16>(const AttentionShape&, int);
+template BlockStash<float, bf16> allocate_stash(const Block<float, bf16>&, unsigned);
+template BlockStash<float, bf16> overlay(const BlockStash<float, bf16>&, const BlockStash<float, bf16>&);
+template void recompute(const ExecSpace&, const Block<float, bf16>&, Recompute, In2<bf16>, const BlockStash<float,
+                        bf16>&, const BlockWork<float, bf16>&);
+template BlockGrads<float, bf16> allocate_grads(const Block<float, bf16>&);
+template BlockWork<float, bf16> allocate_work(const Block<float, bf16>&);
+template void forward(const ExecSpace&, const Block<float, bf16>&, In2<bf16>, const BlockStash<float, bf16>&,
+                      const BlockWork<float, bf16>&);
+template void backward_input(const ExecSpace&, const Block<float, bf16>&, In2<bf16>, const BlockStash<float, bf16>&,
+                             const BlockGrads<float, bf16>&, const BlockWork<float, bf16>&, In2<bf16>,
+                             const View2<bf16>&);
+template void backward_weight(const ExecSpace&, const Block<float, bf16>&, In2<bf16>, const BlockStash<float, bf16>&,
+                              const BlockGrads<float, bf16>&, In2<bf16>);
 
 }  // namespace kpipe::nn

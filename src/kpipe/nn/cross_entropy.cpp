@@ -99,66 +99,108 @@ void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<co
                        });
 }
 
-template <class T, KernelPath P>
+template <class T, KernelPath P, class A>
 void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets, T scale,
-                                  const View2<T>& dlogits) {
+                                  const View2<A>& dlogits) {
   using namespace cross_entropy_detail;
   require_shapes<T>(logits, targets, "dlogits", dlogits.extent(0), dlogits.extent(1));
   const View2<const T> x = logits;
   const View1<const Token> y = targets;
   const int cols = x.extent(1);
-  if constexpr (P == KernelPath::host) {
-    Kokkos::parallel_for(
-        "kpipe::nn::CrossEntropy::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
-          const T* const row = &x(i, 0);
-          T* const grad = &dlogits(i, 0);  // may be row itself (in place): each element is read, then written
-          const T max = lane_max<T>(cols, [&](std::int64_t j) { return row[j]; });
-          const T inv_sum = T(1) / lane_sum<T>(cols, [&](std::int64_t j) {
-                              const T e = math::fast_exp(row[j] - max);
-                              grad[j] = e;
-                              return e;
-                            });
-          const Token target = y(i);
-          for (int j = 0; j < cols; ++j) {
-            const T p = grad[j] * inv_sum;
-            grad[j] = scale * (j == target ? p - T(1) : p);
-          }
+  if constexpr (mixed_precision<T, A>) {
+    // dlogits in A is not where the exponentials can wait (they would be rounded): the last sweep computes
+    // each one again (the same function of the same input, so the same value) and rounds only the result.
+    if constexpr (P == KernelPath::host) {
+      Kokkos::parallel_for(
+          "kpipe::nn::CrossEntropy::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+            const T* KOKKOS_RESTRICT row = &x(i, 0);
+            A* KOKKOS_RESTRICT grad = &dlogits(i, 0);
+            const T max = lane_max<T>(cols, [&](std::int64_t j) { return row[j]; });
+            const T inv_sum = T(1) / lane_sum<T>(cols, [&](std::int64_t j) { return math::fast_exp(row[j] - max); });
+            const Token target = y(i);
+            for (int j = 0; j < cols; ++j) {
+              const T p = math::fast_exp(row[j] - max) * inv_sum;
+              grad[j] = narrow<A>(scale * (j == target ? p - T(1) : p));
+            }
+          });
+    } else {
+      for_each_team("kpipe::nn::CrossEntropy::backward_input", space, x.extent(0), KOKKOS_LAMBDA(const Row& team) {
+        const int i = team.league_rank();
+        const T* const row = &x(i, 0);
+        A* const grad = &dlogits(i, 0);
+        const T max = row_max(team, row, cols);
+        const T inv_sum = T(1) / sum_exp(team, row, cols, max);
+        const Token target = y(i);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
+          const T p = math::exp(row[j] - max) * inv_sum;
+          grad[j] = narrow<A>(scale * (j == target ? p - T(1) : p));
         });
-    return;
-  }
-  for_each_team("kpipe::nn::CrossEntropy::backward_input", space, x.extent(0),
-                       KOKKOS_LAMBDA(const Row& team) {
-                         const int i = team.league_rank();
-                         const T* const row = &x(i, 0);
-                         T* const grad = &dlogits(i, 0);  // may be row itself (in place)
-                         // The max sweep reads the whole row before the team has its result, so before any
-                         // write; the exponential sweep then reads and writes each element in one thread.
-                         const T max = row_max(team, row, cols);
-                         const T inv_sum = T(1) / sum_exp(team, row, cols, max, grad);
-                         const Token target = y(i);
-                         team.team_barrier();  // the last sweep splits the row among the threads differently
-                         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
-                           const T p = grad[j] * inv_sum;
-                           grad[j] = scale * (j == target ? p - T(1) : p);
+      });
+    }
+  } else {
+    if constexpr (P == KernelPath::host) {
+      Kokkos::parallel_for(
+          "kpipe::nn::CrossEntropy::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+            const T* const row = &x(i, 0);
+            T* const grad = &dlogits(i, 0);  // may be row itself (in place): each element is read, then written
+            const T max = lane_max<T>(cols, [&](std::int64_t j) { return row[j]; });
+            const T inv_sum = T(1) / lane_sum<T>(cols, [&](std::int64_t j) {
+                                const T e = math::fast_exp(row[j] - max);
+                                grad[j] = e;
+                                return e;
+                              });
+            const Token target = y(i);
+            for (int j = 0; j < cols; ++j) {
+              const T p = grad[j] * inv_sum;
+              grad[j] = scale * (j == target ? p - T(1) : p);
+            }
+          });
+      return;
+    }
+    for_each_team("kpipe::nn::CrossEntropy::backward_input", space, x.extent(0),
+                         KOKKOS_LAMBDA(const Row& team) {
+                           const int i = team.league_rank();
+                           const T* const row = &x(i, 0);
+                           T* const grad = &dlogits(i, 0);  // may be row itself (in place)
+                           // The max sweep reads the whole row before the team has its result, so before any
+                           // write; the exponential sweep then reads and writes each element in one thread.
+                           const T max = row_max(team, row, cols);
+                           const T inv_sum = T(1) / sum_exp(team, row, cols, max, grad);
+                           const Token target = y(i);
+                           team.team_barrier();  // the last sweep splits the row among the threads differently
+                           Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
+                             const T p = grad[j] * inv_sum;
+                             grad[j] = scale * (j == target ? p - T(1) : p);
+                           });
                          });
-                       });
+  }
 }
 
 template void cross_entropy_forward<float, KernelPath::host>(const ExecSpace&, In2<float>, const View1<const Token>&,
-                                                         const View1<float>&);
-template void cross_entropy_backward_input<float, KernelPath::host>(const ExecSpace&, In2<float>, const View1<const Token>&,
-                                                                float, const View2<float>&);
+                                                             const View1<float>&);
+template void cross_entropy_backward_input<float, KernelPath::host, float>(const ExecSpace&, In2<float>,
+                                                                           const View1<const Token>&, float,
+                                                                           const View2<float>&);
 template void cross_entropy_forward<float, KernelPath::device>(const ExecSpace&, In2<float>, const View1<const Token>&,
-                                                         const View1<float>&);
-template void cross_entropy_backward_input<float, KernelPath::device>(const ExecSpace&, In2<float>, const View1<const Token>&,
-                                                                float, const View2<float>&);
+                                                               const View1<float>&);
+template void cross_entropy_backward_input<float, KernelPath::device, float>(const ExecSpace&, In2<float>,
+                                                                             const View1<const Token>&, float,
+                                                                             const View2<float>&);
 template void cross_entropy_forward<double, KernelPath::host>(const ExecSpace&, In2<double>, const View1<const Token>&,
-                                                         const View1<double>&);
-template void cross_entropy_backward_input<double, KernelPath::host>(const ExecSpace&, In2<double>, const View1<const Token>&,
-                                                                double, const View2<double>&);
-template void cross_entropy_forward<double, KernelPath::device>(const ExecSpace&, In2<double>, const View1<const Token>&,
-                                                         const View1<double>&);
-template void cross_entropy_backward_input<double, KernelPath::device>(const ExecSpace&, In2<double>, const View1<const Token>&,
-                                                                double, const View2<double>&);
+                                                              const View1<double>&);
+template void cross_entropy_backward_input<double, KernelPath::host, double>(const ExecSpace&, In2<double>,
+                                                                             const View1<const Token>&, double,
+                                                                             const View2<double>&);
+template void cross_entropy_forward<double, KernelPath::device>(const ExecSpace&, In2<double>,
+                                                                const View1<const Token>&, const View1<double>&);
+template void cross_entropy_backward_input<double, KernelPath::device, double>(const ExecSpace&, In2<double>,
+                                                                               const View1<const Token>&, double,
+                                                                               const View2<double>&);
+template void cross_entropy_backward_input<float, KernelPath::host, bf16>(const ExecSpace&, In2<float>,
+                                                                          const View1<const Token>&, float,
+                                                                          const View2<bf16>&);
+template void cross_entropy_backward_input<float, KernelPath::device, bf16>(const ExecSpace&, In2<float>,
+                                                                            const View1<const Token>&, float,
+                                                                            const View2<bf16>&);
 
 }  // namespace kpipe::nn

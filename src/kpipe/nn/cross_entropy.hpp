@@ -1,4 +1,5 @@
 #pragma once
+#include "kpipe/core/bfloat16.hpp"
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/nn/views.hpp"
 
@@ -10,9 +11,10 @@ template <class T, KernelPath P = default_kernel_path>
 void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets,
                            const View1<T>& losses);
 // dlogits[i] = scale * (softmax(logits[i]) - onehot(targets[i])); scale is dL/dlosses[i], the same for all
-// rows (1 / tokens in the mini-batch for a mean loss). dlogits may alias logits (in place).
-template <class T, KernelPath P = default_kernel_path>
+// rows (1 / tokens in the mini-batch for a mean loss). Computed in T; dlogits is stored in A (T, in place over
+// logits if wanted; or bf16, rounded once, for products with bf16 operands).
+template <class T, KernelPath P = default_kernel_path, class A = T>
 void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets, T scale,
-                                  const View2<T>& dlogits);
+                                  const View2<A>& dlogits);
 
 }  // namespace kpipe::nn

@@ -17,9 +17,9 @@ static void check_sequences(std::int64_t rows, int seq, std::int64_t positions) 
 }
 
 // tokens[B*T] -> out[B*T, C]
-template <class T>
-void forward(const ExecSpace& space, const Embedding<T>& emb, const View1<const Token>& tokens, int seq,
-             const View2<T>& out) {
+template <class T, class A>
+void forward(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
+             const View2<A>& out) {
   check_sequences(tokens.extent(0), seq, emb.position.extent(0));
   const auto token = emb.token;
   const auto position = emb.position;
@@ -27,14 +27,15 @@ void forward(const ExecSpace& space, const Embedding<T>& emb, const View1<const 
   Kokkos::parallel_for("kpipe::nn::Embedding::forward", range2(space, out.extent(0), out.extent(1)),
                        KOKKOS_LAMBDA(std::int64_t i, std::int64_t c) {
                          const Token t = tokens(i);
-                         out(i, c) = valid_token(t, vocab) ? token(t, c) + position(i % seq, c) : math::log(T(-1));
+                         out(i, c) = narrow<A>(valid_token(t, vocab) ? token(t, c) + position(i % seq, c)
+                                                                     : math::log(T(-1)));
                        });
 }
 
 // dout[B*T, C] -> dtoken[V, C] +=, dposition[T_max, C] +=
-template <class T, KernelPath P>
-void backward_weight(const ExecSpace& space, const Embedding<T>& emb, const View1<const Token>& tokens, int seq,
-                     In2<T> dout) {
+template <class T, KernelPath P, class A>
+void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
+                     In2<A> dout) {
   check_sequences(tokens.extent(0), seq, emb.position.extent(0));
   const auto dtoken = emb.dtoken;
   const auto dposition = emb.dposition;
@@ -53,28 +54,36 @@ void backward_weight(const ExecSpace& space, const Embedding<T>& emb, const View
                          for (std::int64_t i = 0; i < rows; ++i) {
                            if (!valid_token(tokens(i), vocab)) continue;
                            T* KOKKOS_RESTRICT target = &dtoken(tokens(i), c0);
-                           const T* KOKKOS_RESTRICT source = &dout(i, c0);
-                           for (int j = 0; j < n; ++j) target[j] += source[j];
+                           const A* KOKKOS_RESTRICT source = &dout(i, c0);
+                           for (int j = 0; j < n; ++j) target[j] += widen<T>(source[j]);
                          }
                        });
   // Position t is on row b*T + t of every sequence b: one thread per (t, c) sums them in order.
   Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::position", range2(space, seq, dout.extent(1)),
                        KOKKOS_LAMBDA(std::int64_t t, std::int64_t c) {
                          T sum = 0;
-                         for (std::int64_t b = 0; b < sequences; ++b) sum += dout(b * seq + t, c);
+                         for (std::int64_t b = 0; b < sequences; ++b) sum += widen<T>(dout(b * seq + t, c));
                          dposition(t, c) += sum;
                        });
 }
 
-template void forward(const ExecSpace&, const Embedding<float>&, const View1<const Token>&, int, const View2<float>&);
-template void backward_weight<float, KernelPath::host>(const ExecSpace&, const Embedding<float>&, const View1<const Token>&,
-                                                   int, In2<float>);
-template void backward_weight<float, KernelPath::device>(const ExecSpace&, const Embedding<float>&, const View1<const Token>&,
-                                                   int, In2<float>);
-template void forward(const ExecSpace&, const Embedding<double>&, const View1<const Token>&, int, const View2<double>&);
-template void backward_weight<double, KernelPath::host>(const ExecSpace&, const Embedding<double>&, const View1<const Token>&,
-                                                   int, In2<double>);
-template void backward_weight<double, KernelPath::device>(const ExecSpace&, const Embedding<double>&, const View1<const Token>&,
-                                                   int, In2<double>);
+template void forward(const ExecSpace&, const Embedding<float, float>&, const View1<const Token>&, int,
+                      const View2<float>&);
+template void backward_weight<float, KernelPath::host, float>(const ExecSpace&, const Embedding<float, float>&,
+                                                         const View1<const Token>&, int, In2<float>);
+template void backward_weight<float, KernelPath::device, float>(const ExecSpace&, const Embedding<float, float>&,
+                                                         const View1<const Token>&, int, In2<float>);
+template void forward(const ExecSpace&, const Embedding<double, double>&, const View1<const Token>&, int,
+                      const View2<double>&);
+template void backward_weight<double, KernelPath::host, double>(const ExecSpace&, const Embedding<double, double>&,
+                                                         const View1<const Token>&, int, In2<double>);
+template void backward_weight<double, KernelPath::device, double>(const ExecSpace&, const Embedding<double, double>&,
+                                                         const View1<const Token>&, int, In2<double>);
+template void forward(const ExecSpace&, const Embedding<float, bf16>&, const View1<const Token>&, int,
+                      const View2<bf16>&);
+template void backward_weight<float, KernelPath::host, bf16>(const ExecSpace&, const Embedding<float, bf16>&,
+                                                         const View1<const Token>&, int, In2<bf16>);
+template void backward_weight<float, KernelPath::device, bf16>(const ExecSpace&, const Embedding<float, bf16>&,
+                                                         const View1<const Token>&, int, In2<bf16>);
 
 }  // namespace kpipe::nn

@@ -1,11 +1,14 @@
 #pragma once
+#include "kpipe/core/bfloat16.hpp"
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/nn/views.hpp"
 
 namespace kpipe::nn {
 
-// Token plus learned position embedding.
-template <class T> struct Embedding {
+// Token plus learned position embedding. The tables and their gradients are in T; the output and its
+// gradient are stored in A (T, or bf16 with T = float): out is the sum in T rounded once, and the tables'
+// gradients accumulate in T.
+template <class T, class A = T> struct Embedding {
   View2<T> token;      // [V, C]
   View2<T> position;   // [T_max, C]
   View2<T> dtoken;     // [V, C], accumulated
@@ -14,13 +17,13 @@ template <class T> struct Embedding {
 
 // tokens[B*T] (sequence b at rows b*T..b*T+T-1) -> out[B*T, C]. A token id outside [0, V) is never read
 // from the table: its row comes out NaN, so the loss is not finite and the trainer reports the step.
-template <class T>
-void forward(const ExecSpace& space, const Embedding<T>& emb, const View1<const Token>& tokens, int seq,
-             const View2<T>& out);
+template <class T, class A = T>
+void forward(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
+             const View2<A>& out);
 // dtoken[tokens[i]] += dout[i], dposition[i mod T] += dout[i], summed in a fixed order (reproducible
 // on every backend: no atomics). Rows of out-of-range ids add nothing.
-template <class T, KernelPath P = default_kernel_path>
-void backward_weight(const ExecSpace& space, const Embedding<T>& emb, const View1<const Token>& tokens, int seq,
-                     In2<T> dout);
+template <class T, KernelPath P = default_kernel_path, class A = T>
+void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
+                     In2<A> dout);
 
 }  // namespace kpipe::nn

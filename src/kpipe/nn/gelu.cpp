@@ -18,14 +18,15 @@ template <class T> KOKKOS_INLINE_FUNCTION T gelu(T v) {
 }
 
 // x[N, F] -> y[N, F]
-template <class T, KernelPath P> void gelu_forward(const ExecSpace& space, In2<T> x, const View2<T>& y) {
-  const View1<const T> xf(x.data(), x.span());  // whole LayoutRight allocations: flat is the same data
-  const View1<T> yf(y.data(), y.span());
+template <class A, KernelPath P> void gelu_forward(const ExecSpace& space, In2<A> x, const View2<A>& y) {
+  using T = accumulation_t<A>;
+  const View1<const A> xf(x.data(), x.span());  // whole LayoutRight allocations: flat is the same data
+  const View1<A> yf(y.data(), y.span());
   for_each_block<P>("kpipe::nn::gelu_forward", space, std::int64_t(xf.extent(0)),
                  KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
-                   const T* KOKKOS_RESTRICT xp = xf.data();
-                   T* KOKKOS_RESTRICT yp = yf.data();
-                   for (std::int64_t i = begin; i < end; ++i) yp[i] = gelu(xp[i]);
+                   const A* KOKKOS_RESTRICT xp = xf.data();
+                   A* KOKKOS_RESTRICT yp = yf.data();
+                   for (std::int64_t i = begin; i < end; ++i) yp[i] = narrow<A>(gelu(widen<T>(xp[i])));
                  });
 }
 
@@ -45,20 +46,39 @@ void bias_gelu_forward(const ExecSpace& space, In1<T> bias, const View2<T>& f, c
                     });
 }
 
+template <class T, KernelPath P, class A>
+void bias_gelu_forward(const ExecSpace& space, In1<T> bias, In2<T> product, const View2<A>& f, const View2<A>& g) {
+  const View1<const T> b = bias;
+  const View2<const T> p = product;
+  for_each_row_span<P>("kpipe::nn::bias_gelu_forward", space, f.extent(0), f.extent(1),
+                       KOKKOS_LAMBDA(std::int64_t i, std::int64_t j0, std::int64_t j1) {
+                         const T* KOKKOS_RESTRICT bp = b.data();
+                         const T* KOKKOS_RESTRICT pp = &p(i, 0);
+                         A* KOKKOS_RESTRICT fp = &f(i, 0);
+                         A* KOKKOS_RESTRICT gp = &g(i, 0);
+                         for (std::int64_t j = j0; j < j1; ++j) {
+                           const T v = pp[j] + bp[j];
+                           fp[j] = narrow<A>(v);
+                           gp[j] = narrow<A>(gelu(v));
+                         }
+                       });
+}
+
 // (x[N, F], dy[N, F]) -> dx[N, F]: the exact derivative of the tanh form,
 // dy/dx = (1 + t)/2 + x/2 (1 - t^2) u' = s + 2 x s (1 - s) u',  u' = k (1 + 3 a x^2).
-template <class T, KernelPath P>
-void gelu_backward_input(const ExecSpace& space, In2<T> x, In2<T> dy, const View2<T>& dx) {
+template <class A, KernelPath P>
+void gelu_backward_input(const ExecSpace& space, In2<A> x, In2<A> dy, const View2<A>& dx) {
+  using T = accumulation_t<A>;
   const T k = gelu_k, a = gelu_a;
-  const View1<const T> xf(x.data(), x.span()), dyf(dy.data(), dy.span());
-  const View1<T> dxf(dx.data(), dx.span());
+  const View1<const A> xf(x.data(), x.span()), dyf(dy.data(), dy.span());
+  const View1<A> dxf(dx.data(), dx.span());
   for_each_block<P>("kpipe::nn::gelu_backward_input", space, std::int64_t(xf.extent(0)),
                  KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
-                   const T* KOKKOS_RESTRICT xp = xf.data();
-                   const T* dyp = dyf.data();  // may be dx itself (in place): no restrict on this pair
-                   T* dxp = dxf.data();
+                   const A* KOKKOS_RESTRICT xp = xf.data();
+                   const A* dyp = dyf.data();  // may be dx itself (in place): no restrict on this pair
+                   A* dxp = dxf.data();
                    for (std::int64_t i = begin; i < end; ++i) {
-                     const T v = xp[i];
+                     const T v = widen<T>(xp[i]);
                      const T v2 = v * v;
                      const T e = math::fast_exp(T(-2) * k * (v + a * v2 * v));
                      const T s = T(1) / (T(1) + e);
@@ -66,22 +86,40 @@ void gelu_backward_input(const ExecSpace& space, In2<T> x, In2<T> dy, const View
                      // (as 1 - s would have), no inf * 0 when e overflows, and no branch.
                      const T s_one_minus_s = T(1) / (T(2) + e + T(1) / e);
                      const T du = k * (T(1) + T(3) * a * v2);
-                     dxp[i] = dyp[i] * (s + T(2) * v * s_one_minus_s * du);
+                     dxp[i] = narrow<A>(widen<T>(dyp[i]) * (s + T(2) * v * s_one_minus_s * du));
                    }
                  });
 }
 
 template void gelu_forward<float, KernelPath::host>(const ExecSpace&, In2<float>, const View2<float>&);
-template void bias_gelu_forward<float, KernelPath::host>(const ExecSpace&, In1<float>, const View2<float>&, const View2<float>&);
-template void gelu_backward_input<float, KernelPath::host>(const ExecSpace&, In2<float>, In2<float>, const View2<float>&);
+template void gelu_backward_input<float, KernelPath::host>(const ExecSpace&, In2<float>, In2<float>,
+                                                           const View2<float>&);
 template void gelu_forward<float, KernelPath::device>(const ExecSpace&, In2<float>, const View2<float>&);
-template void bias_gelu_forward<float, KernelPath::device>(const ExecSpace&, In1<float>, const View2<float>&, const View2<float>&);
-template void gelu_backward_input<float, KernelPath::device>(const ExecSpace&, In2<float>, In2<float>, const View2<float>&);
+template void gelu_backward_input<float, KernelPath::device>(const ExecSpace&, In2<float>, In2<float>,
+                                                             const View2<float>&);
 template void gelu_forward<double, KernelPath::host>(const ExecSpace&, In2<double>, const View2<double>&);
-template void bias_gelu_forward<double, KernelPath::host>(const ExecSpace&, In1<double>, const View2<double>&, const View2<double>&);
-template void gelu_backward_input<double, KernelPath::host>(const ExecSpace&, In2<double>, In2<double>, const View2<double>&);
+template void gelu_backward_input<double, KernelPath::host>(const ExecSpace&, In2<double>, In2<double>,
+                                                            const View2<double>&);
 template void gelu_forward<double, KernelPath::device>(const ExecSpace&, In2<double>, const View2<double>&);
-template void bias_gelu_forward<double, KernelPath::device>(const ExecSpace&, In1<double>, const View2<double>&, const View2<double>&);
-template void gelu_backward_input<double, KernelPath::device>(const ExecSpace&, In2<double>, In2<double>, const View2<double>&);
+template void gelu_backward_input<double, KernelPath::device>(const ExecSpace&, In2<double>, In2<double>,
+                                                              const View2<double>&);
+template void gelu_forward<bf16, KernelPath::host>(const ExecSpace&, In2<bf16>, const View2<bf16>&);
+template void gelu_backward_input<bf16, KernelPath::host>(const ExecSpace&, In2<bf16>, In2<bf16>, const View2<bf16>&);
+template void gelu_forward<bf16, KernelPath::device>(const ExecSpace&, In2<bf16>, const View2<bf16>&);
+template void gelu_backward_input<bf16, KernelPath::device>(const ExecSpace&, In2<bf16>, In2<bf16>, const View2<bf16>&);
+template void bias_gelu_forward<float, KernelPath::host>(const ExecSpace&, In1<float>, const View2<float>&,
+                                                         const View2<float>&);
+template void bias_gelu_forward<float, KernelPath::device>(const ExecSpace&, In1<float>, const View2<float>&,
+                                                           const View2<float>&);
+template void bias_gelu_forward<double, KernelPath::host>(const ExecSpace&, In1<double>, const View2<double>&,
+                                                          const View2<double>&);
+template void bias_gelu_forward<double, KernelPath::device>(const ExecSpace&, In1<double>, const View2<double>&,
+                                                            const View2<double>&);
+template void bias_gelu_forward<float, KernelPath::host, bf16>(const ExecSpace&, In1<float>, In2<float>,
+                                                               const View2<bf16>&,
+                                                                const View2<bf16>&);
+template void bias_gelu_forward<float, KernelPath::device, bf16>(const ExecSpace&, In1<float>, In2<float>,
+                                                                 const View2<bf16>&,
+                                                                const View2<bf16>&);
 
 }  // namespace kpipe::nn

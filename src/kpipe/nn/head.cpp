@@ -4,50 +4,79 @@
 
 namespace kpipe::nn {
 
-template <class T> HeadStash<T> allocate_stash(const Head<T>& head, std::int64_t rows) {
+template <class T, class A> HeadStash<T, A> allocate_stash(const Head<T, A>& head, std::int64_t rows) {
   const auto c = head.lm.weight.extent(1), v = head.lm.weight.extent(0);
-  return {View2<T>(uninitialized("kpipe::nn::Head::h"), rows, c),
+  return {View2<A>(uninitialized("kpipe::nn::Head::h"), rows, c),
           View1<T>(uninitialized("kpipe::nn::Head::mean"), rows),
           View1<T>(uninitialized("kpipe::nn::Head::rstd"), rows),
           View2<T>(uninitialized("kpipe::nn::Head::logits"), rows, v),
           View1<T>(uninitialized("kpipe::nn::Head::losses"), rows)};
 }
 
-template <class T> HeadGrads<T> allocate_grads(const Head<T>& head, std::int64_t rows) {
-  return {View2<T>(uninitialized("kpipe::nn::Head::dh"), rows, head.lm.weight.extent(1))};
+template <class T, class A> HeadGrads<T, A> allocate_grads(const Head<T, A>& head, std::int64_t rows) {
+  HeadGrads<T, A> g;
+  g.dh = View2<A>(uninitialized("kpipe::nn::Head::dh"), rows, head.lm.weight.extent(1));
+  if constexpr (mixed_precision<T, A>)
+    g.dlogits = View2<A>(uninitialized("kpipe::nn::Head::dlogits"), rows, head.lm.weight.extent(0));
+  return g;
 }
 
-template <class T>
-void forward(const ExecSpace& space, const Head<T>& head, In2<T> x, const View1<const Token>& targets,
-             const HeadStash<T>& s) {
+template <class T, class A>
+HeadElements head_stash_elements(std::int64_t rows, std::int64_t channels, std::int64_t vocab) {
+  return {rows * channels, 3 * rows + rows * vocab};  // h; mean, rstd, losses, logits
+}
+
+template <class T, class A>
+std::int64_t head_grads_elements(std::int64_t rows, std::int64_t channels, std::int64_t vocab) {
+  return rows * channels + (mixed_precision<T, A> ? rows * vocab : 0);  // dh, dlogits
+}
+
+template <class T, class A>
+ProductsSize head_products_size(std::int64_t rows, std::int64_t channels, std::int64_t vocab) {
+  ProductsSize s;
+  if constexpr (mixed_precision<T, A>)  // no epilogue (the logits are the product, in T): no accumulator
+    s.workspace = std::max({blas::workspace_elements<A, T>(rows, vocab, channels),   // logits = h W^T
+                            blas::workspace_elements<A, A>(rows, channels, vocab),   // dh = dlogits W
+                            blas::workspace_elements<A, T>(vocab, channels, rows)}); // dW += dlogits^T h
+  return s;
+}
+
+template <class T, class A>
+void forward(const ExecSpace& space, const Head<T, A>& head, In2<A> x, const View1<const Token>& targets,
+             const HeadStash<T, A>& s) {
   forward(space, head.ln, x, s.h, s.mean, s.rstd);
-  forward(space, head.lm, s.h, s.logits);
+  forward_product(space, head.lm, s.h, s.logits);
   cross_entropy_forward(space, s.logits, targets, s.losses);
 }
 
-template <class T>
-void backward_input(const ExecSpace& space, const Head<T>& head, In2<T> x, const View1<const Token>& targets,
-                    T scale, const HeadStash<T>& s, const HeadGrads<T>& g, const View2<T>& dx) {
-  cross_entropy_backward_input(space, s.logits, targets, scale, s.logits);
-  backward_input(space, head.lm, s.logits, g.dh);
+template <class T, class A>
+void backward_input(const ExecSpace& space, const Head<T, A>& head, In2<A> x, const View1<const Token>& targets,
+                    T scale, const HeadStash<T, A>& s, const HeadGrads<T, A>& g, const View2<A>& dx) {
+  if constexpr (mixed_precision<T, A>) {
+    cross_entropy_backward_input(space, s.logits, targets, scale, g.dlogits);
+    backward_input(space, head.lm, g.dlogits, g.dh);
+  } else {
+    cross_entropy_backward_input(space, s.logits, targets, scale, s.logits);
+    backward_input(space, head.lm, s.logits, g.dh);
+  }
   backward_input(space, head.ln, x, s.mean, s.rstd, g.dh, dx);
 }
 
-template <class T>
-void backward_weight(const ExecSpace& space, const Head<T>& head, In2<T> x, const HeadStash<T>& s,
-                     const HeadGrads<T>& g) {
-  backward_weight(space, head.lm, s.h, s.logits);
+template <class T, class A>
+void backward_weight(const ExecSpace& space, const Head<T, A>& head, In2<A> x, const HeadStash<T, A>& s,
+                     const HeadGrads<T, A>& g) {
+  backward_weight(space, head.lm, s.h, dlogits(s, g));
   backward_weight(space, head.ln, x, s.mean, s.rstd, g.dh);
 }
 
-template <class T>
-void loss_sum(const ExecSpace& space, const HeadStash<T>& s, const Kokkos::View<double, MemSpace>& into) {
+template <class T, class A>
+void loss_sum(const ExecSpace& space, const HeadStash<T, A>& s, const Kokkos::View<double, MemSpace>& into) {
   const auto losses = s.losses;
   Kokkos::parallel_reduce("kpipe::nn::Head::loss_sum", range(space, losses.extent(0)),
                           KOKKOS_LAMBDA(std::int64_t i, double& acc) { acc += double(losses(i)); }, into);
 }
 
-template <class T> double loss_sum(const ExecSpace& space, const HeadStash<T>& s) {
+template <class T, class A> double loss_sum(const ExecSpace& space, const HeadStash<T, A>& s) {
   const Kokkos::View<double, MemSpace> sum("kpipe::nn::Head::loss_sum");
   loss_sum(space, s, sum);
   double result = 0;
@@ -55,25 +84,47 @@ template <class T> double loss_sum(const ExecSpace& space, const HeadStash<T>& s
   return result;
 }
 
-template HeadStash<float> allocate_stash(const Head<float>&, std::int64_t);
-template HeadGrads<float> allocate_grads(const Head<float>&, std::int64_t);
-template void forward(const ExecSpace&, const Head<float>&, In2<float>, const View1<const Token>&,
-                      const HeadStash<float>&);
-template void backward_input(const ExecSpace&, const Head<float>&, In2<float>, const View1<const Token>&, float,
-                             const HeadStash<float>&, const HeadGrads<float>&, const View2<float>&);
-template void backward_weight(const ExecSpace&, const Head<float>&, In2<float>, const HeadStash<float>&,
-                              const HeadGrads<float>&);
-template double loss_sum(const ExecSpace&, const HeadStash<float>&);
-template void loss_sum(const ExecSpace&, const HeadStash<float>&, const Kokkos::View<double, MemSpace>&);
-template HeadStash<double> allocate_stash(const Head<double>&, std::int64_t);
-template HeadGrads<double> allocate_grads(const Head<double>&, std::int64_t);
-template void forward(const ExecSpace&, const Head<double>&, In2<double>, const View1<const Token>&,
-                      const HeadStash<double>&);
-template void backward_input(const ExecSpace&, const Head<double>&, In2<double>, const View1<const Token>&, double,
-                             const HeadStash<double>&, const HeadGrads<double>&, const View2<double>&);
-template void backward_weight(const ExecSpace&, const Head<double>&, In2<double>, const HeadStash<double>&,
-                              const HeadGrads<double>&);
-template double loss_sum(const ExecSpace&, const HeadStash<double>&);
-template void loss_sum(const ExecSpace&, const HeadStash<double>&, const Kokkos::View<double, MemSpace>&);
+template HeadStash<float, float> allocate_stash(const Head<float, float>&, std::int64_t);
+template HeadGrads<float, float> allocate_grads(const Head<float, float>&, std::int64_t);
+template HeadElements head_stash_elements<float, float>(std::int64_t, std::int64_t, std::int64_t);
+template std::int64_t head_grads_elements<float, float>(std::int64_t, std::int64_t, std::int64_t);
+template ProductsSize head_products_size<float, float>(std::int64_t, std::int64_t, std::int64_t);
+template void forward(const ExecSpace&, const Head<float, float>&, In2<float>, const View1<const Token>&,
+                      const HeadStash<float, float>&);
+template void backward_input(const ExecSpace&, const Head<float, float>&, In2<float>, const View1<const Token>&,
+                             float, const HeadStash<float, float>&,
+                             const HeadGrads<float, float>&, const View2<float>&);
+template void backward_weight(const ExecSpace&, const Head<float, float>&, In2<float>, const HeadStash<float, float>&,
+                              const HeadGrads<float, float>&);
+template double loss_sum(const ExecSpace&, const HeadStash<float, float>&);
+template void loss_sum(const ExecSpace&, const HeadStash<float, float>&, const Kokkos::View<double, MemSpace>&);
+template HeadStash<double, double> allocate_stash(const Head<double, double>&, std::int64_t);
+template HeadGrads<double, double> allocate_grads(const Head<double, double>&, std::int64_t);
+template HeadElements head_stash_elements<double, double>(std::int64_t, std::int64_t, std::int64_t);
+template std::int64_t head_grads_elements<double, double>(std::int64_t, std::int64_t, std::int64_t);
+template ProductsSize head_products_size<double, double>(std::int64_t, std::int64_t, std::int64_t);
+template void forward(const ExecSpace&, const Head<double, double>&, In2<double>, const View1<const Token>&,
+                      const HeadStash<double, double>&);
+template void backward_input(const ExecSpace&, const Head<double, double>&, In2<double>, const View1<const Token>&,
+                             double, const HeadStash<double, double>&,
+                             const HeadGrads<double, double>&, const View2<double>&);
+template void backward_weight(const ExecSpace&, const Head<double, double>&, In2<double>, const HeadStash<double,
+                              double>&, const HeadGrads<double, double>&);
+template double loss_sum(const ExecSpace&, const HeadStash<double, double>&);
+template void loss_sum(const ExecSpace&, const HeadStash<double, double>&, const Kokkos::View<double, MemSpace>&);
+template HeadStash<float, bf16> allocate_stash(const Head<float, bf16>&, std::int64_t);
+template HeadGrads<float, bf16> allocate_grads(const Head<float, bf16>&, std::int64_t);
+template HeadElements head_stash_elements<float, bf16>(std::int64_t, std::int64_t, std::int64_t);
+template std::int64_t head_grads_elements<float, bf16>(std::int64_t, std::int64_t, std::int64_t);
+template ProductsSize head_products_size<float, bf16>(std::int64_t, std::int64_t, std::int64_t);
+template void forward(const ExecSpace&, const Head<float, bf16>&, In2<bf16>, const View1<const Token>&,
+                      const HeadStash<float, bf16>&);
+template void backward_input(const ExecSpace&, const Head<float, bf16>&, In2<bf16>, const View1<const Token>&, float,
+                             const HeadStash<float, bf16>&,
+                             const HeadGrads<float, bf16>&, const View2<bf16>&);
+template void backward_weight(const ExecSpace&, const Head<float, bf16>&, In2<bf16>, const HeadStash<float, bf16>&,
+                              const HeadGrads<float, bf16>&);
+template double loss_sum(const ExecSpace&, const HeadStash<float, bf16>&);
+template void loss_sum(const ExecSpace&, const HeadStash<float, bf16>&, const Kokkos::View<double, MemSpace>&);
 
 }  // namespace kpipe::nn

@@ -12,8 +12,8 @@ namespace kpipe::nn {
 using RowTeam = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
 // x[N, C] -> y[N, C], mean[N], rstd[N]
-template <class T, KernelPath P>
-void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const View2<T>& y, const View1<T>& mean,
+template <class T, KernelPath P, class A>
+void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const View2<A>& y, const View1<T>& mean,
              const View1<T>& rstd) {
   const auto gamma = ln.gamma;
   const auto beta = ln.beta;
@@ -23,18 +23,18 @@ void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const Vie
   if constexpr (P == KernelPath::host) {
     // One thread per row; the same three sweeps as below, each a vectorized loop over raw pointers.
     Kokkos::parallel_for("kpipe::nn::LayerNorm::forward", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
-      const T* KOKKOS_RESTRICT xr = &x(i, 0);
+      const A* KOKKOS_RESTRICT xr = &x(i, 0);
       const T* KOKKOS_RESTRICT g = gamma.data();
       const T* KOKKOS_RESTRICT b = beta.data();
-      T* KOKKOS_RESTRICT yr = &y(i, 0);
-      const T shift = xr[0];
-      const T mu = shift + lane_sum<T>(cols, [&](std::int64_t j) { return xr[j] - shift; }) * inv_cols;
+      A* KOKKOS_RESTRICT yr = &y(i, 0);
+      const T shift = widen<T>(xr[0]);
+      const T mu = shift + lane_sum<T>(cols, [&](std::int64_t j) { return widen<T>(xr[j]) - shift; }) * inv_cols;
       const T squares = lane_sum<T>(cols, [&](std::int64_t j) {
-        const T d = xr[j] - mu;
+        const T d = widen<T>(xr[j]) - mu;
         return d * d;
       });
       const T r = T(1) / math::sqrt(squares * inv_cols + eps);
-      for (int j = 0; j < cols; ++j) yr[j] = (xr[j] - mu) * r * g[j] + b[j];
+      for (int j = 0; j < cols; ++j) yr[j] = narrow<A>((widen<T>(xr[j]) - mu) * r * g[j] + b[j]);
       mean(i) = mu;
       rstd(i) = r;
     });
@@ -46,22 +46,22 @@ void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const Vie
         // Float keeps 24 bits: summing raw values of size |mean| >> std would lose the small deviations, so
         // the sum runs over x - x(i, 0), and the variance is taken about the mean in a second pass over the
         // cached row (not E[x^2] - E[x]^2, which cancels catastrophically).
-        const T shift = x(i, 0);
+        const T shift = widen<T>(x(i, 0));
         T shifted_sum = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols), [&](int j, T& s) { s += x(i, j) - shift; }, shifted_sum);
+            Kokkos::TeamThreadRange(team, cols), [&](int j, T& s) { s += widen<T>(x(i, j)) - shift; }, shifted_sum);
         const T mu = shift + shifted_sum * inv_cols;
         T squares = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, cols),
             [&](int j, T& s) {
-              const T d = x(i, j) - mu;
+              const T d = widen<T>(x(i, j)) - mu;
               s += d * d;
             },
             squares);
         const T r = T(1) / math::sqrt(squares * inv_cols + eps);
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols),
-                             [&](int j) { y(i, j) = (x(i, j) - mu) * r * gamma(j) + beta(j); });
+                             [&](int j) { y(i, j) = narrow<A>((widen<T>(x(i, j)) - mu) * r * gamma(j) + beta(j)); });
         Kokkos::single(Kokkos::PerTeam(team), [&] {
           mean(i) = mu;
           rstd(i) = r;
@@ -70,26 +70,28 @@ void forward(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, const Vie
 }
 
 // dy[N, C] -> dx[N, C]: dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma.
-template <class T, KernelPath P>
-void backward_input(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In1<T> mean, In1<T> rstd, In2<T> dy,
-                    const View2<T>& dx, bool accumulate) {
+template <class T, KernelPath P, class A>
+void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd, In2<A> dy,
+                    const View2<A>& dx, bool accumulate) {
   const auto gamma = ln.gamma;
   const int cols = int(x.extent(1));
   const T inv_cols = T(1) / T(cols);
   if constexpr (P == KernelPath::host) {
     Kokkos::parallel_for(
         "kpipe::nn::LayerNorm::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
-          const T* KOKKOS_RESTRICT xr = &x(i, 0);
-          const T* KOKKOS_RESTRICT dyr = &dy(i, 0);
+          const A* KOKKOS_RESTRICT xr = &x(i, 0);
+          const A* KOKKOS_RESTRICT dyr = &dy(i, 0);
           const T* KOKKOS_RESTRICT g = gamma.data();
-          T* KOKKOS_RESTRICT dxr = &dx(i, 0);
+          A* KOKKOS_RESTRICT dxr = &dx(i, 0);
           const T mu = mean(i), r = rstd(i);
-          const T mean_g = lane_sum<T>(cols, [&](std::int64_t j) { return dyr[j] * g[j]; }) * inv_cols;
-          const T mean_g_xhat =
-              lane_sum<T>(cols, [&](std::int64_t j) { return dyr[j] * g[j] * (xr[j] - mu) * r; }) * inv_cols;
+          const T mean_g = lane_sum<T>(cols, [&](std::int64_t j) { return widen<T>(dyr[j]) * g[j]; }) * inv_cols;
+          const T mean_g_xhat = lane_sum<T>(cols, [&](std::int64_t j) {
+                                  return widen<T>(dyr[j]) * g[j] * (widen<T>(xr[j]) - mu) * r;
+                                }) * inv_cols;
           for (int j = 0; j < cols; ++j) {
-            const T d = r * (dyr[j] * g[j] - mean_g - (xr[j] - mu) * r * mean_g_xhat);
-            dxr[j] = accumulate ? dxr[j] + d : d;  // a select, not beta * dx + d (0 * NaN is NaN)
+            const T d = r * (widen<T>(dyr[j]) * g[j] - mean_g - (widen<T>(xr[j]) - mu) * r * mean_g_xhat);
+            // a select, not beta * dx + d (0 * NaN is NaN); rounded once, after the add
+            dxr[j] = narrow<A>(accumulate ? widen<T>(dxr[j]) + d : d);
           }
         });
     return;
@@ -101,30 +103,30 @@ void backward_input(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In
         const T r = rstd(i);
         T sum_g = 0;
         Kokkos::parallel_reduce(
-            Kokkos::TeamThreadRange(team, cols), [&](int j, T& s) { s += dy(i, j) * gamma(j); }, sum_g);
+            Kokkos::TeamThreadRange(team, cols), [&](int j, T& s) { s += widen<T>(dy(i, j)) * gamma(j); }, sum_g);
         T sum_g_xhat = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, cols),
-            [&](int j, T& s) { s += dy(i, j) * gamma(j) * (x(i, j) - mu) * r; }, sum_g_xhat);
+            [&](int j, T& s) { s += widen<T>(dy(i, j)) * gamma(j) * (widen<T>(x(i, j)) - mu) * r; }, sum_g_xhat);
         const T mean_g = sum_g * inv_cols;
         const T mean_g_xhat = sum_g_xhat * inv_cols;
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
-          const T xhat = (x(i, j) - mu) * r;
-          const T d = r * (dy(i, j) * gamma(j) - mean_g - xhat * mean_g_xhat);
+          const T xhat = (widen<T>(x(i, j)) - mu) * r;
+          const T d = r * (widen<T>(dy(i, j)) * gamma(j) - mean_g - xhat * mean_g_xhat);
           // A branch, not dx = beta dx + d: 0 * NaN from an uninitialized dx would still be NaN.
           if (accumulate) {
-            dx(i, j) += d;
+            dx(i, j) = narrow<A>(widen<T>(dx(i, j)) + d);
           } else {
-            dx(i, j) = d;
+            dx(i, j) = narrow<A>(d);
           }
         });
       });
 }
 
 // dgamma[C] += sum_rows dy xhat, dbeta[C] += sum_rows dy
-template <class T, KernelPath P>
-void backward_weight(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, In1<T> mean, In1<T> rstd,
-                     In2<T> dy) {
+template <class T, KernelPath P, class A>
+void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd,
+                     In2<A> dy) {
   const auto dgamma = ln.dgamma;
   const auto dbeta = ln.dbeta;
   const std::int64_t rows = x.extent(0), cols = x.extent(1);
@@ -138,12 +140,13 @@ void backward_weight(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, I
                          T sum_dy_xhat[width], sum_dy[width];
                          for (int j = 0; j < width; ++j) sum_dy_xhat[j] = sum_dy[j] = 0;
                          for (std::int64_t i = 0; i < rows; ++i) {
-                           const T* KOKKOS_RESTRICT g = &dy(i, c0);
-                           const T* KOKKOS_RESTRICT xi = &x(i, c0);
+                           const A* KOKKOS_RESTRICT g = &dy(i, c0);
+                           const A* KOKKOS_RESTRICT xi = &x(i, c0);
                            const T mu = mean(i), r = rstd(i);
                            for (int j = 0; j < n; ++j) {
-                             sum_dy_xhat[j] += g[j] * (xi[j] - mu) * r;
-                             sum_dy[j] += g[j];
+                             const T gj = widen<T>(g[j]);
+                             sum_dy_xhat[j] += gj * (widen<T>(xi[j]) - mu) * r;
+                             sum_dy[j] += gj;
                            }
                          }
                          for (int j = 0; j < n; ++j) {
@@ -153,30 +156,60 @@ void backward_weight(const ExecSpace& space, const LayerNorm<T>& ln, In2<T> x, I
                        });
 }
 
-// Both paths, float (training) and double (gradient checks).
-template void forward<float, KernelPath::host>(const ExecSpace&, const LayerNorm<float>&, In2<float>, const View2<float>&,
-                                           const View1<float>&, const View1<float>&);
-template void backward_input<float, KernelPath::host>(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>, In1<float>,
-                                                  In2<float>, const View2<float>&, bool);
-template void backward_weight<float, KernelPath::host>(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>,
-                                                   In1<float>, In2<float>);
-template void forward<float, KernelPath::device>(const ExecSpace&, const LayerNorm<float>&, In2<float>, const View2<float>&,
-                                           const View1<float>&, const View1<float>&);
-template void backward_input<float, KernelPath::device>(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>, In1<float>,
-                                                  In2<float>, const View2<float>&, bool);
-template void backward_weight<float, KernelPath::device>(const ExecSpace&, const LayerNorm<float>&, In2<float>, In1<float>,
-                                                   In1<float>, In2<float>);
-template void forward<double, KernelPath::host>(const ExecSpace&, const LayerNorm<double>&, In2<double>, const View2<double>&,
-                                           const View1<double>&, const View1<double>&);
-template void backward_input<double, KernelPath::host>(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>, In1<double>,
-                                                  In2<double>, const View2<double>&, bool);
-template void backward_weight<double, KernelPath::host>(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>,
-                                                   In1<double>, In2<double>);
-template void forward<double, KernelPath::device>(const ExecSpace&, const LayerNorm<double>&, In2<double>, const View2<double>&,
-                                           const View1<double>&, const View1<double>&);
-template void backward_input<double, KernelPath::device>(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>, In1<double>,
-                                                  In2<double>, const View2<double>&, bool);
-template void backward_weight<double, KernelPath::device>(const ExecSpace&, const LayerNorm<double>&, In2<double>, In1<double>,
-                                                   In1<double>, In2<double>);
+// Both paths, for float (training), double (gradient checks) and float accumulating bf16 (mixed precision).
+template void forward<float, KernelPath::host, float>(const ExecSpace&, const LayerNorm<float, float>&, In2<float>,
+                                                      const View2<float>&,
+                                                 const View1<float>&, const View1<float>&);
+template void backward_input<float, KernelPath::host, float>(const ExecSpace&, const LayerNorm<float, float>&,
+                                                             In2<float>, In1<float>, In1<float>,
+                                                        In2<float>, const View2<float>&, bool);
+template void backward_weight<float, KernelPath::host, float>(const ExecSpace&, const LayerNorm<float, float>&,
+                                                              In2<float>, In1<float>, In1<float>,
+                                                         In2<float>);
+template void forward<float, KernelPath::device, float>(const ExecSpace&, const LayerNorm<float, float>&, In2<float>,
+                                                        const View2<float>&,
+                                                 const View1<float>&, const View1<float>&);
+template void backward_input<float, KernelPath::device, float>(const ExecSpace&, const LayerNorm<float, float>&,
+                                                               In2<float>, In1<float>, In1<float>,
+                                                        In2<float>, const View2<float>&, bool);
+template void backward_weight<float, KernelPath::device, float>(const ExecSpace&, const LayerNorm<float, float>&,
+                                                                In2<float>, In1<float>, In1<float>,
+                                                         In2<float>);
+template void forward<double, KernelPath::host, double>(const ExecSpace&, const LayerNorm<double, double>&,
+                                                        In2<double>, const View2<double>&,
+                                                 const View1<double>&, const View1<double>&);
+template void backward_input<double, KernelPath::host, double>(const ExecSpace&, const LayerNorm<double, double>&,
+                                                               In2<double>, In1<double>, In1<double>,
+                                                        In2<double>, const View2<double>&, bool);
+template void backward_weight<double, KernelPath::host, double>(const ExecSpace&, const LayerNorm<double, double>&,
+                                                                In2<double>, In1<double>, In1<double>,
+                                                         In2<double>);
+template void forward<double, KernelPath::device, double>(const ExecSpace&, const LayerNorm<double, double>&,
+                                                          In2<double>, const View2<double>&,
+                                                 const View1<double>&, const View1<double>&);
+template void backward_input<double, KernelPath::device, double>(const ExecSpace&, const LayerNorm<double, double>&,
+                                                                 In2<double>, In1<double>, In1<double>,
+                                                        In2<double>, const View2<double>&, bool);
+template void backward_weight<double, KernelPath::device, double>(const ExecSpace&, const LayerNorm<double, double>&,
+                                                                  In2<double>, In1<double>, In1<double>,
+                                                         In2<double>);
+template void forward<float, KernelPath::host, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&, In2<bf16>,
+                                                     const View2<bf16>&,
+                                                 const View1<float>&, const View1<float>&);
+template void backward_input<float, KernelPath::host, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&,
+                                                            In2<bf16>, In1<float>, In1<float>,
+                                                        In2<bf16>, const View2<bf16>&, bool);
+template void backward_weight<float, KernelPath::host, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&,
+                                                             In2<bf16>, In1<float>, In1<float>,
+                                                         In2<bf16>);
+template void forward<float, KernelPath::device, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&, In2<bf16>,
+                                                       const View2<bf16>&,
+                                                 const View1<float>&, const View1<float>&);
+template void backward_input<float, KernelPath::device, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&,
+                                                              In2<bf16>, In1<float>, In1<float>,
+                                                        In2<bf16>, const View2<bf16>&, bool);
+template void backward_weight<float, KernelPath::device, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&,
+                                                               In2<bf16>, In1<float>, In1<float>,
+                                                         In2<bf16>);
 
 }  // namespace kpipe::nn

@@ -5,54 +5,79 @@
 
 namespace kpipe::nn {
 
-// y = residual + x W^T + b: the bias (and residual) are written first, then gemm adds the product on
-// top with beta = 1, which saves a pass over y.
-template <class T, KernelPath P>
-void linear_into(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<const T>& residual,
-                 const View2<T>& y) {
+// y = residual + x W^T + b.
+//  - A is T: the bias (and residual) are written first, then gemm adds the product on top with beta = 1,
+//    which saves a pass over y.
+//  - mixed: the product goes to the T accumulator, and one epilogue adds bias and residual in T and rounds
+//    the sum to A (once: writing bias and residual into y first would round them, then the sum).
+template <class T, KernelPath P, class A>
+void linear_into(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const View2<const A>& residual,
+                 const View2<A>& y) {
   const auto bias = layer.bias;
   const bool has_bias = bias.extent(0) > 0, has_residual = residual.extent(0) > 0;
-  if (has_bias || has_residual) {
-    for_each_row_span<P>("kpipe::nn::Linear::forward::bias", space, y.extent(0), y.extent(1),
-                      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j0, std::int64_t j1) {
-                        T* KOKKOS_RESTRICT out = &y(i, 0);
-                        const T* KOKKOS_RESTRICT b = has_bias ? bias.data() : nullptr;
-                        const T* KOKKOS_RESTRICT r = has_residual ? &residual(i, 0) : nullptr;
-                        for (std::int64_t j = j0; j < j1; ++j) out[j] = (has_bias ? b[j] : T(0)) + (has_residual ? r[j] : T(0));
-                      });
+  const auto& products = layer.products;
+  if constexpr (mixed_precision<T, A>) {
+    const View2<T> product = accumulator(products, y.extent(0), y.extent(1));
+    blas::gemm(space, "N", "T", 1.0f, x, layer.weight, 0.0f, product, products.math, products.workspace);
+    for_each_row_span<P>("kpipe::nn::Linear::forward::epilogue", space, y.extent(0), y.extent(1),
+                         KOKKOS_LAMBDA(std::int64_t i, std::int64_t j0, std::int64_t j1) {
+                           A* KOKKOS_RESTRICT out = &y(i, 0);
+                           const T* KOKKOS_RESTRICT p = &product(i, 0);
+                           const T* KOKKOS_RESTRICT b = has_bias ? bias.data() : nullptr;
+                           const A* KOKKOS_RESTRICT r = has_residual ? &residual(i, 0) : nullptr;
+                           for (std::int64_t j = j0; j < j1; ++j)
+                             out[j] = narrow<A>(p[j] + (has_bias ? b[j] : T(0)) +
+                                                (has_residual ? widen<T>(r[j]) : T(0)));
+                         });
+  } else {
+    if (has_bias || has_residual) {
+      for_each_row_span<P>("kpipe::nn::Linear::forward::bias", space, y.extent(0), y.extent(1),
+                           KOKKOS_LAMBDA(std::int64_t i, std::int64_t j0, std::int64_t j1) {
+                             T* KOKKOS_RESTRICT out = &y(i, 0);
+                             const T* KOKKOS_RESTRICT b = has_bias ? bias.data() : nullptr;
+                             const T* KOKKOS_RESTRICT r = has_residual ? &residual(i, 0) : nullptr;
+                             for (std::int64_t j = j0; j < j1; ++j)
+                               out[j] = (has_bias ? b[j] : T(0)) + (has_residual ? r[j] : T(0));
+                           });
+    }
+    blas::gemm(space, "N", "T", T(1), x, layer.weight, (has_bias || has_residual) ? T(1) : T(0), y, products.math);
   }
-  blas::gemm(space, "N", "T", T(1), x, layer.weight, (has_bias || has_residual) ? T(1) : T(0), y);
 }
 
-template <class T, KernelPath P>
-void forward(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y) {
-  linear_into<T, P>(space, layer, x, View2<const T>(), y);
+template <class T, KernelPath P, class A>
+void forward(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const View2<A>& y) {
+  linear_into<T, P, A>(space, layer, x, View2<const A>(), y);
 }
 
-template <class T>
-void forward_product(const ExecSpace& space, const Linear<T>& layer, In2<T> x, const View2<T>& y) {
-  blas::gemm(space, "N", "T", T(1), x, layer.weight, T(0), y);
+template <class T, class A>
+void forward_product(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const View2<T>& y) {
+  blas::gemm(space, "N", "T", T(1), x, layer.weight, T(0), y, layer.products.math, layer.products.workspace);
 }
 
-template <class T, KernelPath P>
-void forward_residual(const ExecSpace& space, const Linear<T>& layer, In2<T> x, In2<T> residual, const View2<T>& y) {
-  linear_into<T, P>(space, layer, x, residual, y);
+template <class T, KernelPath P, class A>
+void forward_residual(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, In2<A> residual,
+                      const View2<A>& y) {
+  linear_into<T, P, A>(space, layer, x, residual, y);
 }
 
-template <class T>
-void backward_input(const ExecSpace& space, const Linear<T>& layer, In2<T> dy, const View2<T>& dx,
+// Mixed: dx = dy W accumulates in T and is rounded to A once (after dx, widened, is added when accumulating).
+template <class T, class A>
+void backward_input(const ExecSpace& space, const Linear<T, A>& layer, In2<A> dy, const View2<A>& dx,
                     bool accumulate) {
-  blas::gemm(space, "N", "N", T(1), dy, layer.weight, accumulate ? T(1) : T(0), dx);
+  using S = blas::scalar_t<A>;
+  blas::gemm(space, "N", "N", S(1), dy, layer.weight, accumulate ? S(1) : S(0), dx, layer.products.math,
+             layer.products.workspace);
 }
 
-template <class T, KernelPath P>
-void backward_weight(const ExecSpace& space, const Linear<T>& layer, In2<T> x, In2<T> dy) {
-  blas::gemm(space, "T", "N", T(1), dy, x, T(1), layer.dweight);
+template <class T, KernelPath P, class A>
+void backward_weight(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, In2<A> dy) {
+  // dweight (T) += dy^T x: A operands, T accumulation, across micro-batches too (beta = 1).
+  blas::gemm(space, "T", "N", T(1), dy, x, T(1), layer.dweight, layer.products.math, layer.products.workspace);
   const auto dbias = layer.dbias;
   if (dbias.extent(0) == 0) return;
   const std::int64_t rows = dy.extent(0), cols = dbias.extent(0);
-  const View2<const T> g = dy;
-  // Column sums, rows in a fixed order (reproducible without atomics); see core/elementwise.hpp.
+  const View2<const A> g = dy;
+  // Column sums in T, rows in a fixed order (reproducible without atomics); see core/elementwise.hpp.
   constexpr int width = column_block<P>;
   Kokkos::parallel_for("kpipe::nn::Linear::backward_weight::bias", range(space, (cols + width - 1) / width),
                        KOKKOS_LAMBDA(std::int64_t block) {
@@ -61,32 +86,61 @@ void backward_weight(const ExecSpace& space, const Linear<T>& layer, In2<T> x, I
                          T sum[width];
                          for (int j = 0; j < width; ++j) sum[j] = 0;
                          for (std::int64_t i = 0; i < rows; ++i) {
-                           const T* KOKKOS_RESTRICT row = &g(i, c0);
-                           for (int j = 0; j < n; ++j) sum[j] += row[j];
+                           const A* KOKKOS_RESTRICT row = &g(i, c0);
+                           for (int j = 0; j < n; ++j) sum[j] += widen<T>(row[j]);
                          }
                          for (int j = 0; j < n; ++j) dbias(c0 + j) += sum[j];
                        });
 }
 
-template void forward<float, KernelPath::host>(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&);
-template void forward_residual<float, KernelPath::host>(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>,
+// Float (training), double (gradient checks), float accumulating bf16 storage (mixed precision); both paths.
+template void forward<float, KernelPath::host, float>(const ExecSpace&, const Linear<float, float>&, In2<float>,
+                                                      const View2<float>&);
+template void forward_residual<float, KernelPath::host, float>(const ExecSpace&, const Linear<float, float>&,
+                                                               In2<float>, In2<float>,
                                                    const View2<float>&);
-template void backward_weight<float, KernelPath::host>(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>);
-template void forward<float, KernelPath::device>(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&);
-template void forward_residual<float, KernelPath::device>(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>,
+template void backward_weight<float, KernelPath::host, float>(const ExecSpace&, const Linear<float, float>&,
+                                                              In2<float>, In2<float>);
+template void forward<float, KernelPath::device, float>(const ExecSpace&, const Linear<float, float>&, In2<float>,
+                                                        const View2<float>&);
+template void forward_residual<float, KernelPath::device, float>(const ExecSpace&, const Linear<float, float>&,
+                                                                 In2<float>, In2<float>,
                                                    const View2<float>&);
-template void backward_weight<float, KernelPath::device>(const ExecSpace&, const Linear<float>&, In2<float>, In2<float>);
-template void forward_product(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&);
-template void backward_input(const ExecSpace&, const Linear<float>&, In2<float>, const View2<float>&, bool);
-template void forward<double, KernelPath::host>(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&);
-template void forward_residual<double, KernelPath::host>(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>,
+template void backward_weight<float, KernelPath::device, float>(const ExecSpace&, const Linear<float, float>&,
+                                                                In2<float>, In2<float>);
+template void forward_product(const ExecSpace&, const Linear<float, float>&, In2<float>, const View2<float>&);
+template void backward_input(const ExecSpace&, const Linear<float, float>&, In2<float>, const View2<float>&, bool);
+template void forward<double, KernelPath::host, double>(const ExecSpace&, const Linear<double, double>&, In2<double>,
+                                                        const View2<double>&);
+template void forward_residual<double, KernelPath::host, double>(const ExecSpace&, const Linear<double, double>&,
+                                                                 In2<double>, In2<double>,
                                                    const View2<double>&);
-template void backward_weight<double, KernelPath::host>(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>);
-template void forward<double, KernelPath::device>(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&);
-template void forward_residual<double, KernelPath::device>(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>,
+template void backward_weight<double, KernelPath::host, double>(const ExecSpace&, const Linear<double, double>&,
+                                                                In2<double>, In2<double>);
+template void forward<double, KernelPath::device, double>(const ExecSpace&, const Linear<double, double>&,
+                                                          In2<double>, const View2<double>&);
+template void forward_residual<double, KernelPath::device, double>(const ExecSpace&, const Linear<double, double>&,
+                                                                   In2<double>, In2<double>,
                                                    const View2<double>&);
-template void backward_weight<double, KernelPath::device>(const ExecSpace&, const Linear<double>&, In2<double>, In2<double>);
-template void forward_product(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&);
-template void backward_input(const ExecSpace&, const Linear<double>&, In2<double>, const View2<double>&, bool);
+template void backward_weight<double, KernelPath::device, double>(const ExecSpace&, const Linear<double, double>&,
+                                                                  In2<double>, In2<double>);
+template void forward_product(const ExecSpace&, const Linear<double, double>&, In2<double>, const View2<double>&);
+template void backward_input(const ExecSpace&, const Linear<double, double>&, In2<double>, const View2<double>&, bool);
+template void forward<float, KernelPath::host, bf16>(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>,
+                                                     const View2<bf16>&);
+template void forward_residual<float, KernelPath::host, bf16>(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>,
+                                                              In2<bf16>,
+                                                   const View2<bf16>&);
+template void backward_weight<float, KernelPath::host, bf16>(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>,
+                                                             In2<bf16>);
+template void forward<float, KernelPath::device, bf16>(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>,
+                                                       const View2<bf16>&);
+template void forward_residual<float, KernelPath::device, bf16>(const ExecSpace&, const Linear<float, bf16>&,
+                                                                In2<bf16>, In2<bf16>,
+                                                   const View2<bf16>&);
+template void backward_weight<float, KernelPath::device, bf16>(const ExecSpace&, const Linear<float, bf16>&,
+                                                               In2<bf16>, In2<bf16>);
+template void forward_product(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>, const View2<float>&);
+template void backward_input(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>, const View2<bf16>&, bool);
 
 }  // namespace kpipe::nn
