@@ -59,9 +59,10 @@ struct AsyncRules {
 
 // One stage's update `update` from its accumulated gradients (then zeroed), onto the weights in the store:
 // the stage's gradient norm (per layer, in layer order), clipping by it, AdamW or SGD. Returns the squared
-// norm. A non-finite norm skips the update (the gradients are zeroed all the same).
-template <class T>
+// norm. A non-finite norm skips the update (the gradients are zeroed all the same). The compute copy (mixed
+// precision) follows the new weights.
+template <class T, class A>
 double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules,
-                          std::int64_t update, model::ParameterStore<T>& params);
+                          std::int64_t update, model::ParameterStore<T, A>& params);
 
 }  // namespace kpipe::runtime
