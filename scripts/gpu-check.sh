@@ -13,7 +13,9 @@
 # of the GPU's peak at that precision (dense: fp32 without tensor cores, TF32 and BF16 tensor cores; known for
 # H100/H200 and A100, else GPU_PEAK_TFLOPS="fp32 tf32 bf16").
 #
-#   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests] [--sizes bench,wide]
+#   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests] [--sizes bench,wide] [--limit SECONDS]
+#
+# Every program runs under a time limit (--limit, default 300 s): a hang is a failure, not a stuck node.
 #
 # BUILD_DIR (default build-cuda) is configured with Kokkos' nvcc_wrapper and a CUDA Kokkos, e.g.
 #   cmake -S . -B build-cuda -DCMAKE_CXX_COMPILER=$KOKKOS/bin/nvcc_wrapper -DCMAKE_PREFIX_PATH=$KOKKOS \
@@ -23,7 +25,7 @@
 # Exit codes: 0 all checks passed; 1 a check failed; 2 nothing to check here (no CUDA build, no GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=build-cuda steps=30 out="" skip_tests=0 bundle=0 sizes=bench,wide
+build=build-cuda steps=30 out="" skip_tests=0 bundle=0 sizes=bench,wide limit=300
 while [ $# -gt 0 ]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -31,7 +33,8 @@ while [ $# -gt 0 ]; do
     --skip-tests) skip_tests=1; shift ;;
     --bundle) bundle=1; shift ;;
     --sizes) sizes=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --limit) limit=$2; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)"; exit 2 ;;
     *) build=$1; shift ;;
   esac
@@ -61,7 +64,10 @@ if [ $bundle -eq 1 ]; then
   echo "gpu-check: $(ls "$build/gpu-libs" | wc -l) libraries in $build/gpu-libs (Open MPI's mpiexec and plugins are not among them)"
   exit 0
 fi
-[ -d "$build/gpu-libs" ] && export LD_LIBRARY_PATH="$(cd "$build/gpu-libs" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# kpipe's programs run with the bundled libraries first; Python (PyTorch) keeps its own.
+kpipe_env=(timeout "$limit" env)
+[ -d "$build/gpu-libs" ] &&
+  kpipe_env=(timeout "$limit" env LD_LIBRARY_PATH="$(cd "$build/gpu-libs" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 
 if ! command -v nvidia-smi >/dev/null || ! gpus=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null) ||
   [ -z "$gpus" ]; then
@@ -94,9 +100,9 @@ if [ $skip_tests -eq 0 ]; then
     name=$(basename "$program")
     if [ "$name" = kpipe_test_mpi ]; then
       [ -n "$mpiexec" ] || { echo "gpu-check: no mpiexec here: $name skipped"; continue; }
-      runs=("$mpiexec" -n 2 $mpiflags "$program")
+      runs=("${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$program")
     else
-      runs=("$program")
+      runs=("${kpipe_env[@]}" "$program")
     fi
     if OPENBLAS_NUM_THREADS=1 "${runs[@]}" >"$out/$name.log" 2>&1; then
       echo "gpu-check: $name: $(grep -E '\[  PASSED  \]' "$out/$name.log" | tail -1 | sed 's/.*PASSED[^0-9]*//')"
@@ -124,7 +130,7 @@ for size in ${sizes//,/ }; do
   for precision in fp32 tf32 bf16; do
     tag="$size-$precision" kpipe="" torch=""
     # shellcheck disable=SC2086
-    if "$train" ${model_args[$size]} --precision $precision --steps "$steps" --train.log_every 1000000 \
+    if "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision $precision --steps "$steps" --train.log_every 1000000 \
       --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
       kpipe=$(tokens_per_s "$out/$tag.jsonl")
     else
@@ -132,7 +138,7 @@ for size in ${sizes//,/ }; do
     fi
     if [ $have_torch -eq 1 ]; then
       # shellcheck disable=SC2086
-      if python3 benchmarks/pytorch/gpt.py --device cuda --precision $precision --steps "$steps" ${torch_args[$size]} \
+      if timeout "$limit" python3 benchmarks/pytorch/gpt.py --device cuda --precision $precision --steps "$steps" ${torch_args[$size]} \
         >"$out/torch-$tag.json" 2>"$out/torch-$tag.log"; then
         torch=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_s"])' "$out/torch-$tag.json")
       else
@@ -144,7 +150,7 @@ for size in ${sizes//,/ }; do
 done
 if [ -n "$mpiexec" ]; then
   for precision in fp32 bf16; do
-    if "$mpiexec" -n 2 $mpiflags "$train" --preset bench --precision $precision --steps "$steps" --pipeline-size 2 \
+    if "${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$train" --preset bench --precision $precision --steps "$steps" --pipeline-size 2 \
       --microbatches 8 --transport auto --train.log_every 1000000 --train.eval_batches 1 \
       --metrics "$out/two-ranks-$precision.jsonl" >"$out/two-ranks-$precision.log" 2>&1; then
       rows+=("bench,2-ranks $precision $(tokens_per_s "$out/two-ranks-$precision.jsonl") -")
