@@ -369,16 +369,8 @@ std::string attribute_text(const AttributeValue& value) {
   return text.size() > 40 ? fmt::format("'{}...' ({} bytes)", text.substr(0, 40), text.size()) : "'" + text + "'";
 }
 
-}  // namespace
-
-CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
-  try {
-    file_ = h5::open_file(path);
-  } catch (const InputError& e) {
-    throw CorruptCheckpoint(fmt::format("checkpoint file {}", e.what()));
-  }
-  const h5::QuietErrors quiet;
-  const hid_t root = file_.get();
+// The file says it is a kpipe checkpoint of the format this kpipe reads.
+void check_format(hid_t root, const std::string& path) {
   std::string format;
   try {
     format = h5::read_string_attribute(root, "format", path);
@@ -399,8 +391,10 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   require(version == checkpoint_format_version,
           "checkpoint file '{}': format_version {} is not read by this kpipe, which reads format_version {}", path,
           version, checkpoint_format_version);
+}
 
-  // The manifest, checked against its own hash; then everything else against the manifest.
+// The manifest, checked against its own hash (returned in `hash`), and its shape.
+json read_manifest(hid_t root, const std::string& path, std::uint64_t& hash) {
   const Handle dataset(H5Dopen2(root, manifest_name, H5P_DEFAULT), H5Dclose);
   if (!dataset.valid()) corrupt("checkpoint file '{}': no readable /manifest ({})", path, h5::error_text());
   const Handle type(H5Dget_type(dataset.get()), H5Tclose);
@@ -415,16 +409,22 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   } catch (const InputError&) {
     corrupt("checkpoint file '{}': /manifest has no readable fnv1a64 attribute", path);
   }
-  manifest_hash_ = fnv1a64(text);
+  hash = fnv1a64(text);
   while (!text.empty() && text.back() == '\0') text.pop_back();  // NULPAD of a zero-length text
-  if (manifest_hash_ != stored)
+  if (hash != stored)
     corrupt("checkpoint file '{}': /manifest fails its checksum (fnv1a64 stored {}, computed {})", path,
-            hash_hex(stored), hash_hex(manifest_hash_));
+            hash_hex(stored), hash_hex(hash));
   const json manifest = json::parse(text, nullptr, false);
   if (manifest.is_discarded() || !manifest.is_object() || manifest.value("format", "") != checkpoint_format ||
       manifest.value("format_version", -1) != checkpoint_format_version || !manifest.contains("attributes") ||
       !manifest["attributes"].is_array() || !manifest.contains("datasets") || !manifest["datasets"].is_array())
     corrupt("checkpoint file '{}': /manifest is not a kpipe checkpoint manifest", path);
+  return manifest;
+}
+
+// The attributes the manifest lists, each checked against what HDF5 tools show.
+Attributes verified_attributes(hid_t root, const json& manifest, const std::string& path) {
+  Attributes attributes;
   for (const auto& a : manifest["attributes"]) {
     if (!a.is_object() || !a.contains("object") || !a.contains("name") || !a["object"].is_string() ||
         !a["name"].is_string() || !(a.contains("int") ? a["int"].is_number_integer() : a.value("text", json()).is_string()))
@@ -449,8 +449,25 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
     if (shown != value)
       corrupt("checkpoint file '{}': attribute {} of {} reads {} but the checksummed manifest says {}", path, name,
               object, attribute_text(shown), attribute_text(value));
-    attributes_[{object, name}] = std::move(value);
+    attributes[{object, name}] = std::move(value);
   }
+  return attributes;
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
+  try {
+    file_ = h5::open_file(path);
+  } catch (const InputError& e) {
+    throw CorruptCheckpoint(fmt::format("checkpoint file {}", e.what()));
+  }
+  const h5::QuietErrors quiet;
+  const hid_t root = file_.get();
+  check_format(root, path);
+  // The manifest, checked against its own hash; then everything else against the manifest.
+  const json manifest = read_manifest(root, path, manifest_hash_);
+  attributes_ = verified_attributes(root, manifest, path);
   for (const auto& j : manifest["datasets"]) {
     DatasetEntry e;
     if (!entry_from(j, e)) corrupt("checkpoint file '{}': /manifest lists a malformed dataset", path);
