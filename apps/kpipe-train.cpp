@@ -26,6 +26,7 @@
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/memory/meter.hpp"
+#include "kpipe/runtime/async_rules.hpp"
 #include "kpipe/runtime/layer_profile.hpp"
 #include "kpipe/runtime/memory_report.hpp"
 #include "kpipe/runtime/metrics.hpp"
@@ -298,11 +299,17 @@ int main(int argc, char** argv) {
         });
     auto config = command_line.config;
     timeout = config.pipeline.recv_timeout_s;
+    // Asynchronous schedules: the lr schedule their delay calls for, unless the user chose it. Resolved into
+    // the configuration, so that the metrics' and the checkpoints' copy of it hold what ran.
+    const auto optimizer = kpipe::runtime::choose_optimizer(config, command_line.preset.optim, command_line.given);
+    config.optim = optimizer.optim;
+    kpipe::validate(config);  // an optim.min_lr given above the lr chosen
     if (resume) config.checkpoint.resume = "latest";
     if (trace_full) config.output.trace_full = 1;
     if (command_line.exit_now) {
       rc = command_line.exit_code;
     } else {
+      if (rank == 0 && !optimizer.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", optimizer.note);
       const auto placement = kpipe::runtime::place_rank(config.pipeline, MPI_COMM_WORLD);
       if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
       config.pipeline.transport = kpipe::runtime::resolved_choice(placement.transport);

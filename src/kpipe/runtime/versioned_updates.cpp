@@ -57,7 +57,8 @@ template <class T> void VersionedUpdates<T>::run(const schedule::Action& a) {
   versions.bind(versions.newest());
   const std::int64_t update = rules_.update_of(a.microbatch);
   reduction_->before_update(space_, chunk, a, update);
-  update_squares_[a.chunk] = apply_async_update(space_, stage_->config().optim, rules_, update, chunk.params());
+  update_squares_[a.chunk] = apply_async_update(space_, stage_->config().optim, rules_, stage_->virtual_stage(a.chunk),
+                                                update, chunk.params());
   lr_ = rules_.learning_rate(stage_->config().optim, update);
   versions.commit(a.version, [&](int v) { return version_needed(a.chunk, v); });
 }
