@@ -64,7 +64,10 @@ FaultInjection fault_injection() {
   return f;
 }
 
-int train(kpipe::Config config, kpipe::comm::TransportKind transport, int rank, bool& set_up) {
+// optimizer_note: what the lr rule of an asynchronous schedule chose or found (async_rules.hpp), said once
+// the run is set up (a refused run says only why).
+int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::TransportKind transport, int rank,
+          bool& set_up) {
   using namespace kpipe;
   auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel,
                                config.pipeline.recv_timeout_s);
@@ -147,6 +150,7 @@ int train(kpipe::Config config, kpipe::comm::TransportKind transport, int rank, 
     return code;
   };
   set_up = true;
+  if (rank == 0 && !optimizer_note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", optimizer_note);
   int skipped_in_a_row = 0;
   const auto& desc = trainer.desc();
   if (rank == 0)
@@ -309,12 +313,11 @@ int main(int argc, char** argv) {
     if (command_line.exit_now) {
       rc = command_line.exit_code;
     } else {
-      if (rank == 0 && !optimizer.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", optimizer.note);
       const auto placement = kpipe::runtime::place_rank(config.pipeline, MPI_COMM_WORLD);
       if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
       config.pipeline.transport = kpipe::runtime::resolved_choice(placement.transport);
       kpipe::runtime::KokkosSession kokkos(placement);
-      rc = train(config, placement.transport, rank, set_up);
+      rc = train(config, optimizer.note, placement.transport, rank, set_up);
     }
   } catch (const kpipe::InputError& e) {
     if (!set_up) {
