@@ -55,6 +55,18 @@ kpipe::data::TokenSplit load_tokens(const Options& o, const kpipe::data::Tokeniz
   return data::concatenate(corpus.train, corpus.validation);
 }
 
+// The checkpoint's mean loss over the corpus' validation windows, computed in train.precision (A: float, or bf16).
+template <class A>
+double checkpoint_loss(const kpipe::Config& config, const kpipe::data::Corpus& corpus, const kpipe::comm::ProcessGrid& grid,
+                       kpipe::comm::TransportKind transport, const std::string& checkpoint) {
+  using namespace kpipe;
+  runtime::TrainerOptions options;
+  options.transport = transport;
+  runtime::Trainer<float, A> trainer(config, corpus, grid, options);
+  io::load_checkpoint(trainer.stage(), checkpoint);
+  return trainer.evaluate();
+}
+
 int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
   using namespace kpipe;
   require(o.pipeline_size >= 1, "--pipeline-size = {}: expected an integer >= 1", o.pipeline_size);
@@ -94,14 +106,9 @@ int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
   config.train.eval_batches = int((windows + config.train.batch - 1) / config.train.batch);
   validate(config);
   auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
-  double loss = 0;
-  {
-    runtime::TrainerOptions options;
-    options.transport = transport;
-    runtime::Trainer<float> trainer(config, corpus, grid, options);
-    io::load_checkpoint(trainer.stage(), o.checkpoint);
-    loss = trainer.evaluate();
-  }
+  const double loss = config.train.precision == Precision::bf16
+                          ? checkpoint_loss<bf16>(config, corpus, grid, transport, o.checkpoint)
+                          : checkpoint_loss<float>(config, corpus, grid, transport, o.checkpoint);
   comm::free_grid(grid);
   if (rank == 0) {
     fmt::print(stderr, "kpipe-eval: checkpoint step {}, {} windows of {} tokens from {}\n", info.step, windows,

@@ -57,6 +57,29 @@ class TextStream {
   std::string printed_;
 };
 
+// Generates on the checkpoint's model in train.precision (A: float, or bf16); the seconds it took.
+template <class A>
+double generate_text(const Options& o, const kpipe::Config& config, const kpipe::comm::ProcessGrid& grid,
+                     kpipe::comm::TransportKind transport, const kpipe::data::Tokenizer& tokenizer,
+                     std::vector<kpipe::Token> tokens, int rank) {
+  using namespace kpipe;
+  // The model alone: no optimizer, no training lists run; the layout's plan places the layers.
+  const model::ModelDesc desc = model::describe(config.model);
+  const runtime::RunPlan plan = runtime::plan_run(config, desc, grid, transport);
+  runtime::StageModel<float, A> stage(config, desc, grid, plan);
+  io::load_checkpoint(stage, o.checkpoint);
+  runtime::Generator<float, A> generator(stage, plan, tokenizer);
+  TextStream stream(tokenizer, rank == 0 && !o.quiet);
+  stream.update(tokens, false);
+  const auto start = std::chrono::steady_clock::now();
+  generator.generate(tokens, o.tokens, o.sampling, [&](Token) { stream.update(tokens, false); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stream.update(tokens, true);
+  if (rank == 0 && !o.quiet) std::fputc('\n', stdout);
+  std::fflush(stdout);
+  return seconds;
+}
+
 int generate(Options o, kpipe::comm::TransportKind transport, int rank, int world_size) {
   using namespace kpipe;
   runtime::validate(o.sampling);
@@ -87,25 +110,10 @@ int generate(Options o, kpipe::comm::TransportKind transport, int rank, int worl
   // One sequence per micro-batch (the trainer's schedule, never run here, wants p of them when interleaved).
   config.train.batch = config.train.microbatches = o.pipeline_size;
   validate(config);
-  const model::ModelDesc desc = model::describe(config.model);
   auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
-  double seconds = 0;
-  {
-    // The model alone: no optimizer, no training lists run; the layout's plan places the layers.
-    const runtime::RunPlan plan = runtime::plan_run(config, desc, grid, transport);
-    runtime::StageModel<float> stage(config, desc, grid, plan);
-    io::load_checkpoint(stage, o.checkpoint);
-    runtime::Generator<float> generator(stage, plan, tokenizer);
-    std::vector<Token> tokens = prompt;
-    TextStream stream(tokenizer, rank == 0 && !o.quiet);
-    stream.update(tokens, false);
-    const auto start = std::chrono::steady_clock::now();
-    generator.generate(tokens, o.tokens, o.sampling, [&](Token) { stream.update(tokens, false); });
-    seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    stream.update(tokens, true);
-    if (rank == 0 && !o.quiet) std::fputc('\n', stdout);
-    std::fflush(stdout);
-  }
+  const double seconds = config.train.precision == Precision::bf16
+                             ? generate_text<bf16>(o, config, grid, transport, tokenizer, prompt, rank)
+                             : generate_text<float>(o, config, grid, transport, tokenizer, prompt, rank);
   comm::free_grid(grid);
   if (rank == 0)
     fmt::print(stderr, "kpipe-generate: {} tokens in {:.2f} s ({:.1f} ms per token: a forward of {} tokens on {} "

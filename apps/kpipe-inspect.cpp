@@ -99,8 +99,9 @@ int inspect_checkpoint(const std::string& path) {
   const auto info = io::read_checkpoint_info(file);
   fmt::print("step {} | format version {} | run {} | kpipe {} | created {}\n", info.step, info.format_version,
              info.run_id, info.kpipe_version, info.created);
-  fmt::print("layout: pipeline_size {}, data_parallel {}, chunks {}, schedule {} | {} | manifest fnv1a64 {}\n",
-             info.pipeline_size, info.data_parallel, info.chunks, info.schedule, info.scalar_type,
+  fmt::print("layout: pipeline_size {}, data_parallel {}, chunks {}, schedule {} | precision {} ({} masters) | "
+             "manifest fnv1a64 {}\n",
+             info.pipeline_size, info.data_parallel, info.chunks, info.schedule, info.precision, info.scalar_type,
              hash_hex(info.manifest_hash));
   int damaged = 0;
   // Read (and checked) as kpipe-generate would; shown by kind and vocabulary, not listed as a tensor.
@@ -255,8 +256,10 @@ struct Range {
 
 int inspect_activations(const std::string& path) {
   const auto trace = io::read_trace(path);
-  fmt::print("activation trace {}: every {} steps, layers '{}', {} micro-batches per step, {} model layers\n\n", path,
-             trace.info.every, trace.info.layers, trace.info.microbatches, trace.info.model_layers);
+  fmt::print("activation trace {}: every {} steps, layers '{}', {} micro-batches per step, {} model layers, "
+             "tensors stored in {}\n\n",
+             path, trace.info.every, trace.info.layers, trace.info.microbatches, trace.info.model_layers,
+             trace.info.dtype);
   fmt::print("{:<6} {:<9} {:>5} {:>6} {:>20} {:>20} {:>11} {:>10}\n", "layer", "kind", "rows", "steps", "mean",
              "std", "absmax", "nonfinite");
   int with_nonfinite = 0;

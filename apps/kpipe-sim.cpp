@@ -74,6 +74,8 @@ struct Options {
   bool allreduce = false;
   std::string preset, partition_name = "balanced", recompute_name = "none";  // --preset: costs from the model
   PartitionKind partition = PartitionKind::balanced;  // from partition_name
+  std::string precision_name = "fp32";                // --preset: what activations and messages are stored in
+  Precision precision = Precision::fp32;
   Recompute recompute = Recompute::none;              // from recompute_name
   int vocab = 0, sequences = 1;
   std::string transport_name = "auto";  // the delivery planned for: nccl is stream-ordered; mpi and auto buffered
@@ -157,17 +159,23 @@ std::vector<Costs> model_costs(const Options& o, const Replicated& world) {
       planner::stage_costs(desc, planner::layer_seconds(desc, gflops, o.recompute), ranges,
                            o.sequences, o.costs);
   const auto memory = partition::stage_memory(partition::layer_memory(desc, s.ranks, s.chunks, in_flight), ranges);
+  // A message is one micro-batch's activation (or its gradient) in the precision's storage.
+  std::vector<Costs> priced = costs;
+  if (o.costs.activation_bytes == 0)
+    for (auto& c : priced)
+      c.activation_bytes = double(o.sequences) * model.seq_len * model.d_model * activation_bytes(o.precision);
   std::printf("model %s: %d blocks, d_model %d, seq_len %d, vocabulary %d; %s partition, %d sequence%s per "
-              "micro-batch%s\n", o.preset.c_str(), model.n_layers, model.d_model, model.seq_len, model.vocab,
+              "micro-batch%s, %s\n", o.preset.c_str(), model.n_layers, model.d_model, model.seq_len, model.vocab,
               std::string(to_string(o.partition)).c_str(), o.sequences, o.sequences == 1 ? "" : "s",
-              o.recompute == Recompute::none ? "" : fmt::format(", recompute {}", o.recompute).c_str());
+              o.recompute == Recompute::none ? "" : fmt::format(", recompute {}", o.recompute).c_str(),
+              std::string(to_string(o.precision)).c_str());
   std::printf("%-6s %-5s %-10s %10s %10s %10s %12s\n", "stage", "rank", "layers", "F GFLOP", "B GFLOP", "R GFLOP",
               "memory MB");
   for (std::size_t k = 0; k < ranges.size(); ++k)
     std::printf("%-6zu %-5d %-10s %10.4g %10.4g %10.4g %12.1f\n", k, s.rank_of(int(k)),
                 fmt::format("{}-{}", ranges[k].first, ranges[k].last - 1).c_str(), costs[k].f, costs[k].b, costs[k].r,
                 memory[k] * 4 / 1e6);  // float32 scalars
-  return costs;
+  return priced;
 }
 
 // Per rank (world rank with replicas) the busy and idle time, the bubble and the peak stash (asynchronous
@@ -232,12 +240,13 @@ int run(Options o, const CLI::App& app) {
   o.schedule = option_value<ScheduleKind>("--schedule", o.schedule_name);
   o.partition = option_value<PartitionKind>("--partition", o.partition_name);
   o.recompute = option_value<Recompute>("--recompute", o.recompute_name);
+  o.precision = option_value<Precision>("--precision", o.precision_name);
   const Delivery delivery = planned_delivery(option_value<TransportChoice>("--transport", o.transport_name));
   const Schedule s = make_schedule(o, app);
   const bool from_model = !o.preset.empty();
   require(from_model || (app.count("--vocab") == 0 && app.count("--partition") == 0 && app.count("--sequences") == 0 &&
-                         app.count("--recompute") == 0),
-          "--vocab, --partition, --sequences and --recompute need --preset (costs from a model)");
+                         app.count("--recompute") == 0 && app.count("--precision") == 0),
+          "--vocab, --partition, --sequences, --recompute and --precision need --preset (costs from a model)");
   // With replicas, every replica's lists (the ordered reduction's pass, or an allreduce after them).
   // Asynchronous lists are the same in every replica, and each update waits for the stage's replicas' sum:
   // the replicas run in lock step, so one pipeline whose updates also pay the sum's transfers stands for all.
@@ -281,7 +290,7 @@ int run(Options o, const CLI::App& app) {
   const Costs& c = o.costs;
   if (from_model)
     std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
-                c.step, c.latency, c.per_byte, c.activation_bytes);
+                c.step, c.latency, c.per_byte, costs.front().activation_bytes);
   else
     std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n",
                 c.f, c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
@@ -508,6 +517,9 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", o.vocab, "with --preset: its vocabulary (e.g. a BPE model's 8192)")->check(at_least_one);
   app.add_option("--partition", o.partition_name, "with --preset: uniform or balanced")->capture_default_str();
   app.add_option("--recompute", o.recompute_name, "with --preset: none, attention, mlp or block (its cost from the FLOPs)")
+      ->capture_default_str();
+  app.add_option("--precision", o.precision_name,
+                 "with --preset: fp32, tf32 or bf16; a message's bytes (--activation-bytes: unless given)")
       ->capture_default_str();
   app.add_option("--sequences", o.sequences, "with --preset: sequences per micro-batch")->check(at_least_one)
       ->capture_default_str();

@@ -64,8 +64,10 @@ FaultInjection fault_injection() {
   return f;
 }
 
+// A: what activations and messages are stored in (float, or bf16 under train.precision = bf16).
 // optimizer_note: what the lr rule of an asynchronous schedule chose or found (async_rules.hpp), said once
 // the run is set up (a refused run says only why).
+template <class A>
 int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::TransportKind transport, int rank,
           bool& set_up) {
   using namespace kpipe;
@@ -79,8 +81,8 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
   // once and is reported once (comm/agree.hpp).
   data::Corpus corpus;
   std::unique_ptr<runtime::MetricsWriter> metrics_writer;
-  std::unique_ptr<runtime::Trainer<float>> trainer_owner;
-  std::unique_ptr<io::ActivationTracer<float>> tracer;
+  std::unique_ptr<runtime::Trainer<float, A>> trainer_owner;
+  std::unique_ptr<io::ActivationTracer<float, A>> tracer;
   std::unique_ptr<io::TimelineRecorder> timeline;
   const FaultInjection faults = fault_injection();
   comm::agree(grid.world, {timeout, "checking the run's inputs and outputs"}, [&] {
@@ -97,10 +99,10 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
     options.transport = transport;
     options.stall_rank = faults.stall_rank;
     options.stall_seconds = faults.stall_seconds;
-    trainer_owner = std::make_unique<runtime::Trainer<float>>(config, corpus, grid, options);
+    trainer_owner = std::make_unique<runtime::Trainer<float, A>>(config, corpus, grid, options);
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
     if (!config.output.trace.empty()) {
-      tracer = std::make_unique<io::ActivationTracer<float>>(trainer_owner->stage(), trainer_owner->plan(),
+      tracer = std::make_unique<io::ActivationTracer<float, A>>(trainer_owner->stage(), trainer_owner->plan(),
                                                              io::trace_options(config));
       trainer_owner->set_observer(tracer->observer());
     }
@@ -317,7 +319,9 @@ int main(int argc, char** argv) {
       if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
       config.pipeline.transport = kpipe::runtime::resolved_choice(placement.transport);
       kpipe::runtime::KokkosSession kokkos(placement);
-      rc = train(config, optimizer.note, placement.transport, rank, set_up);
+      rc = config.train.precision == kpipe::Precision::bf16
+               ? train<kpipe::bf16>(config, optimizer.note, placement.transport, rank, set_up)
+               : train<float>(config, optimizer.note, placement.transport, rank, set_up);
     }
   } catch (const kpipe::InputError& e) {
     if (!set_up) {

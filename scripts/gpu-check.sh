@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
 # The checks a GPU node is for, on a CUDA build of kpipe:
-#   1. the whole test suite (ctest) on the GPU: every layer's gradient check and the device-vs-host
-#      comparison of every kernel, the whole model, every layout bit-identical to one rank, the transports;
-#   2. the bench step (bench preset, kpipe-train) on one rank, and on 2 ranks sharing the GPU (pipeline.transport
-#      "auto" falls back to MPI through pinned host buffers there: NCCL refuses two ranks on one GPU);
-#   3. where torch with CUDA imports, the same model in PyTorch on the same GPU (benchmarks/pytorch/gpt.py);
-# then prints the figures side by side: tokens/s, TFLOP/s (model FLOPs of benchmarks/run.py) and the share of
-# the GPU's fp32 peak (kpipe trains in fp32, no tensor cores: GPU_PEAK_TFLOPS, known for H100/H200).
+#   1. the unit tests on the GPU: every layer's gradient check in fp32 and bf16 against float64, the device-vs-
+#      host comparison of every kernel, the whole model, the cuBLAS products (bf16, tf32), the schedules;
+#      with mpiexec, the MPI tests too (every layout bit-identical to one rank, the transports);
+#   2. the step on one rank at each precision, fp32, tf32 and bf16 (kpipe-train --precision), for the bench
+#      preset and a wider model ("wide": d_model 1024, 16 heads, 8 layers, seq_len 256, batch 32); with mpiexec,
+#      the bench preset on 2 ranks sharing the GPU (MPI through pinned host buffers: NCCL refuses two ranks on
+#      one GPU);
+#   3. where torch with CUDA imports, the same models in PyTorch on the same GPU at the same precisions (bf16:
+#      torch.autocast, as PyTorch users run it; benchmarks/pytorch/gpt.py);
+# then prints the figures side by side: tokens/s, model TFLOP/s (the FLOPs of benchmarks/run.py) and the share
+# of the GPU's peak at that precision (dense: fp32 without tensor cores, TF32 and BF16 tensor cores; known for
+# H100/H200 and A100, else GPU_PEAK_TFLOPS="fp32 tf32 bf16").
 #
-#   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests]
+#   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests] [--sizes bench,wide] [--limit SECONDS]
+#
+# Every program runs under a time limit (--limit, default 300 s): a hang is a failure, not a stuck node.
 #
 # BUILD_DIR (default build-cuda) is configured with Kokkos' nvcc_wrapper and a CUDA Kokkos, e.g.
 #   cmake -S . -B build-cuda -DCMAKE_CXX_COMPILER=$KOKKOS/bin/nvcc_wrapper -DCMAKE_PREFIX_PATH=$KOKKOS \
 #         -DKPIPE_ENABLE_NCCL=ON && cmake --build build-cuda -j
-# Machines without Open MPI, HDF5 or OpenBLAS (a bare GPU image): run `scripts/gpu-check.sh BUILD_DIR --bundle`
+# Machines without Open MPI, HDF5 or SentencePiece (a bare GPU image): run `scripts/gpu-check.sh BUILD_DIR --bundle`
 # where the build was made, copy BUILD_DIR (with its gpu-libs/) over, and the libraries come along.
 # Exit codes: 0 all checks passed; 1 a check failed; 2 nothing to check here (no CUDA build, no GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=build-cuda steps=30 out="" skip_tests=0 bundle=0
+build=build-cuda steps=30 out="" skip_tests=0 bundle=0 sizes=bench,wide limit=300
 while [ $# -gt 0 ]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --skip-tests) skip_tests=1; shift ;;
     --bundle) bundle=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --sizes) sizes=$2; shift 2 ;;
+    --limit) limit=$2; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)"; exit 2 ;;
     *) build=$1; shift ;;
   esac
@@ -45,16 +54,20 @@ train="$build/apps/kpipe-train"
 [ -x "$train" ] || { echo "gpu-check: $train is missing: build the apps (KPIPE_ENABLE_APPS=ON)"; exit 2; }
 
 if [ $bundle -eq 1 ]; then
-  # The shared libraries the programs load, except the GPU driver's and the C library's (the node has its own).
+  # The shared libraries the programs load, except the GPU driver's, CUDA's own and the C library's (the node
+  # has its own).
   mkdir -p "$build/gpu-libs"
   find "$build/apps" "$build/tests" "$build/benchmarks" -maxdepth 1 -type f -perm -u+x 2>/dev/null |
     xargs -r ldd 2>/dev/null | awk '/=> \// {print $3}' | sort -u |
-    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libnvidia[^/]*)\.so' |
+    grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libnvidia[^/]*|libcublas[^/]*|libcudart|libnccl)\.so' |
     xargs -r -I{} cp -L {} "$build/gpu-libs/"
   echo "gpu-check: $(ls "$build/gpu-libs" | wc -l) libraries in $build/gpu-libs (Open MPI's mpiexec and plugins are not among them)"
   exit 0
 fi
-[ -d "$build/gpu-libs" ] && export LD_LIBRARY_PATH="$(cd "$build/gpu-libs" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# kpipe's programs run with the bundled libraries first; Python (PyTorch) keeps its own.
+kpipe_env=(timeout "$limit" env)
+[ -d "$build/gpu-libs" ] &&
+  kpipe_env=(timeout "$limit" env LD_LIBRARY_PATH="$(cd "$build/gpu-libs" && pwd)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}")
 
 if ! command -v nvidia-smi >/dev/null || ! gpus=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null) ||
   [ -z "$gpus" ]; then
@@ -63,81 +76,115 @@ if ! command -v nvidia-smi >/dev/null || ! gpus=$(nvidia-smi --query-gpu=name,me
 fi
 gpu_name=$(echo "$gpus" | head -1 | cut -d, -f1)
 echo "gpu-check: $(echo "$gpus" | wc -l) GPU(s): $(echo "$gpus" | head -1); build $build ($devices)"
-peak=${GPU_PEAK_TFLOPS:-}
-if [ -z "$peak" ]; then
+# Dense peaks in TFLOP/s: plain fp32, TF32 and BF16 tensor cores (the vendor's datasheets).
+peaks=${GPU_PEAK_TFLOPS:-}
+if [ -z "$peaks" ]; then
   case $gpu_name in
-    *H200*|*H100*SXM*|*"H100 80GB HBM3"*) peak=67 ;;  # fp32, non-tensor, SXM
-    *H100*PCIe*) peak=51 ;;
-    *A100*) peak=19.5 ;;
-    *) peak="" ;;
+    *H200*|*H100*SXM*|*"H100 80GB HBM3"*) peaks="67 495 989" ;;
+    *H100*PCIe*) peaks="51 378 756" ;;
+    *A100*) peaks="19.5 156 312" ;;
+    *) peaks="" ;;
   esac
 fi
 out=${out:-$build/gpu-check}
 mkdir -p "$out"
 failed=0
 mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$cache")
-command -v "$mpiexec" >/dev/null || mpiexec=$(command -v mpiexec || true)
+command -v "$mpiexec" >/dev/null 2>&1 || mpiexec=$(command -v mpiexec || true)
 mpiflags=$(sed -n 's/^KPIPE_MPIEXEC_FLAGS:[A-Z]*=//p' "$cache" | tr ';' ' ')
 
-# 1. The test suite.
+# 1. The tests: every unit-test program directly (no ctest needed); the MPI tests where mpiexec is.
 if [ $skip_tests -eq 0 ]; then
-  if OPENBLAS_NUM_THREADS=1 ctest --test-dir "$build" --output-on-failure -j 4 >"$out/ctest.log" 2>&1; then
-    echo "gpu-check: tests: $(grep -E 'tests passed' "$out/ctest.log")"
-  else
-    failed=1
-    echo "gpu-check: tests FAILED: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1) (log: $out/ctest.log)"
-    grep -E '^\s+[0-9]+ - ' "$out/ctest.log" | sed 's/^/gpu-check:   /'
-  fi
+  for program in "$build"/tests/kpipe_test_*; do
+    [ -x "$program" ] || continue
+    name=$(basename "$program")
+    if [ "$name" = kpipe_test_mpi ]; then
+      [ -n "$mpiexec" ] || { echo "gpu-check: no mpiexec here: $name skipped"; continue; }
+      runs=("${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$program")
+    else
+      runs=("${kpipe_env[@]}" "$program")
+    fi
+    if OPENBLAS_NUM_THREADS=1 "${runs[@]}" >"$out/$name.log" 2>&1; then
+      echo "gpu-check: $name: $(grep -E '\[  PASSED  \]' "$out/$name.log" | tail -1 | sed 's/.*PASSED[^0-9]*//')"
+    else
+      failed=1
+      echo "gpu-check: $name FAILED (log: $out/$name.log)"
+      grep -E '\[  FAILED  \]' "$out/$name.log" | sort -u | head -20 | sed 's/^/gpu-check:   /'
+    fi
+  done
 fi
 
-# 2. The bench step: tokens/s from kpipe-train's final metrics line.
+# 2. and 3. Every size and precision, kpipe and PyTorch.
+declare -A model_args torch_args
+model_args[bench]="--preset bench"
+torch_args[bench]=""
+model_args[wide]="--preset bench --model.d_model 1024 --model.n_heads 16 --model.seq_len 256 --train.batch 32"
+torch_args[wide]="--d-model 1024 --n-heads 16 --seq-len 256 --batch 32"
 tokens_per_s() { python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1]["tokens_per_s"])' "$1"; }
-bench=(--preset bench --steps "$steps" --train.log_every 1000000 --train.eval_batches 1)
-declare -A result
-if "$train" "${bench[@]}" --metrics "$out/one-rank.jsonl" >"$out/one-rank.log" 2>&1; then
-  result[one]=$(tokens_per_s "$out/one-rank.jsonl")
-else
-  failed=1; echo "gpu-check: one rank FAILED (log: $out/one-rank.log)"
-fi
+have_torch=0
+python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && have_torch=1
+[ $have_torch -eq 1 ] || echo "gpu-check: torch with CUDA does not import here: the PyTorch comparison is skipped"
+rows=()
+for size in ${sizes//,/ }; do
+  [ -n "${model_args[$size]:-}" ] || { echo "gpu-check: --sizes: unknown size $size (bench, wide)"; exit 2; }
+  for precision in fp32 tf32 bf16; do
+    tag="$size-$precision" kpipe="" torch=""
+    # shellcheck disable=SC2086
+    if "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision $precision --steps "$steps" --train.log_every 1000000 \
+      --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
+      kpipe=$(tokens_per_s "$out/$tag.jsonl")
+    else
+      failed=1; echo "gpu-check: kpipe $tag FAILED (log: $out/$tag.log)"; tail -3 "$out/$tag.log" | sed 's/^/gpu-check:   /'
+    fi
+    if [ $have_torch -eq 1 ]; then
+      # shellcheck disable=SC2086
+      if timeout "$limit" python3 benchmarks/pytorch/gpt.py --device cuda --precision $precision --steps "$steps" ${torch_args[$size]} \
+        >"$out/torch-$tag.json" 2>"$out/torch-$tag.log"; then
+        torch=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_s"])' "$out/torch-$tag.json")
+      else
+        failed=1; echo "gpu-check: PyTorch $tag FAILED (log: $out/torch-$tag.log)"
+      fi
+    fi
+    rows+=("$size $precision ${kpipe:--} ${torch:--}")
+  done
+done
 if [ -n "$mpiexec" ]; then
-  if "$mpiexec" -n 2 $mpiflags "$train" "${bench[@]}" --pipeline-size 2 --microbatches 8 --transport auto \
-    --metrics "$out/two-ranks.jsonl" >"$out/two-ranks.log" 2>&1; then
-    result[two]=$(tokens_per_s "$out/two-ranks.jsonl")
-    grep -h 'note:' "$out/two-ranks.log" | sed 's/^/gpu-check: /'
-  else
-    failed=1; echo "gpu-check: two ranks FAILED (log: $out/two-ranks.log)"
-  fi
+  for precision in fp32 bf16; do
+    if "${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$train" --preset bench --precision $precision --steps "$steps" --pipeline-size 2 \
+      --microbatches 8 --transport auto --train.log_every 1000000 --train.eval_batches 1 \
+      --metrics "$out/two-ranks-$precision.jsonl" >"$out/two-ranks-$precision.log" 2>&1; then
+      rows+=("bench,2-ranks $precision $(tokens_per_s "$out/two-ranks-$precision.jsonl") -")
+      grep -h 'note:' "$out/two-ranks-$precision.log" | sed 's/^/gpu-check: /'
+    else
+      failed=1; echo "gpu-check: two ranks $precision FAILED (log: $out/two-ranks-$precision.log)"
+    fi
+  done
 else
-  echo "gpu-check: no mpiexec here: the 2-rank run is skipped"
+  echo "gpu-check: no mpiexec here: the 2-rank runs are skipped"
 fi
 
-# 3. PyTorch on the same GPU.
-if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
-  if python3 benchmarks/pytorch/gpt.py --device cuda --steps "$steps" >"$out/pytorch.json" 2>"$out/pytorch.log"; then
-    result[torch]=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_s"])' "$out/pytorch.json")
-  else
-    failed=1; echo "gpu-check: PyTorch FAILED (log: $out/pytorch.log)"
-  fi
-else
-  echo "gpu-check: torch with CUDA does not import here: the PyTorch comparison is skipped"
-fi
-
-# The table: tokens/s, model TFLOP/s, share of the fp32 peak.
-python3 - "$peak" "${result[one]:-}" "${result[two]:-}" "${result[torch]:-}" <<'EOF'
+# The table: tokens/s, model TFLOP/s, share of the precision's peak.
+python3 - "$peaks" "${rows[@]}" <<'EOF'
 import sys
 sys.path.insert(0, "benchmarks")
 from run import PRESETS, flops_per_token
-peak = float(sys.argv[1]) if sys.argv[1] else None
-per_token = flops_per_token(PRESETS["bench"])
-print(f"gpu-check: bench preset, fp32, {per_token / 1e6:.1f} MFLOP per token" + (f", GPU fp32 peak {peak} TFLOP/s" if peak else ""))
-print(f"{'':28} {'tokens/s':>12} {'TFLOP/s':>9} {'% of peak':>10}")
-for label, value in [("kpipe, 1 rank", sys.argv[2]), ("kpipe, 2 ranks on one GPU", sys.argv[3]), ("PyTorch (gpt.py)", sys.argv[4])]:
-    if not value:
-        print(f"{label:28} {'-':>12}")
-        continue
-    tflops = float(value) * per_token / 1e12
-    share = f"{100 * tflops / peak:.1f}" if peak else "-"
-    print(f"{label:28} {float(value):12.0f} {tflops:9.2f} {share:>10}")
+peaks = dict(zip(["fp32", "tf32", "bf16"], map(float, sys.argv[1].split()))) if sys.argv[1] else {}
+sizes = {"bench": PRESETS["bench"], "wide": dict(PRESETS["bench"], d_model=1024, n_heads=16, seq_len=256, batch=32)}
+print(f"gpu-check: model TFLOP/s from {', '.join(f'{k} {flops_per_token(v) / 1e6:.1f}' for k, v in sizes.items())} "
+      "MFLOP per token; % of the dense peak at each precision" + (f" ({sys.argv[1]} TFLOP/s)" if peaks else ""))
+print(f"{'model':16} {'precision':9} {'kpipe tok/s':>12} {'TFLOP/s':>8} {'% peak':>7} {'PyTorch tok/s':>14} {'TFLOP/s':>8} {'% peak':>7}")
+for row in sys.argv[2:]:
+    size, precision, kpipe, torch = row.split()
+    per_token = flops_per_token(sizes[size.split(",")[0]])
+    cells = []
+    for value in (kpipe, torch):
+        if value == "-":
+            cells += ["-", "-", "-"]
+            continue
+        tflops = float(value) * per_token / 1e12
+        share = f"{100 * tflops / peaks[precision]:.1f}" if precision in peaks else "-"
+        cells += [f"{float(value):.0f}", f"{tflops:.2f}", share]
+    print(f"{size:16} {precision:9} {cells[0]:>12} {cells[1]:>8} {cells[2]:>7} {cells[3]:>14} {cells[4]:>8} {cells[5]:>7}")
 EOF
 echo "gpu-check: logs and metrics in $out"
 exit $failed

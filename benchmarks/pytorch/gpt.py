@@ -10,8 +10,11 @@ at 1.0; a mini-batch of `batch` random windows of seq_len + 1 bytes, split into 
 gradients are accumulated. The numbers are not kpipe's (different RNG), the work per step is the same.
 
     python3 benchmarks/pytorch/gpt.py --steps 10 --microbatches 8
+    python3 benchmarks/pytorch/gpt.py --device cuda --precision bf16   # autocast, as PyTorch users run it
 
-prints one JSON object: tokens/s (median over the steps after the first two), step seconds, CPU seconds.
+--precision: fp32 (no TF32 anywhere), tf32 (TF32 matrix products, fp32 storage) or bf16 (torch.autocast to
+bfloat16 around the forward and the loss: fp32 weights and optimizer, bf16 products), on CUDA. Prints one
+JSON object: tokens/s (median over the steps after the first two), step seconds, CPU seconds.
 """
 import argparse
 import json
@@ -147,6 +150,8 @@ def main():
     ap.add_argument("--n-layers", type=int, default=BENCH["n_layers"])
     ap.add_argument("--d-model", type=int, default=BENCH["d_model"])
     ap.add_argument("--seq-len", type=int, default=BENCH["seq_len"])
+    ap.add_argument("--n-heads", type=int, default=BENCH["n_heads"])
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"])
     ap.add_argument("--data", default="", help="a file whose bytes are the corpus (default: random bytes)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
@@ -155,7 +160,13 @@ def main():
     if args.batch % args.microbatches:
         raise SystemExit(f"--microbatches = {args.microbatches}: must divide --batch = {args.batch}")
     torch.set_num_threads(args.threads)
-    c = dict(BENCH, n_layers=args.n_layers, d_model=args.d_model, seq_len=args.seq_len, batch=args.batch)
+    c = dict(BENCH, n_layers=args.n_layers, d_model=args.d_model, seq_len=args.seq_len, batch=args.batch,
+             n_heads=args.n_heads)
+    # TF32 only where asked for (PyTorch's default for matrix products is off; cuDNN's is on).
+    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = args.precision == "tf32"
+    autocast = torch.autocast(device_type=args.device.split(":")[0], dtype=torch.bfloat16,
+                              enabled=args.precision == "bf16")
     torch.manual_seed(args.seed)
     model = nn.Sequential(*layers(c))
     init_(model, c)
@@ -174,8 +185,9 @@ def main():
         wall0, cpu0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         for xm, ym in zip(x.chunk(args.microbatches), y.chunk(args.microbatches)):
-            logits = model(xm)
-            loss = F.cross_entropy(logits.view(-1, c["vocab"]), ym.view(-1)) / args.microbatches
+            with autocast:
+                logits = model(xm)
+                loss = F.cross_entropy(logits.view(-1, c["vocab"]), ym.view(-1)) / args.microbatches
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -183,7 +195,7 @@ def main():
         step_seconds.append(time.perf_counter() - wall0)
         cpu_seconds.append(time.process_time() - cpu0)
     result = summary(step_seconds, cpu_seconds, args.batch * c["seq_len"], c)
-    result.update(kind="pytorch", device=args.device, ranks=1, microbatches=args.microbatches,
+    result.update(kind="pytorch", device=args.device, precision=args.precision, ranks=1, microbatches=args.microbatches,
                   num_params=sum(p.numel() for p in model.parameters()), final_loss=loss.item() * args.microbatches)
     print(json.dumps(result))
 

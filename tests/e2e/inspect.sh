@@ -108,5 +108,17 @@ check "the loss really was not finite" grep -q '"loss":null' nf.jsonl
 expect_rc 0 "inspect the non-finite trace" "$inspect" activations nf.h5
 check "non-finite values shown in the trace" grep -q "non-finite values in" out.txt
 
+# 7. Mixed precision: a bf16 run's checkpoint says so (its tensors are the fp32 masters), and its trace names
+#    the dtype its activations were stored in; an fp32 run resumes from it.
+expect_rc 0 "bf16 run" "$@" -n 2 "$train" --pipeline-size 2 --microbatches 2 --steps 2 --precision bf16 \
+  --checkpoint-dir bf --checkpoint-every 2 --trace bf.h5 --trace-layers 1
+expect_rc 0 "inspect the bf16 checkpoint" "$inspect" bf
+check "precision shown" grep -q "precision bf16 (float32 masters)" out.txt
+expect_rc 0 "inspect the bf16 trace" "$inspect" activations bf.h5
+check "trace dtype shown" grep -q "tensors stored in bf16" out.txt
+expect_rc 0 "an fp32 run resumes from the bf16 checkpoint" "$@" -n 2 "$train" --pipeline-size 2 --microbatches 2 \
+  --steps 3 --checkpoint-dir bf --resume
+check "resumed at step 2" grep -q "resumed from checkpoint" err.txt
+
 echo "$passes passed, $failures failed"
 [ "$failures" -eq 0 ]

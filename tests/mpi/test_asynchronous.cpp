@@ -82,6 +82,31 @@ TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
   }
 }
 
+// Mixed precision: every rule, in bf16, reproduces the reference's bf16 run bit for bit (the reference rounds
+// where the runtime does: the layers' own rounding points, the compute copy refreshed at every bind and update).
+TEST(Asynchronous, Bf16RulesReproduceTheReferenceBitForBit) {
+  const int p = world_size();
+  for (const Case& k : {Case{"pipedream", 0, 4}, Case{"pipedream", 1, 4}, Case{"2bw", 0, 4}}) {
+    const int steps = schedule::Horizon{p, k.microbatches}.steps() + k.extra_steps;
+    Config c = async_config(k.schedule, k.vertical_sync, p, k.microbatches, steps);
+    c.train.precision = Precision::bf16;
+    SCOPED_TRACE(fmt::format("bf16 {} vertical_sync={} p={} m={} steps={}", k.schedule, k.vertical_sync, p,
+                             k.microbatches, steps));
+    runtime::AsyncReference<float, bf16> reference(c, test::corpus());
+    auto grid = comm::make_grid(MPI_COMM_WORLD, p, 1);
+    {
+      runtime::Trainer<float, bf16> trainer(c, test::corpus(), grid);
+      for (int t = 0; t < steps; ++t) {
+        const auto got = trainer.step();
+        const auto want = reference.step();
+        EXPECT_EQ(got.loss, want.loss) << "step " << t;
+      }
+      EXPECT_EQ(trainer.param_checksum(), reference.param_checksum());
+    }
+    comm::free_grid(grid);
+  }
+}
+
 // Data parallelism: the world's ranks as d replicas of a p-stage pipeline (every p x d = world, d > 1), each
 // update applying the replicas' summed gradients. "ordered" sums in replica order and reproduces the
 // reference bit for bit; "allreduce" leaves the order to MPI: exact for two replicas (a + b = b + a), within

@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -69,13 +70,18 @@ struct Segment {
   std::uint64_t checksum = 0;
 };
 
-// On comm: optionally load `from`, run `steps` steps, optionally save into `to`.
-Segment run(const Config& c, MPI_Comm comm, const std::string& from, int steps, const std::string& to) {
+// On comm: optionally load `from`, run `steps` steps, optionally save into `to`. A: activations' storage
+// (float, or bf16 for train.precision = bf16). `loaded_checksum`, when given, gets the checksum right after the
+// load.
+template <class A = float>
+Segment run(const Config& c, MPI_Comm comm, const std::string& from, int steps, const std::string& to,
+            std::uint64_t* loaded_checksum = nullptr) {
   auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
   Segment out;
   {
-    runtime::Trainer<float> trainer(c, test::corpus(), grid);
+    runtime::Trainer<float, A> trainer(c, test::corpus(), grid);
     if (!from.empty()) test::load(trainer, from);
+    if (loaded_checksum) *loaded_checksum = trainer.param_checksum();
     for (int s = 0; s < steps; ++s) out.losses.push_back(trainer.step().loss);
     if (!to.empty()) {
       CheckpointConfig cc;
@@ -107,6 +113,39 @@ TEST(CheckpointMpi, ResumeOnTheSameLayoutIsBitExact) {
   const Segment first = run(c, MPI_COMM_WORLD, "", 3, dir.path);
   const Segment second = run(c, MPI_COMM_WORLD, dir.path + "/step-00000003.h5", 3, "");
   expect_continues(first, second, straight, "same layout");
+}
+
+// bf16 runs checkpoint their fp32 masters and moments: a resumed bf16 run continues bit for bit (its compute
+// copy is rounded again from the masters, as it was before the checkpoint), on the same layout and on one rank.
+TEST(CheckpointMpi, Bf16ResumeIsBitExact) {
+  SharedDir dir;
+  Config c = config(world_size(), "1f1b", 1);
+  c.train.precision = Precision::bf16;
+  const Segment straight = run<bf16>(c, MPI_COMM_WORLD, "", 6, "");
+  const Segment first = run<bf16>(c, MPI_COMM_WORLD, "", 3, dir.path);
+  const Segment second = run<bf16>(c, MPI_COMM_WORLD, dir.path + "/step-00000003.h5", 3, "");
+  expect_continues(first, second, straight, "bf16 same layout");
+  Config one = c;
+  one.pipeline.pipeline_size = 1;
+  const Segment alone = run<bf16>(one, MPI_COMM_SELF, dir.path + "/step-00000003.h5", 3, "");
+  expect_continues(first, alone, straight, "bf16 -> one rank");
+}
+
+// A checkpoint holds the masters whatever the run computed in: one written by an fp32 run loads into a bf16 run
+// (and the other way) with the very same weights; from there each continues in its own precision.
+TEST(CheckpointMpi, ACheckpointLoadsAtAnotherPrecision) {
+  SharedDir dir;
+  Config c = config(world_size(), "1f1b", 1);
+  const Segment fp32 = run(c, MPI_COMM_WORLD, "", 3, dir.path + "/fp32");
+  c.train.precision = Precision::bf16;
+  std::uint64_t loaded = 0;
+  const Segment bf16_run = run<bf16>(c, MPI_COMM_WORLD, dir.path + "/fp32/step-00000003.h5", 1, dir.path + "/bf16",
+                                     &loaded);
+  EXPECT_EQ(loaded, fp32.checksum) << "the bf16 run starts from the fp32 run's masters";
+  EXPECT_TRUE(std::isfinite(bf16_run.losses.front()));
+  c.train.precision = Precision::fp32;
+  const Segment back = run(c, MPI_COMM_WORLD, dir.path + "/bf16/step-00000004.h5", 0, "", &loaded);
+  EXPECT_EQ(loaded, bf16_run.checksum) << "and an fp32 run from the bf16 run's";
 }
 
 TEST(CheckpointMpi, ReshardedToOneRankContinuesAsThatLayoutWould) {

@@ -49,11 +49,18 @@ std::string bytes_text(const memory::Bytes& b) {
   return text;
 }
 
-void expect_prediction_equals_measurement(const Config& c, const std::string& what) {
+struct Measured {
+  memory::Bytes bytes{};
+  bool holds_head = false;  // this rank runs the model's last layer
+};
+
+// What one rank measured of a run of `c` (3 steps and an evaluation), held against its prediction; returns it.
+template <class A = float> Measured expect_prediction_equals_measurement(const Config& c, const std::string& what) {
   auto grid = comm::make_grid(MPI_COMM_WORLD, c.pipeline.pipeline_size, c.pipeline.data_parallel);
+  Measured result;
   {
     memory::Meter meter;
-    runtime::Trainer<float> trainer(c, test::corpus(), grid);
+    runtime::Trainer<float, A> trainer(c, test::corpus(), grid);
     for (int s = 0; s < 3; ++s) trainer.step();
     trainer.evaluate();
     const auto plan = memory::plan_rank(c, trainer.desc(), trainer.plan().run(), grid.replica, grid.stage);
@@ -68,8 +75,37 @@ void expect_prediction_equals_measurement(const Config& c, const std::string& wh
     }
     EXPECT_EQ(measured[int(memory::Category::weight_versions)], 0) << what;
     EXPECT_GT(measured[int(memory::Category::activations)], 0) << what << ": the meter sees the slots";
+    result.bytes = measured;
+    for (int k = 0; k < trainer.stage().chunks(); ++k) result.holds_head |= trainer.stage().chunk(k).last();
   }
   comm::free_grid(grid);
+  return result;
+}
+
+// bf16 stores activations, the gradients between layers and the messages in half the bytes: predicted as
+// measured, and about half of fp32's. Not on the rank of the head: its logits and losses stay in fp32, and its
+// backward holds dL/dlogits rounded to bf16 in a buffer of its own (fp32 overwrites the logits in place).
+TEST(Memory, Bf16HalvesActivationsAndMessagesAsPredicted) {
+  const int p = world_size();
+  for (const std::string schedule : {"1f1b", "zb-v"}) {
+    Config c = config_for(schedule, p, 1, "none");
+    c.model.d_model = 128;  // wide enough that the head's logits (float in both) do not dominate a stage
+    c.model.n_heads = 4;
+    const memory::Bytes fp32 = expect_prediction_equals_measurement(c, schedule + " fp32").bytes;
+    c.train.precision = Precision::bf16;
+    const Measured mixed = expect_prediction_equals_measurement<kpipe::bf16>(c, schedule + " bf16");
+    const memory::Bytes& bf16 = mixed.bytes;
+    const bool head = mixed.holds_head;
+    const auto ratio = [&](memory::Category k) { return double(bf16[int(k)]) / double(fp32[int(k)]); };
+    EXPECT_EQ(bf16[int(memory::Category::messages)] * 2, fp32[int(memory::Category::messages)]) << schedule;
+    if (!head) {
+      EXPECT_GT(ratio(memory::Category::activations), 0.45) << schedule;
+      EXPECT_LT(ratio(memory::Category::activations), 0.6) << schedule;
+      EXPECT_LT(ratio(memory::Category::backward), 0.6) << schedule;
+    }
+    EXPECT_EQ(bf16[int(memory::Category::optimizer)], fp32[int(memory::Category::optimizer)]) << "fp32 moments";
+    EXPECT_EQ(bf16[int(memory::Category::gradients)], fp32[int(memory::Category::gradients)]) << "fp32 gradients";
+  }
 }
 
 TEST(Memory, PredictionEqualsMeasurementForEverySchedule) {

@@ -83,6 +83,35 @@ TEST(Pipeline, RecomputationMatchesOneRankBitForBit) {
     }
 }
 
+// Mixed precision: the rounding points are part of what every layer computes, not of the layout, so bf16 runs
+// reproduce one rank's bf16 run bit for bit on every schedule, replicas and recomputation included.
+TEST(Pipeline, Bf16MatchesOneRankBitForBit) {
+  const int p = world_size();
+  Config c = small_config(6, 4);
+  c.train.precision = Precision::bf16;
+  const TrainingRun reference = test::train<bf16>(c, MPI_COMM_SELF);
+  const TrainingRun fp32 = train(small_config(6, 4), MPI_COMM_SELF);
+  EXPECT_NE(reference.checksum, fp32.checksum) << "bf16 rounds: its weights differ from fp32's";
+  EXPECT_NEAR(reference.losses.back(), fp32.losses.back(), 0.02 * fp32.losses.back());
+  for (const std::string schedule : {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}) {
+    Config layout = c;
+    layout.pipeline.pipeline_size = p;
+    layout.pipeline.schedule = enum_value<ScheduleKind>(schedule);
+    layout.pipeline.chunks = schedule == "interleaved" || schedule == "zb-v" ? 2 : 1;
+    expect_identical(test::train<bf16>(layout, MPI_COMM_WORLD), reference, "bf16 " + schedule + " p=" + std::to_string(p));
+  }
+  if (p % 2 == 0) {  // replicas, the ordered reduction
+    Config replicas = c;
+    replicas.pipeline.pipeline_size = p / 2;
+    replicas.pipeline.data_parallel = 2;
+    expect_identical(test::train<bf16>(replicas, MPI_COMM_WORLD), reference, "bf16 1f1b 2 replicas");
+  }
+  Config recomputed = c;
+  recomputed.pipeline.pipeline_size = p;
+  recomputed.memory.recompute = Recompute::block;
+  expect_identical(test::train<bf16>(recomputed, MPI_COMM_WORLD), reference, "bf16 1f1b recompute=block");
+}
+
 TEST(Pipeline, BalancedPartitionMatchesOneRankBitForBit) {
   const int p = world_size();
   Config c = small_config(4, 4);

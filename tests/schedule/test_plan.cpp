@@ -89,19 +89,19 @@ TEST(Plan, BadConfigurationsNameTheKeyTheSameEveryTime) {
     PlanOptions options;
   };
   std::vector<Case> cases;
-  cases.push_back({layout(ScheduleKind::one_f_one_b, 2, 3, 2), {"train.microbatches = 3", "pipeline.data_parallel = 2"}});
-  cases.push_back({layout(ScheduleKind::pipedream, 2, 4, 1, 2), {"pipeline.chunks = 2", "pipedream"}});
+  cases.push_back({layout(ScheduleKind::one_f_one_b, 2, 3, 2), {"train.microbatches = 3", "pipeline.data_parallel = 2"}, PlanOptions{}});
+  cases.push_back({layout(ScheduleKind::pipedream, 2, 4, 1, 2), {"pipeline.chunks = 2", "pipedream"}, PlanOptions{}});
   Config grouped = layout(ScheduleKind::pipedream, 2, 4, 2);
   grouped.pipeline.dp_reduction_group = 2;
-  cases.push_back({grouped, {"pipeline.dp_reduction_group = 2", "pipedream"}});
+  cases.push_back({grouped, {"pipeline.dp_reduction_group = 2", "pipedream"}, PlanOptions{}});
   Config chunk_groups = layout(ScheduleKind::interleaved, 2, 12, 2, 2);
   chunk_groups.pipeline.dp_reduction_group = 3;
-  cases.push_back({chunk_groups, {"pipeline.dp_reduction_group = 3 with 2 chunks per rank", "schedule deadlock"}});
-  cases.push_back({layout(ScheduleKind::two_bw, 4, 2), {"train.microbatches = 2", "pipeline.pipeline_size = 4"}});
+  cases.push_back({chunk_groups, {"pipeline.dp_reduction_group = 3 with 2 chunks per rank", "schedule deadlock"}, PlanOptions{}});
+  cases.push_back({layout(ScheduleKind::two_bw, 4, 2), {"train.microbatches = 2", "pipeline.pipeline_size = 4"}, PlanOptions{}});
   cases.push_back({layout(ScheduleKind::pipedream, 2, 4), {"train.steps = 100", "step 100"}, PlanOptions{100}});
   Config file = layout(ScheduleKind::one_f_one_b, 2, 4);
   file.pipeline.schedule_file = "/nonexistent/kpipe.sched";
-  cases.push_back({file, {"pipeline.schedule_file", "/nonexistent/kpipe.sched"}});
+  cases.push_back({file, {"pipeline.schedule_file", "/nonexistent/kpipe.sched"}, PlanOptions{}});
   for (const Case& bad : cases)
     for (const Delivery delivery : {Delivery::buffered, Delivery::stream_ordered}) {
       const auto once = [&] { plan(bad.config, delivery, bad.options); };

@@ -8,19 +8,20 @@
 
 namespace kpipe::test {
 
-template <class T> io::SaveResult save(runtime::Trainer<T>& trainer, io::CheckpointDir& dir) {
+template <class T, class A> io::SaveResult save(runtime::Trainer<T, A>& trainer, io::CheckpointDir& dir) {
   return io::save_checkpoint(trainer.stage(), trainer.next_step(), trainer.corpus().tokenizer, dir);
 }
 
 // Loads into the trainer's stage and resumes the trainer at the checkpoint's step.
-template <class T> io::LoadedCheckpoint<T> load(runtime::Trainer<T>& trainer, const std::string& path) {
+template <class T, class A> io::LoadedCheckpoint<T> load(runtime::Trainer<T, A>& trainer, const std::string& path) {
   auto loaded = io::load_checkpoint(trainer.stage(), path);
   trainer.resume(loaded.step, loaded.older);
   return loaded;
 }
 
 // checkpoint.resume applied to the trainer (nothing loaded: the trainer is left as it was).
-template <class T> io::LoadedCheckpoint<T> resume(runtime::Trainer<T>& trainer, const CheckpointConfig& config) {
+template <class T, class A>
+io::LoadedCheckpoint<T> resume(runtime::Trainer<T, A>& trainer, const CheckpointConfig& config) {
   auto loaded = io::resume_training(trainer.stage(), config);
   if (!loaded.path.empty()) trainer.resume(loaded.step, loaded.older);
   return loaded;

@@ -23,12 +23,14 @@ struct TrainingRun {
   std::vector<int> predicted_stash;   // the validator's count, per rank
 };
 
-inline TrainingRun train(const Config& c, MPI_Comm comm, const runtime::TrainerOptions& options = {},
-                         const data::Corpus& data = corpus()) {
+// A: what activations are stored in (float; bf16 for train.precision = bf16).
+template <class A = float>
+TrainingRun train(const Config& c, MPI_Comm comm, const runtime::TrainerOptions& options = {},
+                  const data::Corpus& data = corpus()) {
   auto grid = comm::make_grid(comm, c.pipeline.pipeline_size, c.pipeline.data_parallel);
   TrainingRun run;
   {
-    runtime::Trainer<float> trainer(c, data, grid, options);
+    runtime::Trainer<float, A> trainer(c, data, grid, options);
     for (int s = 0; s < c.train.steps; ++s) {
       const auto stats = trainer.step();
       run.losses.push_back(stats.loss);

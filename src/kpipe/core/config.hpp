@@ -26,6 +26,10 @@ enum class Recompute : std::uint8_t { none, attention, mlp, block };
 enum class CheckpointFallback : std::uint8_t { error, previous };
 enum class CheckpointFailure : std::uint8_t { stop, keep_training };
 enum class OtherRuns : std::uint8_t { refuse, keep };
+// What the matrix products compute in and the activations are stored in (docs/gpu.md, "Precision"): fp32
+// everywhere; fp32 storage with TF32 tensor-core products (CUDA builds); bf16 mixed precision (fp32 master
+// weights, optimizer state, reductions and loss; bf16 activations, messages and products' operands).
+enum class Precision : std::uint8_t { fp32, tf32, bf16 };
 
 template <class E> struct EnumText;
 template <> struct EnumText<OptimizerKind> {
@@ -56,6 +60,9 @@ template <> struct EnumText<CheckpointFailure> {
 template <> struct EnumText<OtherRuns> {
   static constexpr std::array<std::string_view, 2> names{"refuse", "keep"};
 };
+template <> struct EnumText<Precision> {
+  static constexpr std::array<std::string_view, 3> names{"fp32", "tf32", "bf16"};
+};
 
 // The name of an enumerated value as the configuration spells it ("1f1b", "auto").
 template <class E, class = decltype(EnumText<E>::names)> constexpr std::string_view to_string(E value) {
@@ -85,6 +92,9 @@ template <class E> E enum_value(std::string_view text) {
   if (const auto value = enum_from_string<E>(text)) return *value;
   throw std::invalid_argument(fmt::format("'{}' names no value of this enumeration", text));
 }
+
+// Bytes of one stored activation (and of one element of a pipeline message) at a precision: bf16's 2, else 4.
+constexpr int activation_bytes(Precision precision) { return precision == Precision::bf16 ? 2 : 4; }
 
 // The asynchronous schedules (no flush: PipeDream, PipeDream-2BW).
 constexpr bool is_asynchronous(ScheduleKind schedule) {
@@ -123,6 +133,7 @@ struct TrainConfig {
   int eval_every = 0;         // validation loss every this many steps (0: only at the end)
   int eval_batches = 8;       // mini-batches of validation windows per evaluation
   int max_skipped_steps = 3;  // stop (exit code 4) after this many non-finite steps in a row; 0: never
+  Precision precision = Precision::fp32;
 };
 
 struct DataConfig {

@@ -127,8 +127,8 @@ void check_identity(const CheckpointReader& reader, const Expected* expected) {
 // An asynchronous run resumes only from a checkpoint of the same asynchronous run's layout: the versions in
 // flight, and which micro-batch reads which, are those of one schedule, layout and micro-batch count
 // (another layout's run would not be the uninterrupted one's continuation). Then the older versions.
-template <class T>
-OlderVersions<T> read_older_versions(const runtime::StageModel<T>& stage, const CheckpointReader& reader) {
+template <class T, class A>
+OlderVersions<T> read_older_versions(const runtime::StageModel<T, A>& stage, const CheckpointReader& reader) {
   const Config& now = stage.config();
   const Config then = checkpoint_config(reader.path());
   const auto name = [](const Config& c) {
@@ -171,8 +171,8 @@ OlderVersions<T> read_older_versions(const runtime::StageModel<T>& stage, const 
   return older;
 }
 
-template <class T>
-LoadedCheckpoint<T> load(runtime::StageModel<T>& stage, const std::string& path, const Expected* expected) {
+template <class T, class A>
+LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& path, const Expected* expected) {
   LoadedCheckpoint<T> loaded;
   const double timeout = stage.config().pipeline.recv_timeout_s;
   collectively(stage.grid().world, timeout, fmt::format("loading checkpoint '{}'", path), [&] {
@@ -194,6 +194,7 @@ LoadedCheckpoint<T> load(runtime::StageModel<T>& stage, const std::string& path,
       copy_to_device(values, store.values());
       copy_to_device(moment1, store.moment1());
       copy_to_device(moment2, store.moment2());
+      store.refresh_compute_copy(ExecSpace());  // what the products read (mixed precision)
     }
     if (stage.versioned()) loaded.older = read_older_versions(stage, reader);
     // Every tensor of the model was found; a checkpoint with more is of a larger model.
@@ -275,6 +276,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   info.config_toml = reader.text("config");
   info.schedule = reader.text("schedule");
   info.scalar_type = reader.text("scalar_type");
+  if (reader.has("/", "precision")) info.precision = reader.text("precision");
   info.pipeline_size = int(reader.number("pipeline_size"));
   info.data_parallel = int(reader.number("data_parallel"));
   info.chunks = int(reader.number("chunks"));
@@ -369,8 +371,8 @@ void CheckpointDir::start_run(const std::string& run_id) {
 
 // ---- saving -------------------------------------------------------------------------------------------
 
-template <class T>
-SaveResult save_checkpoint(runtime::StageModel<T>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
+template <class T, class A>
+SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
                            CheckpointDir& dir) {
   const auto& grid = stage.grid();
   const Config& config = stage.config();
@@ -442,7 +444,9 @@ SaveResult save_checkpoint(runtime::StageModel<T>& stage, std::int64_t step, con
   writer.set_attribute("/", "kpipe_version", std::string(kpipe::version));
   writer.set_attribute("/", "created", created);
   writer.set_attribute("/", "config", to_toml(config));
-  writer.set_attribute("/", "scalar_type", std::string(std::is_same_v<T, float> ? "float32" : "float64"));
+  writer.set_attribute("/", "scalar_type", std::string(type_name<T>()));
+  // What the run computed in; the tensors are its masters (scalar_type) whatever it is, so any precision loads.
+  writer.set_attribute("/", "precision", std::string(to_string(config.train.precision)));
   writer.set_attribute("/", "pipeline_size", std::int64_t(config.pipeline.pipeline_size));
   writer.set_attribute("/", "data_parallel", std::int64_t(config.pipeline.data_parallel));
   writer.set_attribute("/", "chunks", std::int64_t(config.pipeline.chunks));
@@ -517,12 +521,12 @@ SaveResult save_checkpoint(runtime::StageModel<T>& stage, std::int64_t step, con
 
 // ---- loading ------------------------------------------------------------------------------------------
 
-template <class T> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T>& stage, const std::string& path) {
+template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>& stage, const std::string& path) {
   return load(stage, path, nullptr);
 }
 
-template <class T>
-LoadedCheckpoint<T> resume_training(runtime::StageModel<T>& stage, const CheckpointConfig& config) {
+template <class T, class A>
+LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>& stage, const CheckpointConfig& config) {
   if (config.resume.empty()) return {};
   const auto& grid = stage.grid();
   const double timeout = stage.config().pipeline.recv_timeout_s;
@@ -599,5 +603,9 @@ template LoadedCheckpoint<float> load_checkpoint(runtime::StageModel<float>&, co
 template LoadedCheckpoint<double> load_checkpoint(runtime::StageModel<double>&, const std::string&);
 template LoadedCheckpoint<float> resume_training(runtime::StageModel<float>&, const CheckpointConfig&);
 template LoadedCheckpoint<double> resume_training(runtime::StageModel<double>&, const CheckpointConfig&);
+template SaveResult save_checkpoint(runtime::StageModel<float, bf16>&, std::int64_t, const data::Tokenizer&,
+                                   CheckpointDir&);
+template LoadedCheckpoint<float> load_checkpoint(runtime::StageModel<float, bf16>&, const std::string&);
+template LoadedCheckpoint<float> resume_training(runtime::StageModel<float, bf16>&, const CheckpointConfig&);
 
 }  // namespace kpipe::io

@@ -30,6 +30,7 @@ struct CheckpointInfo {
   std::int64_t step = 0;  // optimizer steps taken = the next step to run
   int format_version = 0;
   std::string run_id, kpipe_version, created, config_toml, schedule, scalar_type;
+  std::string precision = "fp32";  // train.precision of the run that wrote it (older checkpoints: fp32)
   int pipeline_size = 0, data_parallel = 0, chunks = 0;
   std::int64_t tensors = 0;  // model tensors (each with two optimizer moments)
   std::uint64_t manifest_hash = 0;
@@ -102,8 +103,8 @@ struct SaveResult {
 // `latest` is updated and this run's checkpoints beyond checkpoint.keep are removed, oldest first. A
 // failure anywhere (disk full, I/O error, non-finite state) publishes nothing: `latest` and every older
 // checkpoint stay as they were.
-template <class T>
-SaveResult save_checkpoint(runtime::StageModel<T>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
+template <class T, class A>
+SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
                            CheckpointDir& dir);
 
 // The older weight versions an asynchronous run's checkpoint holds for this rank's chunks: [chunk][j - 1] is
@@ -122,14 +123,14 @@ template <class T> struct LoadedCheckpoint {
 // and the optimizer state, on any layout; for a versioned stage (asynchronous run) also the older weight
 // versions in flight (same schedule, pipeline size and micro-batches only: InputError otherwise). The trainer
 // resumes from what it returns (Trainer::resume). Throws CorruptCheckpoint or InputError on every rank alike.
-template <class T> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T>& stage, const std::string& path);
+template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>& stage, const std::string& path);
 
 // Applies checkpoint.resume: "" does nothing; "latest" loads the checkpoint `latest` names in
 // checkpoint.dir (none there: starts fresh), checking that it is the file `latest` recorded; anything else
 // is a checkpoint file. With fallback = "previous", a corrupt one gives way to the same run's next older
 // one. Progress lines go to stderr on world rank 0. Returns what was loaded (path "" when nothing).
-template <class T>
-LoadedCheckpoint<T> resume_training(runtime::StageModel<T>& stage, const CheckpointConfig& config);
+template <class T, class A>
+LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>& stage, const CheckpointConfig& config);
 
 
 

@@ -55,13 +55,13 @@ template <class T> TensorStats tensor_stats(const ExecSpace& space, const View2<
   Kokkos::parallel_reduce(
       "kpipe::io::tensor_stats::count", range(space, n),
       KOKKOS_LAMBDA(std::int64_t k, std::int64_t& c) {
-        if (math::isfinite(double(x(k / cols, k % cols)))) ++c;
+        if (math::isfinite(widen<double>(x(k / cols, k % cols)))) ++c;
       },
       finite);
   Kokkos::parallel_reduce(
       "kpipe::io::tensor_stats::sum", range(space, n),
       KOKKOS_LAMBDA(std::int64_t k, double& acc) {
-        const double v = x(k / cols, k % cols);
+        const double v = widen<double>(x(k / cols, k % cols));
         if (math::isfinite(v)) acc += v;
       },
       sum);
@@ -69,14 +69,14 @@ template <class T> TensorStats tensor_stats(const ExecSpace& space, const View2<
   Kokkos::parallel_reduce(
       "kpipe::io::tensor_stats::min", range(space, n),
       KOKKOS_LAMBDA(std::int64_t k, double& m) {
-        const double v = x(k / cols, k % cols);
+        const double v = widen<double>(x(k / cols, k % cols));
         if (math::isfinite(v) && v < m) m = v;
       },
       Kokkos::Min<double>(lo));
   Kokkos::parallel_reduce(
       "kpipe::io::tensor_stats::max", range(space, n),
       KOKKOS_LAMBDA(std::int64_t k, double& m) {
-        const double v = x(k / cols, k % cols);
+        const double v = widen<double>(x(k / cols, k % cols));
         if (math::isfinite(v) && v > m) m = v;
       },
       Kokkos::Max<double>(hi));
@@ -90,7 +90,7 @@ template <class T> TensorStats tensor_stats(const ExecSpace& space, const View2<
   Kokkos::parallel_reduce(
       "kpipe::io::tensor_stats::squares", range(space, n),
       KOKKOS_LAMBDA(std::int64_t k, double& acc) {
-        const double v = x(k / cols, k % cols);
+        const double v = widen<double>(x(k / cols, k % cols));
         if (math::isfinite(v)) acc += (v - mean) * (v - mean);
       },
       squares);
@@ -178,6 +178,7 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info) : path_
   h5::write_attribute(root, "model_layers", std::int64_t(info.model_layers));
   h5::write_attribute(root, "stats_columns", std::string(stats_column_names));
   h5::write_attribute(root, "config", info.config);
+  h5::write_attribute(root, "dtype", info.dtype);
 }
 
 void TraceWriter::append(std::vector<TraceRow> rows, const std::vector<TraceTensor>& tensors) {
@@ -227,6 +228,8 @@ TraceFile read_trace(const std::string& path) {
   trace.info.microbatches = int(h5::read_int_attribute(root, "microbatches", path));
   trace.info.model_layers = int(h5::read_int_attribute(root, "model_layers", path));
   trace.info.config = h5::read_string_attribute(root, "config", path);
+  // Traces written before precisions were recorded hold float32.
+  if (h5::has_attribute(root, "dtype")) trace.info.dtype = h5::read_string_attribute(root, "dtype", path);
   if (h5::exists(root, "layers")) {
     const h5::Handle layers = h5::open_group(root, "layers");
     for (const std::string& name : h5::children(layers.get())) {
@@ -279,8 +282,8 @@ TraceOptions trace_options(const Config& config) {
 
 // ---- The tracer ----
 
-template <class T>
-ActivationTracer<T>::ActivationTracer(const runtime::StageModel<T>& stage, const runtime::RunPlan& plan,
+template <class T, class A>
+ActivationTracer<T, A>::ActivationTracer(const runtime::StageModel<T, A>& stage, const runtime::RunPlan& plan,
                                       const TraceOptions& options)
     : stage_(&stage),
       plan_(&plan),
@@ -298,18 +301,19 @@ ActivationTracer<T>::ActivationTracer(const runtime::StageModel<T>& stage, const
     info.microbatches = config.train.microbatches;
     info.model_layers = int(stage.desc().layers.size());
     info.config = to_toml(config);
+    info.dtype = type_name<A>();
     writer_ = std::make_unique<TraceWriter>(options.path, info);
   }
 }
 
-template <class T> void ActivationTracer<T>::begin_step(std::int64_t step) {
+template <class T, class A> void ActivationTracer<T, A>::begin_step(std::int64_t step) {
   step_ = step;
   active_ = step % options_.every == 0;
   rows_.clear();
   tensors_.clear();
 }
 
-template <class T> void ActivationTracer<T>::observe(const schedule::Action& action, int slot) {
+template <class T, class A> void ActivationTracer<T, A>::observe(const schedule::Action& action, int slot) {
   using schedule::Op;
   if (!active_ || action.op == Op::backward_weight) return;
   const TraceKind kind = action.op == Op::forward ? TraceKind::output : TraceKind::gradient;
@@ -317,19 +321,28 @@ template <class T> void ActivationTracer<T>::observe(const schedule::Action& act
   const int microbatch = plan_->global_microbatch(action.microbatch);
   for (int layer = 0; layer < int(stage_->desc().layers.size()); ++layer) {
     if (!chunk.has_layer(layer) || !selection_.contains(layer)) continue;
-    const View2<const T> x =
-        kind == TraceKind::output ? chunk.layer_output(slot, layer) : chunk.layer_output_grad(slot, layer);
-    rows_.push_back({layer, kind, step_, microbatch, tensor_stats<T>(space_, x)});
-    if (options_.full && microbatch == 0) {
-      auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), x);
-      TraceTensor t{layer, kind, step_, microbatch, std::int64_t(x.extent(0)), std::int64_t(x.extent(1)), {}};
-      t.values.assign(host.data(), host.data() + host.span());
-      tensors_.push_back(std::move(t));
-    }
+    // The head's logits stay in T under mixed precision; every other tensor is stored in A.
+    if (kind == TraceKind::output && mixed_precision<T, A> && layer == int(stage_->desc().layers.size()) - 1)
+      record(layer, kind, microbatch, chunk.logits(slot));
+    else
+      record(layer, kind, microbatch,
+             kind == TraceKind::output ? chunk.layer_output(slot, layer) : chunk.layer_output_grad(slot, layer));
   }
 }
 
-template <class T> void ActivationTracer<T>::end_step() {
+template <class T, class A>
+template <class E>
+void ActivationTracer<T, A>::record(int layer, TraceKind kind, int microbatch, const View2<const E>& x) {
+  rows_.push_back({layer, kind, step_, microbatch, tensor_stats<E>(space_, x)});
+  if (!options_.full || microbatch != 0) return;
+  auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), x);
+  TraceTensor t{layer, kind, step_, microbatch, std::int64_t(x.extent(0)), std::int64_t(x.extent(1)), {}};
+  t.values.reserve(host.span());
+  for (std::size_t k = 0; k < host.span(); ++k) t.values.push_back(widen<float>(host.data()[k]));
+  tensors_.push_back(std::move(t));
+}
+
+template <class T, class A> void ActivationTracer<T, A>::end_step() {
   if (!active_) return;
   active_ = false;
   std::vector<double> packed;
@@ -371,7 +384,9 @@ template <class T> void ActivationTracer<T>::end_step() {
 
 template TensorStats tensor_stats<float>(const ExecSpace&, const View2<const float>&);
 template TensorStats tensor_stats<double>(const ExecSpace&, const View2<const double>&);
+template TensorStats tensor_stats<bf16>(const ExecSpace&, const View2<const bf16>&);
 template class ActivationTracer<float>;
 template class ActivationTracer<double>;
+template class ActivationTracer<float, bf16>;
 
 }  // namespace kpipe::io

@@ -73,6 +73,9 @@ struct TraceInfo {
   int microbatches = 1;    // per step, all replicas
   int model_layers = 0;    // embedding + blocks + head
   std::string config;      // the run's configuration, TOML
+  // What the traced activations and gradients were stored in: "float32", "bf16" (train.precision), "float64".
+  // Statistics are computed from the stored values in double; full tensors are widened to float32.
+  std::string dtype = "float32";
 };
 
 // The HDF5 file, written by one process (no MPI here).
@@ -117,9 +120,9 @@ TraceOptions trace_options(const Config& config);
 // Reads a stage model's layer outputs and gradients after each compute action (install observer() as the
 // trainer's, and remove it before the tracer goes) and writes the trace. Construct and call begin_step /
 // end_step on every rank of the world alike.
-template <class T> class ActivationTracer {
+template <class T, class A = T> class ActivationTracer {
  public:
-  ActivationTracer(const runtime::StageModel<T>& stage, const runtime::RunPlan& plan, const TraceOptions& options);
+  ActivationTracer(const runtime::StageModel<T, A>& stage, const runtime::RunPlan& plan, const TraceOptions& options);
   ActivationTracer(const ActivationTracer&) = delete;
   ActivationTracer& operator=(const ActivationTracer&) = delete;
 
@@ -131,8 +134,9 @@ template <class T> class ActivationTracer {
 
  private:
   void observe(const schedule::Action& action, int slot);
+  template <class E> void record(int layer, TraceKind kind, int microbatch, const View2<const E>& x);
 
-  const runtime::StageModel<T>* stage_;
+  const runtime::StageModel<T, A>* stage_;
   const runtime::RunPlan* plan_;
   comm::ProcessGrid grid_;
   TraceOptions options_;

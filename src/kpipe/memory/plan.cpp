@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "kpipe/core/bytes.hpp"
+#include "kpipe/model/chunk.hpp"
 #include "kpipe/nn/block.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/schedule/buffers.hpp"
@@ -12,55 +13,15 @@
 
 namespace kpipe::memory {
 
-namespace {
-
-// What model::Chunk allocates for layers [first, last), in bytes (chunk.cpp, nn/block.cpp, nn/head.cpp).
-ChunkMemory chunk_memory(const model::ModelDesc& desc, int first, int last, int sequences, nn::Recompute recompute,
-                         std::size_t e) {
-  const auto& c = desc.config;
-  const std::int64_t n = std::int64_t(sequences) * c.seq_len, width = c.d_model, vocab = c.vocab;
-  const nn::AttentionShape shape{sequences, c.seq_len, c.n_heads, c.d_model / c.n_heads};
-  const int hidden = c.mlp_ratio * c.d_model;
-  const bool has_first = first == 0, has_last = last == int(desc.layers.size());
-  int blocks = 0;
-  ChunkMemory m;
-  m.first_layer = first;
-  m.last_layer = last;
-  for (int l = first; l < last; ++l) {
-    m.parameters += desc.layers[l].num_params();
-    if (desc.layers[l].kind == model::LayerKind::block) ++blocks;
-  }
-  const std::int64_t token = sizeof(Token);
-  // Activation slot: what the micro-batch keeps from its forward until it is done.
-  std::int64_t slot = 0;
-  if (has_first) slot += n * token + n * width * e;         // tokens, embedding output
-  else slot += 2 * n * width * e;                           // input, input gradient
-  slot += blocks * nn::stash_elements(nn::kept_fields(recompute), shape, hidden) * std::int64_t(e);
-  if (has_last) slot += n * token + (n * width + 3 * n + n * vocab) * e;  // targets; h, mean, rstd, logits, losses
-  else slot += n * width * e;                               // output gradient
-  m.slot_bytes = slot;
-  // Backward buffers: inner gradients, recomputed activations backward_weight reads, gradients between layers.
-  std::int64_t back = blocks * (nn::grads_elements(shape, hidden) +
-                                nn::stash_elements(nn::weight_fields(recompute), shape, hidden)) * std::int64_t(e);
-  if (has_last) back += n * width * e;  // the head's dh
-  back += std::int64_t(last - first - 1) * n * width * e;
-  m.backward_bytes = back;
-  if (blocks > 0) {
-    const unsigned dropped = nn::stash_field::all & ~nn::kept_fields(recompute);
-    m.workspace_bytes = (nn::work_elements(shape) + (dropped ? nn::stash_elements(dropped, shape, hidden) : 0)) *
-                        std::int64_t(e);
-  }
-  return m;
-}
-
-}  // namespace
-
-RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& replicated,
-                     int replica, int stage, std::size_t e) {
+template <class T, class A>
+RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& replicated,
+                         int replica, int stage) {
+  constexpr std::int64_t e = sizeof(T);
   const auto& pc = config.pipeline;
   const schedule::Schedule& s = replicated.replicas.at(replica);
   const int sequences = config.train.batch / config.train.microbatches;
   const std::int64_t rows = std::int64_t(sequences) * config.model.seq_len;
+  std::int64_t message_bytes = 0;  // one [N, C] buffer in A
   const nn::Recompute recompute = config.memory.recompute;
   const auto ranges = partition::configured_partition(config, desc, replicated);
   const auto buffers = schedule::plan_buffers(s, stage, s.actions.at(stage));
@@ -75,16 +36,26 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
   auto add = [&](Category category, std::int64_t bytes) { r.bytes[int(category)] += bytes; };
   for (int c = 0; c < s.chunks; ++c) {
     const auto& range = ranges.at(s.virtual_stage(stage, c));
-    ChunkMemory m = chunk_memory(desc, range.first, range.last, sequences, recompute, e);
+    // What model::Chunk<T, A> allocates (its chunk_bytes), the pools' sizes from the schedule.
+    const model::ChunkBytes bytes = model::chunk_bytes<T, A>(desc, range.first, range.last, sequences, recompute);
+    ChunkMemory m;
+    m.first_layer = range.first;
+    m.last_layer = range.last;
+    m.parameters = bytes.parameters / e;
+    m.compute_copy_bytes = bytes.compute_copy;
+    m.slot_bytes = bytes.slot;
+    m.backward_bytes = bytes.backward_set;
+    m.workspace_bytes = bytes.workspace;
     m.slots = buffers.slots.at(c);
     m.backward_sets = buffers.backward_sets.at(c);
-    add(Category::parameters, m.parameters * std::int64_t(e));
-    add(Category::gradients, m.parameters * std::int64_t(e));
+    message_bytes = bytes.message;
+    add(Category::parameters, bytes.parameters + bytes.compute_copy);  // masters, and the products' copy in A
+    add(Category::gradients, m.parameters * e);
     // Asynchronous schedules summing replicas in order: the buffer the sum of the replicas before arrives in.
     if (s.asynchronous() && replicated.replica_count() > 1 && pc.dp_reduction == DpReduction::ordered && replica > 0)
-      add(Category::gradients, m.parameters * std::int64_t(e));
-    add(Category::optimizer, m.parameters * (2 * std::int64_t(e) + 1));
-    if (s.asynchronous()) add(Category::weight_versions, versions.peak.at(c) * m.parameters * std::int64_t(e));
+      add(Category::gradients, m.parameters * e);
+    add(Category::optimizer, m.parameters * (2 * e + 1));
+    if (s.asynchronous()) add(Category::weight_versions, versions.peak.at(c) * m.parameters * e);  // masters
     add(Category::activations, m.slots * m.slot_bytes);
     add(Category::backward, m.backward_sets * m.backward_bytes);
     add(Category::workspaces, m.workspace_bytes);
@@ -107,8 +78,7 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
     }
   r.message_buffers = buffers.message_buffers;
   r.evaluation_buffers = evaluation_spares;
-  add(Category::messages,
-      std::int64_t(r.message_buffers + r.evaluation_buffers) * rows * config.model.d_model * std::int64_t(e));
+  add(Category::messages, std::int64_t(r.message_buffers + r.evaluation_buffers) * message_bytes);
   // The trainer's host staging rows of tokens (inputs, targets) for each of its micro-batches, and its
   // per-micro-batch loss sums on the device.
   // (asynchronous schedules: the m + p - 1 micro-batches a step may forward)
@@ -118,14 +88,27 @@ RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const s
   return r;
 }
 
+RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+                     int replica, int stage) {
+  return config.train.precision == Precision::bf16 ? plan_rank_for<float, bf16>(config, desc, schedule, replica, stage)
+                                                   : plan_rank_for<float, float>(config, desc, schedule, replica, stage);
+}
+
 std::vector<RankMemory> plan_ranks(const Config& config, const model::ModelDesc& desc,
-                                   const schedule::Replicated& schedule, std::size_t e) {
+                                   const schedule::Replicated& schedule) {
   std::vector<RankMemory> ranks;
   for (int replica = 0; replica < schedule.replica_count(); ++replica)
     for (int stage = 0; stage < config.pipeline.pipeline_size; ++stage)
-      ranks.push_back(plan_rank(config, desc, schedule, replica, stage, e));
+      ranks.push_back(plan_rank(config, desc, schedule, replica, stage));
   return ranks;
 }
+
+template RankMemory plan_rank_for<float, float>(const Config&, const model::ModelDesc&, const schedule::Replicated&,
+                                                int, int);
+template RankMemory plan_rank_for<double, double>(const Config&, const model::ModelDesc&, const schedule::Replicated&,
+                                                  int, int);
+template RankMemory plan_rank_for<float, bf16>(const Config&, const model::ModelDesc&, const schedule::Replicated&,
+                                               int, int);
 
 std::string describe(const Bytes& bytes) {
   std::string text;

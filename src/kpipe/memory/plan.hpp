@@ -25,6 +25,7 @@ namespace kpipe::memory {
 struct ChunkMemory {
   int first_layer = 0, last_layer = 0;  // [first, last)
   std::int64_t parameters = 0;          // elements
+  std::int64_t compute_copy_bytes = 0;  // the products' matrices in A (mixed precision)
   std::int64_t slot_bytes = 0;          // one activation slot
   std::int64_t backward_bytes = 0;      // one set of backward buffers
   std::int64_t workspace_bytes = 0;
@@ -40,13 +41,18 @@ struct RankMemory {
   std::int64_t total() const { return memory::total(bytes); }
 };
 
-// One rank (replica, stage) of the configuration, whose schedule is `schedule` (schedule/plan.hpp: a plan's run),
-// for elements of element_bytes bytes (kpipe-train: float).
+// One rank (replica, stage) of the configuration, whose lists are `schedule` (schedule/plan.hpp: a plan's run),
+// for a model whose masters, gradients and optimizer state are T and whose activations, messages and products'
+// copy are A.
+template <class T, class A>
+RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+                         int replica, int stage);
+// The same for what kpipe-train runs: float masters, and A as train.precision says (bf16 or float).
 RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
-                     int replica, int stage, std::size_t element_bytes = sizeof(float));
+                     int replica, int stage);
 // Every rank, in world-rank order (replica * pipeline_size + stage).
 std::vector<RankMemory> plan_ranks(const Config& config, const model::ModelDesc& desc,
-                                   const schedule::Replicated& schedule, std::size_t element_bytes = sizeof(float));
+                                   const schedule::Replicated& schedule);
 
 // "parameters 1.2 MiB, gradients 1.2 MiB, ..." (the non-zero categories).
 std::string describe(const Bytes& bytes);

@@ -74,7 +74,8 @@ std::vector<schedule::Costs> stage_costs(const Config& config, const model::Mode
   schedule::Costs base;
   base.latency = machine.latency;
   base.per_byte = 1.0 / machine.bytes_per_second;
-  base.activation_bytes = sequences * config.model.seq_len * config.model.d_model * sizeof(float);
+  base.activation_bytes =
+      sequences * config.model.seq_len * config.model.d_model * activation_bytes(config.train.precision);
   const auto ranges = partition::configured_partition(config, desc, replicated);
   auto costs = stage_costs(desc, layer_seconds(desc, machine, config.memory.recompute), ranges,
                            sequences, base);

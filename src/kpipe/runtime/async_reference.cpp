@@ -12,8 +12,8 @@
 
 namespace kpipe::runtime {
 
-template <class T>
-AsyncReference<T>::AsyncReference(const Config& config, const data::Corpus& corpus)
+template <class T, class A>
+AsyncReference<T, A>::AsyncReference(const Config& config, const data::Corpus& corpus)
     : config_(config), corpus_(&corpus), desc_(model::describe(config.model)), rules_(AsyncRules::of(config)) {
   // The layout validated as a run plans it (the partition reads only what each stage keeps in flight, which
   // no delivery changes).
@@ -22,7 +22,7 @@ AsyncReference<T>::AsyncReference(const Config& config, const data::Corpus& corp
   const int p = config.pipeline.pipeline_size;
   const nn::Recompute recompute = config.memory.recompute;
   for (int s = 0; s < p; ++s) {
-    chunks_.push_back(std::make_unique<model::Chunk<T>>(desc_, ranges[s].first, ranges[s].last,
+    chunks_.push_back(std::make_unique<model::Chunk<T, A>>(desc_, ranges[s].first, ranges[s].last,
                                                         rules_.sequences_per_microbatch, recompute));
     chunks_.back()->params().initialize(space_, config.train.seed);
     slots_.push_back(chunks_.back()->acquire());
@@ -48,17 +48,18 @@ AsyncReference<T>::AsyncReference(const Config& config, const data::Corpus& corp
   }
 }
 
-template <class T> AsyncReference<T>::~AsyncReference() = default;
+template <class T, class A> AsyncReference<T, A>::~AsyncReference() = default;
 
-template <class T> void AsyncReference<T>::bind(int s, int version) {
+template <class T, class A> void AsyncReference<T, A>::bind(int s, int version) {
   if (live_[s] == version) return;
   const auto it = versions_[s].find(version);
   if (it == versions_[s].end()) throw std::logic_error("AsyncReference: a version that is not held");
   Kokkos::deep_copy(space_, chunks_[s]->params().values(), it->second);
+  chunks_[s]->params().refresh_compute_copy(space_);  // what the products read (mixed precision)
   live_[s] = version;
 }
 
-template <class T> void AsyncReference<T>::forget_unneeded(int s, std::int64_t next) {
+template <class T, class A> void AsyncReference<T, A>::forget_unneeded(int s, std::int64_t next) {
   // Micro-batches from `next` on read the rule's version or later; the newest is the weights.
   const int p = stages();
   int oldest = newest_[s];
@@ -68,7 +69,7 @@ template <class T> void AsyncReference<T>::forget_unneeded(int s, std::int64_t n
     it = it->first < oldest ? versions_[s].erase(it) : std::next(it);
 }
 
-template <class T> void AsyncReference<T>::run_microbatch(std::int64_t k, int replica, const std::vector<int>& read,
+template <class T, class A> void AsyncReference<T, A>::run_microbatch(std::int64_t k, int replica, const std::vector<int>& read,
                                                          double& loss_sum) {
   const int p = stages(), seq = rules_.seq_len, mb = rules_.sequences_per_microbatch;
   const auto rows = std::int64_t(mb) * seq;
@@ -101,7 +102,7 @@ template <class T> void AsyncReference<T>::run_microbatch(std::int64_t k, int re
   }
 }
 
-template <class T> typename AsyncReference<T>::StepResult AsyncReference<T>::step() {
+template <class T, class A> typename AsyncReference<T, A>::StepResult AsyncReference<T, A>::step() {
   const int p = stages(), m = rules_.microbatches, d = rules_.replicas;
   const auto rows = std::int64_t(rules_.sequences_per_microbatch) * rules_.seq_len;
   StepResult result;
@@ -152,12 +153,12 @@ template <class T> typename AsyncReference<T>::StepResult AsyncReference<T>::ste
   return result;
 }
 
-template <class T> std::uint64_t AsyncReference<T>::param_checksum() const {
+template <class T, class A> std::uint64_t AsyncReference<T, A>::param_checksum() const {
   std::vector<std::uint64_t> hashes;
   for (std::size_t s = 0; s < chunks_.size(); ++s) {
     const auto& values = versions_[s].at(newest_[s]);
     // Hash the newest version (the live buffer may hold an older one between micro-batches).
-    auto& params = const_cast<model::Chunk<T>&>(*chunks_[s]).params();
+    auto& params = const_cast<model::Chunk<T, A>&>(*chunks_[s]).params();
     if (live_[s] != newest_[s]) Kokkos::deep_copy(params.values(), values);
     const auto own = model::tensor_hashes(params);
     if (live_[s] != newest_[s]) Kokkos::deep_copy(params.values(), versions_[s].at(live_[s]));
@@ -168,5 +169,6 @@ template <class T> std::uint64_t AsyncReference<T>::param_checksum() const {
 
 template class AsyncReference<float>;
 template class AsyncReference<double>;
+template class AsyncReference<float, bf16>;
 
 }  // namespace kpipe::runtime

@@ -23,7 +23,7 @@
 
 namespace kpipe::runtime {
 
-template <class T> class AsyncReference {
+template <class T, class A = T> class AsyncReference {
  public:
   // config: pipeline.schedule pipedream or 2bw, pipeline.pipeline_size stages, partitioned as a run would.
   AsyncReference(const Config& config, const data::Corpus& corpus);
@@ -53,7 +53,7 @@ template <class T> class AsyncReference {
   model::ModelDesc desc_;
   AsyncRules rules_;
   ExecSpace space_;
-  std::vector<std::unique_ptr<model::Chunk<T>>> chunks_;
+  std::vector<std::unique_ptr<model::Chunk<T, A>>> chunks_;
   std::vector<int> slots_;
   std::vector<std::map<int, View1<T>>> versions_;  // per stage: version -> weights (the newest included)
   std::vector<int> newest_, live_;                 // per stage: the newest version, the one in the live buffer

@@ -58,9 +58,9 @@ int AsyncRules::first_sequence(std::int64_t microbatch, int replica) const {
   return index * sequences_per_microbatch;
 }
 
-template <class T>
+template <class T, class A>
 double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
-                          std::int64_t update, model::ParameterStore<T>& p) {
+                          std::int64_t update, model::ParameterStore<T, A>& p) {
   double squares = 0;
   for (double s : layer_grad_squares(space, p)) squares += s;
   const double norm = std::sqrt(squares);
@@ -74,6 +74,7 @@ double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, 
                        p.decay_mask(), lookahead);
   }
   p.zero_grads(space);
+  p.refresh_compute_copy(space);
   return squares;
 }
 
@@ -81,6 +82,8 @@ template double apply_async_update(const ExecSpace&, const OptimizerConfig&, con
                                    model::ParameterStore<float>&);
 template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, int, std::int64_t,
                                    model::ParameterStore<double>&);
+template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, int, std::int64_t,
+                                   model::ParameterStore<float, bf16>&);
 
 int largest_delay(const PipelineConfig& pipeline) {
   if (pipeline.schedule == ScheduleKind::two_bw) return 1;

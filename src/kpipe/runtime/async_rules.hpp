@@ -69,10 +69,10 @@ struct AsyncRules {
 // Stage `stage`'s update `update` from its accumulated gradients (then zeroed), onto the weights in the
 // store: the stage's gradient norm (per layer, in layer order), clipping by it, AdamW or SGD with the update's
 // delay as look-ahead. Returns the squared norm. A non-finite norm skips the update (the gradients are zeroed
-// all the same).
-template <class T>
+// all the same). The compute copy (mixed precision) follows the new weights.
+template <class T, class A>
 double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
-                          std::int64_t update, model::ParameterStore<T>& params);
+                          std::int64_t update, model::ParameterStore<T, A>& params);
 
 // The lr schedule a delay calls for (docs/schedules.md, "A stable step under delay"). A gradient `delay`
 // updates stale makes the largest stable step shrink with the delay, and a fast warm-up overshoots before

@@ -14,12 +14,12 @@
 
 namespace kpipe::runtime {
 
-template <class T> class Buffers {
+template <class T, class A = T> class Buffers {
  public:
   // The rank's chunks (they outlive this) and the micro-batches per step. Asynchronous schedules number
   // micro-batches over many steps: they give the tag period (schedule.hpp), and micro-batches are known
   // modulo it (more than are ever in flight at once).
-  Buffers(std::vector<model::Chunk<T>*> chunks, int microbatches);
+  Buffers(std::vector<model::Chunk<T, A>*> chunks, int microbatches);
 
   void begin_step();  // every buffer is back from the previous step (end_step)
   void begin_async_step();  // micro-batches in flight stay; the previous step's delivered sends are dropped
@@ -29,7 +29,7 @@ template <class T> class Buffers {
   int take_slot(int chunk, int microbatch);
 
   // A spare buffer for a receive posted ahead; it stays "arrived" for (chunk, micro-batch) until moved in.
-  View2<T> receive_buffer(int chunk, int microbatch, bool gradient);
+  View2<A> receive_buffer(int chunk, int microbatch, bool gradient);
   // The arrived activation becomes the slot's input, the arrived gradient its output gradient (when one
   // arrived: local handoffs arrive in place); the slot's former buffer becomes a spare.
   void move_in_activation(int chunk, int microbatch);
@@ -48,7 +48,7 @@ template <class T> class Buffers {
   int message_buffers() const { return allocated_; }  // spares allocated since construction
 
  private:
-  View2<T> take_spare();
+  View2<A> take_spare();
 
   struct Send {
     schedule::Action action;
@@ -56,14 +56,14 @@ template <class T> class Buffers {
     bool gradient;
     std::size_t delivered_after;
     comm::Transfer transfer;
-    View2<T> detached;  // empty while the send reads from its slot
+    View2<A> detached;  // empty while the send reads from its slot
   };
-  std::vector<model::Chunk<T>*> chunks_;
+  std::vector<model::Chunk<T, A>*> chunks_;
   int microbatches_;
   std::vector<std::vector<int>> slot_;                      // [chunk][micro-batch] -> slot, -1 when none
-  std::vector<std::vector<View2<T>>> arrived_[2];           // [activation, gradient][chunk][micro-batch]
+  std::vector<std::vector<View2<A>>> arrived_[2];           // [activation, gradient][chunk][micro-batch]
   std::vector<Send> sends_;                                 // this step's, in order
-  std::vector<View2<T>> spares_;
+  std::vector<View2<A>> spares_;
   int allocated_ = 0;
 };
 

@@ -9,15 +9,15 @@
 
 namespace kpipe::runtime {
 
-template <class T>
-Evaluator<T>::Evaluator(StageModel<T>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
+template <class T, class A>
+Evaluator<T, A>::Evaluator(StageModel<T, A>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
                         Kokkos::View<double*, MemSpace> losses, int tag_base)
     : stage_(&stage), plan_(&plan), corpus_(&corpus), tokens_(&tokens), losses_(std::move(losses)),
-      tag_base_(tag_base), executor_(std::make_unique<Executor<T>>(stage, plan.local_microbatches)) {}
+      tag_base_(tag_base), executor_(std::make_unique<Executor<T, A>>(stage, plan.local_microbatches)) {}
 
-template <class T> Evaluator<T>::~Evaluator() = default;
+template <class T, class A> Evaluator<T, A>::~Evaluator() = default;
 
-template <class T> const Program& Evaluator<T>::program(int microbatches) {
+template <class T, class A> const Program& Evaluator<T, A>::program(int microbatches) {
   auto it = programs_.find(microbatches);
   if (it == programs_.end())
     it = programs_
@@ -27,7 +27,7 @@ template <class T> const Program& Evaluator<T>::program(int microbatches) {
   return it->second;
 }
 
-template <class T> double Evaluator<T>::evaluate(std::int64_t step) {
+template <class T, class A> double Evaluator<T, A>::evaluate(std::int64_t step) {
   stage_->bind_newest();
   const auto& config = stage_->config();
   const auto& grid = stage_->grid();
@@ -66,5 +66,6 @@ template <class T> double Evaluator<T>::evaluate(std::int64_t step) {
 
 template class Evaluator<float>;
 template class Evaluator<double>;
+template class Evaluator<float, bf16>;
 
 }  // namespace kpipe::runtime

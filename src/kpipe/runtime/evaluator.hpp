@@ -16,11 +16,11 @@
 
 namespace kpipe::runtime {
 
-template <class T> class Evaluator {
+template <class T, class A = T> class Evaluator {
  public:
   // `tokens` and `losses` (at least plan.local_microbatches rows and slots) are lent by the trainer; the
   // lists' messages are tagged from `tag_base` on, above the training lists' tags.
-  Evaluator(StageModel<T>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
+  Evaluator(StageModel<T, A>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
             Kokkos::View<double*, MemSpace> losses, int tag_base);
   ~Evaluator();
   // Mean per-token loss over the validation windows, every rank the same (NaN when the split holds none).
@@ -30,14 +30,14 @@ template <class T> class Evaluator {
  private:
   const Program& program(int microbatches);  // the forward-only list of that many micro-batches
 
-  StageModel<T>* stage_;
+  StageModel<T, A>* stage_;
   const RunPlan* plan_;
   const data::Corpus* corpus_;
   TokenStaging* tokens_;
   Kokkos::View<double*, MemSpace> losses_;
   int tag_base_;
   std::map<int, Program> programs_;
-  std::unique_ptr<Executor<T>> executor_;
+  std::unique_ptr<Executor<T, A>> executor_;
 };
 
 }  // namespace kpipe::runtime

@@ -30,7 +30,7 @@ Program program_of(const schedule::Schedule& lists, int rank, int tag_base, std:
 }
 
 // Where one run stands on this rank (the buffers are the Buffers' business).
-template <class T> struct Executor<T>::Run {
+template <class T, class A> struct Executor<T, A>::Run {
   const Program* program = nullptr;
   Offset offset;
   UpdatePolicy<T>* updates = nullptr;
@@ -42,14 +42,14 @@ template <class T> struct Executor<T>::Run {
   double start = 0, busy = 0;
 };
 
-template <class T>
-Executor<T>::Executor(StageModel<T>& stage, int period)
+template <class T, class A>
+Executor<T, A>::Executor(StageModel<T, A>& stage, int period)
     : stage_(&stage),
       buffers_(stage.chunk_pointers(), period),
       action_seconds_(stage.chunks()),
       action_count_(stage.chunks()) {}
 
-template <class T> Executor<T>::~Executor() = default;
+template <class T, class A> Executor<T, A>::~Executor() = default;
 
 Action instance_of(const Program& program, std::size_t i, const Offset& offset) {
   Action a = offset.steps == 0 ? program.actions[i] : schedule::shifted(program.actions[i], program.lists, offset.steps, 0);
@@ -62,13 +62,13 @@ Action instance_of(const Program& program, std::size_t i, const Offset& offset) 
   return a;
 }
 
-template <class T> void Executor<T>::lost(const Run& run, const Action& a, std::size_t position) const {
+template <class T, class A> void Executor<T, A>::lost(const Run& run, const Action& a, std::size_t position) const {
   peer_lost(stage_->grid(), {run.program->activity, run.step, position}, a, stage_->chunks(),
             stage_->config().pipeline.recv_timeout_s);
 }
 
-template <class T>
-double Executor<T>::run(const Program& program, std::size_t begin, std::size_t end, const Offset& offset,
+template <class T, class A>
+double Executor<T, A>::run(const Program& program, std::size_t begin, std::size_t end, const Offset& offset,
                         UpdatePolicy<T>* updates, const ListData& data, std::int64_t step) {
   auto& transport = stage_->transport();
   const double timeout = stage_->config().pipeline.recv_timeout_s;
@@ -100,7 +100,7 @@ double Executor<T>::run(const Program& program, std::size_t begin, std::size_t e
   return run.busy;
 }
 
-template <class T> void Executor<T>::finish_sends(const Program& program, std::int64_t step) {
+template <class T, class A> void Executor<T, A>::finish_sends(const Program& program, std::int64_t step) {
   auto& transport = stage_->transport();
   Run run;
   run.program = &program;
@@ -114,18 +114,18 @@ template <class T> void Executor<T>::finish_sends(const Program& program, std::i
 // A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which the
 // forward (activation) or backward (gradient) that uses it swaps into the slot. So a receive in flight holds
 // one [N, C] buffer, never a whole stash slot.
-template <class T> void Executor<T>::post_receive(Run& run, std::size_t i) {
+template <class T, class A> void Executor<T, A>::post_receive(Run& run, std::size_t i) {
   if (run.posted[i]) return;
   const Action a = instance_of(*run.program, i, run.offset);
   const Program& program = *run.program;
-  const View2<T> buffer = buffers_.receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient);
+  const View2<A> buffer = buffers_.receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient);
   const int tag = program.tag_base +
                   schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
-  run.recv[i] = stage_->transport().recv(space_, buffer.data(), buffer.span() * sizeof(T), a.peer, tag);
+  run.recv[i] = stage_->transport().recv(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
   run.posted[i] = true;
 }
 
-template <class T> void Executor<T>::execute(Run& run, std::size_t i) {
+template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i) {
   const Action a = instance_of(*run.program, i, run.offset);
   const Program& program = *run.program;
   const auto& list = program.actions;
@@ -151,12 +151,12 @@ template <class T> void Executor<T>::execute(Run& run, std::size_t i) {
     case Op::send_gradient: {
       auto& chunk = stage_->chunk(a.chunk);
       const int slot = buffers_.slot(a.chunk, a.microbatch);
-      const View2<T>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
+      const View2<A>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
       const int tag = program.tag_base +
                       schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
       // The transport orders the send after the kernels queued so far (they complete the buffer).
       buffers_.add_send(a, a.op == Op::send_gradient, plan.delivered_after[i]) =
-          transport.send(space_, buffer.data(), buffer.span() * sizeof(T), a.peer, tag);
+          transport.send(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
       break;
     }
     case Op::forward:
@@ -177,7 +177,7 @@ template <class T> void Executor<T>::execute(Run& run, std::size_t i) {
   if (message && (i + 1 == list.size() || !schedule::is_comm(list[i + 1].op))) transport.end_group();
   if (message) {  // host time of posting (and, for receives, of waiting)
     const auto& chunk = stage_->chunk(a.chunk);
-    timeline_.push_back({a, start - run.start, seconds_now() - run.start, chunk.rows() * chunk.channels() * std::int64_t(sizeof(T))});
+    timeline_.push_back({a, start - run.start, seconds_now() - run.start, chunk.rows() * chunk.channels() * std::int64_t(sizeof(A))});
   }
   if (schedule::is_reduction(a.op)) {
     const auto& grads = stage_->chunk(a.chunk).params().grads();
@@ -191,7 +191,7 @@ template <class T> void Executor<T>::execute(Run& run, std::size_t i) {
 }
 
 // F, B, I or W on its chunk, timed on the stream (no fence: the span is read at the run's end).
-template <class T> void Executor<T>::compute(Run& run, const Action& a) {
+template <class T, class A> void Executor<T, A>::compute(Run& run, const Action& a) {
   const auto& lists = run.program->lists;
   const int c = a.chunk, mb = a.microbatch, rank = stage_->grid().stage;
   auto& chunk = stage_->chunk(c);
@@ -241,7 +241,7 @@ template <class T> void Executor<T>::compute(Run& run, const Action& a) {
 }
 
 // The compute actions' spans, now that the stream has run them (ActionClock), into the timeline and the means.
-template <class T> void Executor<T>::read_action_times(Run& run) {
+template <class T, class A> void Executor<T, A>::read_action_times(Run& run) {
   const auto spans = clock_.read();
   for (std::size_t k = 0; k < spans.size(); ++k) {
     TimedAction& entry = timeline_[run.timed[k]];
@@ -256,7 +256,7 @@ template <class T> void Executor<T>::read_action_times(Run& run) {
   }
 }
 
-template <class T> std::array<double, 4> Executor<T>::mean_action_seconds(int chunk) const {
+template <class T, class A> std::array<double, 4> Executor<T, A>::mean_action_seconds(int chunk) const {
   std::array<double, 4> mean{};
   const auto& seconds = action_seconds_.at(chunk);
   const auto& count = action_count_.at(chunk);
@@ -266,5 +266,6 @@ template <class T> std::array<double, 4> Executor<T>::mean_action_seconds(int ch
 
 template class Executor<float>;
 template class Executor<double>;
+template class Executor<float, bf16>;
 
 }  // namespace kpipe::runtime

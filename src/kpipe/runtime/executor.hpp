@@ -60,11 +60,11 @@ struct ListData {
   Kokkos::View<double*, MemSpace> losses;           // per loss slot, left on the device until the run's end
 };
 
-template <class T> class Executor {
+template <class T, class A = T> class Executor {
  public:
   // Runs programs whose micro-batches are told apart modulo `microbatch_period` (more than are ever in flight):
   // one executor's buffers serve every program it runs.
-  Executor(StageModel<T>& stage, int microbatch_period);
+  Executor(StageModel<T, A>& stage, int microbatch_period);
   ~Executor();
 
   // Runs positions [begin, end) of `program` as instance `offset`. `updates`: the weights' policy (nullptr
@@ -96,8 +96,8 @@ template <class T> class Executor {
   void read_action_times(Run& run);
   [[noreturn]] void lost(const Run& run, const schedule::Action& a, std::size_t position) const;
 
-  StageModel<T>* stage_;
-  Buffers<T> buffers_;
+  StageModel<T, A>* stage_;
+  Buffers<T, A> buffers_;
   ActionClock clock_;
   ActionObserver observer_;
   std::vector<TimedAction> timeline_;

@@ -10,8 +10,8 @@
 
 namespace kpipe::runtime {
 
-template <class T>
-FlushUpdates<T>::FlushUpdates(StageModel<T>& stage, const RunPlan& plan) : stage_(&stage), plan_(&plan) {
+template <class T, class A>
+FlushUpdates<T, A>::FlushUpdates(StageModel<T, A>& stage, const RunPlan& plan) : stage_(&stage), plan_(&plan) {
   const double timeout = stage.config().pipeline.recv_timeout_s;
   reduction_ = std::make_unique<GradientReduction<T>>(
       stage.grid(), plan.run(), sum_transport(plan), timeout, [this, timeout](const schedule::Action& a) {
@@ -19,31 +19,33 @@ FlushUpdates<T>::FlushUpdates(StageModel<T>& stage, const RunPlan& plan) : stage
       });
 }
 
-template <class T> FlushUpdates<T>::~FlushUpdates() = default;
+template <class T, class A> FlushUpdates<T, A>::~FlushUpdates() = default;
 
-template <class T> T FlushUpdates<T>::loss_scale() const {
+template <class T, class A> T FlushUpdates<T, A>::loss_scale() const {
   const auto& c = stage_->config();
   return T(1.0 / (double(c.train.batch) * c.model.seq_len));
 }
 
-template <class T> void FlushUpdates<T>::run(const schedule::Action& a) {
+template <class T, class A> void FlushUpdates<T, A>::run(const schedule::Action& a) {
   auto& chunk = stage_->chunk(a.chunk);
   switch (a.op) {
-    case schedule::Op::recv_sum: reduction_->receive(space_, chunk, a); break;
-    case schedule::Op::send_sum: reduction_->send(space_, chunk, a); break;  // after the W's queued so far
+    case schedule::Op::recv_sum: reduction_->receive(space_, chunk.params().grads(), a); break;
+    case schedule::Op::send_sum: reduction_->send(space_, chunk.params().grads(), a); break;  // after the W's queued so far
     default: throw std::logic_error("FlushUpdates: an update action in a synchronous schedule's lists");
   }
 }
 
-template <class T> void FlushUpdates<T>::finish(std::int64_t step, const std::vector<double>&, StepStats& stats) {
-  reduction_->finish(space_, stage_->chunk_pointers(), step);
+template <class T, class A> void FlushUpdates<T, A>::finish(std::int64_t step, const std::vector<double>&, StepStats& stats) {
+  std::vector<View1<T>> grads;
+  for (int c = 0; c < stage_->chunks(); ++c) grads.push_back(stage_->chunk(c).params().grads());
+  reduction_->finish(space_, grads, step);
   const double start = seconds_now();
   optimizer_step(step, stats);  // skips the update when the loss or the gradient is not finite
   space_.fence();
   stats.optimizer_seconds = seconds_now() - start;
 }
 
-template <class T> void FlushUpdates<T>::optimizer_step(std::int64_t step, StepStats& stats) {
+template <class T, class A> void FlushUpdates<T, A>::optimizer_step(std::int64_t step, StepStats& stats) {
   const auto& config = stage_->config();
   // Global norm from per-layer sums placed by global layer index, so it is the same on every layout.
   std::vector<double> squares(stage_->desc().layers.size(), 0.0);
@@ -73,10 +75,12 @@ template <class T> void FlushUpdates<T>::optimizer_step(std::int64_t step, StepS
       nn::adamw_update(space_, config.optim, stats.lr, step + 1, scale, p.values(), p.grads(), p.moment1(),
                        p.moment2(), p.decay_mask());
     p.zero_grads(space_);
+    p.refresh_compute_copy(space_);  // what the products read (mixed precision)
   }
 }
 
 template class FlushUpdates<float>;
 template class FlushUpdates<double>;
+template class FlushUpdates<float, bf16>;
 
 }  // namespace kpipe::runtime

@@ -13,9 +13,9 @@
 
 namespace kpipe::runtime {
 
-template <class T> class FlushUpdates final : public UpdatePolicy<T> {
+template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T> {
  public:
-  FlushUpdates(StageModel<T>& stage, const RunPlan& plan);
+  FlushUpdates(StageModel<T, A>& stage, const RunPlan& plan);
   ~FlushUpdates() override;
 
   Windows windows(std::int64_t step, std::int64_t microbatch) const override {
@@ -33,7 +33,7 @@ template <class T> class FlushUpdates final : public UpdatePolicy<T> {
  private:
   void optimizer_step(std::int64_t step, StepStats& stats);
 
-  StageModel<T>* stage_;
+  StageModel<T, A>* stage_;
   const RunPlan* plan_;
   std::unique_ptr<GradientReduction<T>> reduction_;
   std::int64_t step_ = 0;

@@ -10,8 +10,8 @@
 
 namespace kpipe::runtime {
 
-template <class T>
-Generator<T>::Generator(StageModel<T>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer)
+template <class T, class A>
+Generator<T, A>::Generator(StageModel<T, A>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer)
     : stage_(&stage),
       program_(program_of(schedule::forward_only(plan.lists(), 1), stage.grid().stage, 0, "generation")),
       executor_(stage, 1),
@@ -33,15 +33,15 @@ Generator<T>::Generator(StageModel<T>& stage, const RunPlan& plan, const data::T
   const int last_stage = program_.lists.virtual_stages() - 1;
   executor_.set_observer([this, last_stage](const schedule::Action& a, int slot) {
     if (stage_->virtual_stage(a.chunk) != last_stage) return;
-    const auto logits = stage_->chunk(a.chunk).layer_output(slot, stage_->desc().layers.back().index);
+    const auto logits = stage_->chunk(a.chunk).logits(slot);
     Kokkos::deep_copy(space_, logits_, Kokkos::subview(logits, length_ - 1, Kokkos::ALL));
   });
 }
 
-template <class T> Generator<T>::~Generator() = default;
+template <class T, class A> Generator<T, A>::~Generator() = default;
 
-template <class T>
-Token Generator<T>::next(const std::vector<Token>& context, const SamplingOptions& options, std::int64_t position) {
+template <class T, class A>
+Token Generator<T, A>::next(const std::vector<Token>& context, const SamplingOptions& options, std::int64_t position) {
   if (context.empty()) throw std::invalid_argument("kpipe::runtime::Generator::next: empty context");
   const auto& grid = stage_->grid();
   const int seq = stage_->config().model.seq_len;
@@ -68,8 +68,8 @@ Token Generator<T>::next(const std::vector<Token>& context, const SamplingOption
   return token;
 }
 
-template <class T>
-void Generator<T>::generate(std::vector<Token>& tokens, int count, const SamplingOptions& options,
+template <class T, class A>
+void Generator<T, A>::generate(std::vector<Token>& tokens, int count, const SamplingOptions& options,
                             const std::function<void(Token)>& on_token) {
   for (int i = 0; i < count; ++i) {
     tokens.push_back(next(tokens, options, i));
@@ -79,5 +79,6 @@ void Generator<T>::generate(std::vector<Token>& tokens, int count, const Samplin
 
 template class Generator<float>;
 template class Generator<double>;
+template class Generator<float, bf16>;
 
 }  // namespace kpipe::runtime

@@ -26,11 +26,11 @@
 
 namespace kpipe::runtime {
 
-template <class T> class Generator {
+template <class T, class A = T> class Generator {
  public:
   // The stage model's chunks (built for micro-batches of one sequence: train.batch = train.microbatches) on
   // the plan's layout; the tokenizer says which ids may be generated.
-  Generator(StageModel<T>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer);
+  Generator(StageModel<T, A>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer);
   ~Generator();
 
   // The next token after `context` (non-empty; only its last seq_len tokens are seen); `position` keys the
@@ -43,10 +43,10 @@ template <class T> class Generator {
                 const std::function<void(Token)>& on_token = {});
 
  private:
-  StageModel<T>* stage_;
+  StageModel<T, A>* stage_;
   std::vector<bool> allowed_;  // per id of the model's vocabulary
   Program program_;            // one micro-batch's forwards down the pipeline
-  Executor<T> executor_;
+  Executor<T, A> executor_;
   TokenStaging tokens_;
   Kokkos::View<double*, MemSpace> losses_;  // the list's loss slot (not used)
   View1<T> logits_;                         // the last stage's logits at the text's last position

@@ -22,36 +22,33 @@ void GradientReduction<T>::wait(const ExecSpace& space, comm::Transfer& transfer
 }
 
 template <class T>
-void GradientReduction<T>::receive(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& a) {
+void GradientReduction<T>::receive(const ExecSpace& space, const View1<T>& g, const schedule::Action& a) {
   if (sent_.size() <= std::size_t(a.chunk)) {
     sent_.resize(a.chunk + 1);
     sent_action_.resize(a.chunk + 1);
   }
   if (sent_[a.chunk].active()) wait(space, sent_[a.chunk], sent_action_[a.chunk]);
-  const auto& g = chunk.params().grads();
   comm::Transfer received = transport_->recv(space, g.data(), g.span() * sizeof(T), a.peer, tag(a));
   wait(space, received, a);
 }
 
 template <class T>
-void GradientReduction<T>::send(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& a) {
+void GradientReduction<T>::send(const ExecSpace& space, const View1<T>& g, const schedule::Action& a) {
   if (sent_.size() <= std::size_t(a.chunk)) {
     sent_.resize(a.chunk + 1);
     sent_action_.resize(a.chunk + 1);
   }
-  const auto& g = chunk.params().grads();
   sent_action_[a.chunk] = a;
   sent_[a.chunk] = transport_->send(space, g.data(), g.span() * sizeof(T), a.peer, tag(a));
 }
 
 template <class T>
-void GradientReduction<T>::finish(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks, std::int64_t step) {
+void GradientReduction<T>::finish(const ExecSpace& space, const std::vector<View1<T>>& grads, std::int64_t step) {
   if (grid_->data_parallel == 1) return;
   const schedule::Action none{};
   for (std::size_t c = 0; c < sent_.size(); ++c)
     if (sent_[c].active()) wait(space, sent_[c], sent_action_[c]);
-  for (auto* chunk : chunks) {
-    const auto& g = chunk->params().grads();
+  for (const auto& g : grads) {
     // MPI: a bounded collective (comm/bounded.hpp) that names a replica that never joins; NCCL: on the stream,
     // its communicator aborted after timeout_s.
     comm::Transfer total =
@@ -66,23 +63,21 @@ void GradientReduction<T>::finish(const ExecSpace& space, const std::vector<mode
 }
 
 template <class T>
-void GradientReduction<T>::reserve_update_sums(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks,
+void GradientReduction<T>::reserve_update_sums(const ExecSpace& space, const std::vector<std::int64_t>& elements,
                                                bool ordered) {
   ordered_updates_ = ordered;
   if (grid_->data_parallel == 1 || !ordered || grid_->replica == 0) return;
   memory::Scope scope(memory::Category::gradients);
-  for (auto* chunk : chunks)
+  for (const std::int64_t n : elements)
     update_sums_.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,
-                                                 "kpipe::runtime::GradientReduction::update_sum"),
-                              chunk->params().grads().extent(0));
+                                                 "kpipe::runtime::GradientReduction::update_sum"), n);
 }
 
 template <class T>
-void GradientReduction<T>::before_update(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& u,
+void GradientReduction<T>::before_update(const ExecSpace& space, const View1<T>& g, const schedule::Action& u,
                                          std::int64_t update) {
   const int replicas = grid_->data_parallel, replica = grid_->replica;
   if (replicas == 1) return;
-  const auto& g = chunk.params().grads();
   const std::string what = fmt::format("the replicas' gradient sum of update {}", update);
   if (!ordered_updates_) {
     comm::Transfer total = transport_->all_reduce_sum(space, g.data(), g.span(), comm::scalar_of<T>(), what);

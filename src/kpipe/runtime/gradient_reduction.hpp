@@ -20,7 +20,7 @@
 
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/comm/transport.hpp"
-#include "kpipe/model/chunk.hpp"
+#include "kpipe/core/tensor.hpp"
 #include "kpipe/schedule/reduction.hpp"
 
 namespace kpipe::runtime {
@@ -34,21 +34,21 @@ template <class T> class GradientReduction {
                     double timeout_s, std::function<void(const schedule::Action&)> on_timeout);
 
   // Asynchronous schedules with several replicas: the buffer each chunk's partial sums arrive in (counted as
-  // gradients by the memory plan). Before any update.
-  void reserve_update_sums(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks, bool ordered);
-  // Before update action `u` (the run's update number `update`): the chunk's gradient buffer becomes the sum
-  // over the replicas, the same on every replica. Host-blocking, bounded by timeout_s.
-  void before_update(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& u, std::int64_t update);
+  // gradients by the memory plan), `elements` per chunk. Before any update.
+  void reserve_update_sums(const ExecSpace& space, const std::vector<std::int64_t>& elements, bool ordered);
+  // Before update action `u` (the run's update number `update`): the chunk's gradient buffer `grads` becomes the
+  // sum over the replicas, the same on every replica. Host-blocking, bounded by timeout_s.
+  void before_update(const ExecSpace& space, const View1<T>& grads, const schedule::Action& u, std::int64_t update);
 
   // recv_sum: the sum this chunk sent before has left (its buffer is the one we receive into); then the sum
   // for the action's group arrives into the chunk's gradient buffer (for work queued on `space` from now on).
-  void receive(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& action);
+  void receive(const ExecSpace& space, const View1<T>& grads, const schedule::Action& action);
   // send_sum: the chunk's gradient buffer, as the work queued on `space` leaves it, goes to the next group's
   // holder.
-  void send(const ExecSpace& space, model::Chunk<T>& chunk, const schedule::Action& action);
-  // After the step's lists: every chunk's gradients are the whole mini-batch's, on every replica. The
+  void send(const ExecSpace& space, const View1<T>& grads, const schedule::Action& action);
+  // After the step's lists: every chunk's gradients (grads[c]) are the whole mini-batch's, on every replica. The
   // broadcast or all-reduce is bounded by timeout_s; `step` names it if it does not complete.
-  void finish(const ExecSpace& space, const std::vector<model::Chunk<T>*>& chunks, std::int64_t step);
+  void finish(const ExecSpace& space, const std::vector<View1<T>>& grads, std::int64_t step);
 
  private:
   void wait(const ExecSpace& space, comm::Transfer& transfer, const schedule::Action& action);

@@ -8,8 +8,8 @@
 
 namespace kpipe::runtime {
 
-template <class T>
-void write_layer_profile(const StageModel<T>& stage, const std::string& path, double optimizer_seconds, int steps) {
+template <class T, class A>
+void write_layer_profile(const StageModel<T, A>& stage, const std::string& path, double optimizer_seconds, int steps) {
   const auto& grid = stage.grid();
   const auto& config = stage.config();
   // Every layer is on one rank of each pipeline: the sum over a pipeline puts each in its place.
@@ -41,5 +41,6 @@ void write_layer_profile(const StageModel<T>& stage, const std::string& path, do
 
 template void write_layer_profile(const StageModel<float>&, const std::string&, double, int);
 template void write_layer_profile(const StageModel<double>&, const std::string&, double, int);
+template void write_layer_profile(const StageModel<float, bf16>&, const std::string&, double, int);
 
 }  // namespace kpipe::runtime

@@ -8,7 +8,7 @@
 namespace kpipe::runtime {
 
 // Collective over the trainer's world. optimizer_seconds: this rank's mean optimizer time per step.
-template <class T>
-void write_layer_profile(const StageModel<T>& stage, const std::string& path, double optimizer_seconds, int steps);
+template <class T, class A>
+void write_layer_profile(const StageModel<T, A>& stage, const std::string& path, double optimizer_seconds, int steps);
 
 }  // namespace kpipe::runtime

@@ -8,10 +8,10 @@
 
 namespace kpipe::runtime {
 
-template <class T>
-MemoryReport memory_report(const StageModel<T>& stage, const RunPlan& run, const memory::Meter& meter) {
+template <class T, class A>
+MemoryReport memory_report(const StageModel<T, A>& stage, const RunPlan& run, const memory::Meter& meter) {
   const auto& grid = stage.grid();
-  const auto plan = memory::plan_rank(stage.config(), stage.desc(), run.run(), grid.replica, grid.stage, sizeof(T));
+  const auto plan = memory::plan_rank_for<T, A>(stage.config(), stage.desc(), run.run(), grid.replica, grid.stage);
   constexpr int n = memory::category_count;
   std::vector<std::int64_t> mine(2 * n + 1);
   const auto measured = meter.peak();
@@ -59,5 +59,6 @@ std::string format_memory_report(const MemoryReport& r) {
 
 template MemoryReport memory_report(const StageModel<float>&, const RunPlan&, const memory::Meter&);
 template MemoryReport memory_report(const StageModel<double>&, const RunPlan&, const memory::Meter&);
+template MemoryReport memory_report(const StageModel<float, bf16>&, const RunPlan&, const memory::Meter&);
 
 }  // namespace kpipe::runtime

@@ -18,8 +18,8 @@ struct MemoryReport {
 };
 
 // Collective over the stage's world: every rank gets every rank's figures.
-template <class T>
-MemoryReport memory_report(const StageModel<T>& stage, const RunPlan& plan, const memory::Meter& meter);
+template <class T, class A>
+MemoryReport memory_report(const StageModel<T, A>& stage, const RunPlan& plan, const memory::Meter& meter);
 
 // A table, one row per rank, MiB predicted/measured per category, and a last line on what differs.
 std::string format_memory_report(const MemoryReport& report);

@@ -7,8 +7,8 @@
 
 namespace kpipe::runtime {
 
-template <class T>
-PipelineReport pipeline_report(const StageModel<T>& stage, const RunPlan& plan, const Executor<T>& executor,
+template <class T, class A>
+PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
                                double busy, double pipeline_seconds) {
   const auto& grid = stage.grid();
   PipelineReport r;
@@ -76,5 +76,7 @@ template PipelineReport pipeline_report(const StageModel<float>&, const RunPlan&
                                        double);
 template PipelineReport pipeline_report(const StageModel<double>&, const RunPlan&, const Executor<double>&, double,
                                         double);
+template PipelineReport pipeline_report(const StageModel<float, bf16>&, const RunPlan&, const Executor<float, bf16>&,
+                                        double, double);
 
 }  // namespace kpipe::runtime

@@ -23,8 +23,8 @@ struct PipelineReport {
 // Collective over the stage's pipeline (every rank of it calls it): what `executor` measured running the
 // plan's lists on `stage`. `busy` and `pipeline_seconds` are this rank's sums over the steps to count (e.g. all
 // but the first).
-template <class T>
-PipelineReport pipeline_report(const StageModel<T>& stage, const RunPlan& plan, const Executor<T>& executor,
+template <class T, class A>
+PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
                                double busy, double pipeline_seconds);
 
 }  // namespace kpipe::runtime

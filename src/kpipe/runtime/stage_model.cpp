@@ -1,60 +1,76 @@
 #include "kpipe/runtime/stage_model.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/bfloat16.hpp"
+#include "kpipe/core/error.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
 namespace kpipe::runtime {
 
-template <class T>
-StageModel<T>::StageModel(const Config& config, const model::ModelDesc& desc, const comm::ProcessGrid& grid,
+namespace {
+
+blas::Math math_of(Precision precision) { return precision == Precision::tf32 ? blas::Math::tf32 : blas::Math::exact; }
+
+}  // namespace
+
+template <class T, class A>
+StageModel<T, A>::StageModel(const Config& config, const model::ModelDesc& desc, const comm::ProcessGrid& grid,
                           const RunPlan& plan)
     : config_(config), desc_(&desc), grid_(grid), updates_(plan.lists().updates), ranks_(plan.lists().ranks) {
+  // TF32 products are a CUDA library's; a host build cannot honour them (bf16 runs everywhere).
+  require(config.train.precision != Precision::tf32 || !Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible,
+          "train.precision = \"tf32\": TF32 tensor-core products need a CUDA build of kpipe (this one runs on {}); use "
+          "fp32 or bf16", ExecSpace::name());
+  // The storage the configuration asks for is the one this stage model was instantiated for.
+  require(std::is_same_v<A, bf16> == (config.train.precision == Precision::bf16),
+          "train.precision = \"{}\": this program was built for {} storage", config.train.precision, type_name<A>());
   const auto& lists = plan.lists();
   for (int c = 0; c < lists.chunks; ++c) {
     vstages_.push_back(lists.virtual_stage(grid.stage, c));
     const auto& r = plan.ranges.at(vstages_.back());
-    chunks_.push_back(std::make_unique<model::Chunk<T>>(desc, r.first, r.last, plan.sequences_per_microbatch,
-                                                        config.memory.recompute));
+    chunks_.push_back(std::make_unique<model::Chunk<T, A>>(desc, r.first, r.last, plan.sequences_per_microbatch,
+                                                           config.memory.recompute, math_of(config.train.precision)));
     chunks_.back()->params().initialize(space_, config.train.seed);
-    if (lists.asynchronous()) versions_.push_back(std::make_unique<WeightVersions<T>>(space_, chunks_.back()->params()));
+    if (lists.asynchronous()) versions_.push_back(std::make_unique<WeightVersions<T, A>>(space_, chunks_.back()->params()));
   }
   transport_ = comm::make_transport(plan.transport, grid.pipeline, config.pipeline.recv_timeout_s);
 }
 
-template <class T> StageModel<T>::~StageModel() = default;
+template <class T, class A> StageModel<T, A>::~StageModel() = default;
 
-template <class T> std::vector<model::Chunk<T>*> StageModel<T>::chunk_pointers() {
-  std::vector<model::Chunk<T>*> pointers;
+template <class T, class A> std::vector<model::Chunk<T, A>*> StageModel<T, A>::chunk_pointers() {
+  std::vector<model::Chunk<T, A>*> pointers;
   for (auto& chunk : chunks_) pointers.push_back(chunk.get());
   return pointers;
 }
 
-template <class T> void StageModel<T>::bind_newest() {
+template <class T, class A> void StageModel<T, A>::bind_newest() {
   for (auto& versions : versions_) versions->bind(versions->newest());
 }
 
-template <class T> int StageModel<T>::older_versions(int c, std::int64_t next_step) const {
+template <class T, class A> int StageModel<T, A>::older_versions(int c, std::int64_t next_step) const {
   // After the run's last step the pipeline is drained: nothing in flight, only the newest version.
   if (!versioned() || next_step >= config_.train.steps) return 0;
   return schedule::versions_bound(updates_, ranks_, vstages_.at(c)) - 1;
 }
 
-template <class T> std::vector<T> StageModel<T>::older_version(int c, int older) const {
+template <class T, class A> std::vector<T> StageModel<T, A>::older_version(int c, int older) const {
   const auto& versions = *versions_.at(c);
   const int version = std::max(0, versions.newest() - older);
   return versions.holds(version) ? versions.host_copy(version) : std::vector<T>();
 }
 
-template <class T> void StageModel<T>::profile_layers(bool on) {
+template <class T, class A> void StageModel<T, A>::profile_layers(bool on) {
   if (on && layer_times_.empty())
     for (auto& chunk : chunks_) layer_times_.emplace_back(chunk->params().last_layer() - chunk->params().first_layer());
   for (std::size_t c = 0; c < chunks_.size(); ++c) chunks_[c]->set_layer_times(on ? &layer_times_[c] : nullptr);
 }
 
-template <class T> std::vector<std::array<double, 4>> StageModel<T>::layer_seconds() const {
+template <class T, class A> std::vector<std::array<double, 4>> StageModel<T, A>::layer_seconds() const {
   std::vector<std::array<double, 4>> seconds(desc_->layers.size(), std::array<double, 4>{});
   for (std::size_t c = 0; c < layer_times_.size(); ++c) {
     const int first = chunks_[c]->params().first_layer();
@@ -66,7 +82,7 @@ template <class T> std::vector<std::array<double, 4>> StageModel<T>::layer_secon
   return seconds;
 }
 
-template <class T> std::uint64_t StageModel<T>::param_checksum() {
+template <class T, class A> std::uint64_t StageModel<T, A>::param_checksum() {
   bind_newest();
   // Each tensor's hash sits at its global position, zeros elsewhere; a sum over ranks assembles the list.
   std::vector<std::int64_t> first_tensor(desc_->layers.size() + 1, 0);
@@ -86,8 +102,8 @@ template <class T> std::uint64_t StageModel<T>::param_checksum() {
   return model::combine_hashes(hashes);
 }
 
-template <class T>
-std::vector<double> layer_grad_squares(const ExecSpace& space, const model::ParameterStore<T>& store) {
+template <class T, class A>
+std::vector<double> layer_grad_squares(const ExecSpace& space, const model::ParameterStore<T, A>& store) {
   std::vector<double> sums;
   for (int l = store.first_layer(); l < store.last_layer(); ++l) {
     const auto [offset, length] = store.layer_range(l);
@@ -99,7 +115,9 @@ std::vector<double> layer_grad_squares(const ExecSpace& space, const model::Para
 
 template class StageModel<float>;
 template class StageModel<double>;
+template class StageModel<float, bf16>;
 template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<float>&);
 template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<double>&);
+template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<float, bf16>&);
 
 }  // namespace kpipe::runtime

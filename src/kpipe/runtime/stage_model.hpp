@@ -19,7 +19,7 @@
 
 namespace kpipe::runtime {
 
-template <class T> class StageModel {
+template <class T, class A = T> class StageModel {
  public:
   // Collective over the grid's pipeline where the transport is NCCL (its communicator is built here).
   StageModel(const Config& config, const model::ModelDesc& desc, const comm::ProcessGrid& grid, const RunPlan& plan);
@@ -31,17 +31,17 @@ template <class T> class StageModel {
   const model::ModelDesc& desc() const { return *desc_; }
   const comm::ProcessGrid& grid() const { return grid_; }
   int chunks() const { return int(chunks_.size()); }
-  model::Chunk<T>& chunk(int c) { return *chunks_.at(c); }
-  const model::Chunk<T>& chunk(int c) const { return *chunks_.at(c); }
-  std::vector<model::Chunk<T>*> chunk_pointers();
+  model::Chunk<T, A>& chunk(int c) { return *chunks_.at(c); }
+  const model::Chunk<T, A>& chunk(int c) const { return *chunks_.at(c); }
+  std::vector<model::Chunk<T, A>*> chunk_pointers();
   int virtual_stage(int c) const { return vstages_.at(c); }
   // Stage-to-stage transfers on the pipeline communicator (what pipeline.transport resolved to).
   comm::Transport& transport() { return *transport_; }
 
   // Asynchronous schedules: each chunk's weight versions (synchronous ones keep none: versioned() is false).
   bool versioned() const { return !versions_.empty(); }
-  WeightVersions<T>& versions(int c) { return *versions_.at(c); }
-  const WeightVersions<T>& versions(int c) const { return *versions_.at(c); }
+  WeightVersions<T, A>& versions(int c) { return *versions_.at(c); }
+  const WeightVersions<T, A>& versions(int c) const { return *versions_.at(c); }
   void bind_newest();  // the parameters hold each chunk's newest version (evaluation, checksums, checkpoints)
   // At step boundary `next_step`, the versions older than the newest that chunk c's micro-batches in flight
   // read: 1 .. older_versions (none once the run's last step drained the pipeline, and for synchronous runs).
@@ -66,14 +66,15 @@ template <class T> class StageModel {
   schedule::Updates updates_;
   int ranks_;
   std::vector<int> vstages_;
-  std::vector<std::unique_ptr<model::Chunk<T>>> chunks_;
-  std::vector<std::unique_ptr<WeightVersions<T>>> versions_;
+  std::vector<std::unique_ptr<model::Chunk<T, A>>> chunks_;
+  std::vector<std::unique_ptr<WeightVersions<T, A>>> versions_;
   std::unique_ptr<comm::Transport> transport_;
-  std::vector<std::vector<typename model::Chunk<T>::LayerTimes>> layer_times_;  // per chunk, while profiling
+  std::vector<std::vector<typename model::Chunk<T, A>::LayerTimes>> layer_times_;  // per chunk, while profiling
   ExecSpace space_;
 };
 
 // Per-layer sums of squared gradients of a store, in global layer order.
-template <class T> std::vector<double> layer_grad_squares(const ExecSpace& space, const model::ParameterStore<T>& store);
+template <class T, class A>
+std::vector<double> layer_grad_squares(const ExecSpace& space, const model::ParameterStore<T, A>& store);
 
 }  // namespace kpipe::runtime

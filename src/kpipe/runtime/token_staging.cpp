@@ -10,13 +10,14 @@ TokenStaging::TokenStaging(int rows, std::int64_t tokens_per_row) {
   targets_ = decltype(targets_)(uninitialized("kpipe::runtime::TokenStaging::targets"), rows, tokens_per_row);
 }
 
-template <class T>
-void TokenStaging::load(const ExecSpace& space, model::Chunk<T>& chunk, int slot, int row) const {
+template <class T, class A>
+void TokenStaging::load(const ExecSpace& space, model::Chunk<T, A>& chunk, int slot, int row) const {
   if (chunk.first()) Kokkos::deep_copy(space, chunk.tokens(slot), Kokkos::subview(inputs_, row, Kokkos::ALL));
   if (chunk.last()) Kokkos::deep_copy(space, chunk.targets(slot), Kokkos::subview(targets_, row, Kokkos::ALL));
 }
 
 template void TokenStaging::load(const ExecSpace&, model::Chunk<float>&, int, int) const;
 template void TokenStaging::load(const ExecSpace&, model::Chunk<double>&, int, int) const;
+template void TokenStaging::load(const ExecSpace&, model::Chunk<float, bf16>&, int, int) const;
 
 }  // namespace kpipe::runtime

@@ -16,7 +16,7 @@ class TokenStaging {
   Token* inputs(int row) { return &inputs_(row, 0); }
   Token* targets(int row) { return &targets_(row, 0); }
   // Row `row` into the slot's token buffers (first chunk: inputs; last chunk: targets), queued on `space`.
-  template <class T> void load(const ExecSpace& space, model::Chunk<T>& chunk, int slot, int row) const;
+  template <class T, class A> void load(const ExecSpace& space, model::Chunk<T, A>& chunk, int slot, int row) const;
 
  private:
   Kokkos::View<Token**, Kokkos::LayoutRight, PinnedSpace> inputs_, targets_;

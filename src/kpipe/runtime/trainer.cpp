@@ -22,8 +22,8 @@ namespace kpipe::runtime {
 using schedule::Action;
 using schedule::Op;
 
-template <class T>
-Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid,
+template <class T, class A>
+Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid,
                     const TrainerOptions& options)
     : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)), options_(options) {
   // Every id indexes the embedding and the head: the data's vocabulary must fit the model's.
@@ -34,16 +34,16 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank).
   memory::enforce_limit(config, desc_, plan_.run(), grid.world);
 
-  stage_ = std::make_unique<StageModel<T>>(config, desc_, grid, plan_);
+  stage_ = std::make_unique<StageModel<T, A>>(config, desc_, grid, plan_);
   if (plan_.asynchronous()) {
-    auto versioned = std::make_unique<VersionedUpdates<T>>(*stage_, plan_);
+    auto versioned = std::make_unique<VersionedUpdates<T, A>>(*stage_, plan_);
     versioned_ = versioned.get();
     updates_ = std::move(versioned);
   } else {
-    updates_ = std::make_unique<FlushUpdates<T>>(*stage_, plan_);
+    updates_ = std::make_unique<FlushUpdates<T, A>>(*stage_, plan_);
   }
   program_ = Program{plan_.lists(), plan_.actions, plan_.buffers, 0, "step"};
-  executor_ = std::make_unique<Executor<T>>(*stage_, microbatch_period(plan_.lists()));
+  executor_ = std::make_unique<Executor<T, A>>(*stage_, microbatch_period(plan_.lists()));
   // Token rows for each micro-batch a step forwards (asynchronous schedules: up to m + p - 1 consecutive ones,
   // the first step's warm-up too), and a loss slot per micro-batch of the whole mini-batch.
   const int rows = plan_.local_microbatches + (plan_.asynchronous() ? config.pipeline.pipeline_size - 1 : 0);
@@ -54,15 +54,15 @@ Trainer<T>::Trainer(const Config& config, const data::Corpus& corpus, const comm
   }
   // Evaluation's lists are tagged above the training lists' (an asynchronous step's last sends may still be
   // under way when it runs).
-  evaluator_ = std::make_unique<Evaluator<T>>(*stage_, plan_, corpus, *tokens_, losses_,
+  evaluator_ = std::make_unique<Evaluator<T, A>>(*stage_, plan_, corpus, *tokens_, losses_,
                                               schedule::message_tags(plan_.lists()));
 }
 
-template <class T> Trainer<T>::~Trainer() = default;
+template <class T, class A> Trainer<T, A>::~Trainer() = default;
 
 // The windows of the micro-batches the step forwards on a chunk that reads tokens, into their rows (micro-batch
 // mod rows: a step forwards consecutive micro-batches, at most as many as there are rows).
-template <class T> void Trainer<T>::stage_tokens(std::size_t begin, std::size_t end, const Offset& offset) {
+template <class T, class A> void Trainer<T, A>::stage_tokens(std::size_t begin, std::size_t end, const Offset& offset) {
   const int seq = config_.model.seq_len, sequences = plan_.sequences_per_microbatch;
   for (std::size_t i = begin; i < end; ++i) {
     const Action a = instance_of(program_, i, offset);
@@ -76,7 +76,7 @@ template <class T> void Trainer<T>::stage_tokens(std::size_t begin, std::size_t 
   }
 }
 
-template <class T> StepStats Trainer<T>::step() {
+template <class T, class A> StepStats Trainer<T, A>::step() {
   const bool asynchronous = plan_.asynchronous();
   require(!asynchronous || step_ < config_.train.steps,
           "train.steps = {}: an asynchronous run cannot go past its last step (it drains the pipeline there)",
@@ -123,10 +123,10 @@ template <class T> StepStats Trainer<T>::step() {
   return stats;
 }
 
-template <class T> double Trainer<T>::evaluate() { return evaluator_->evaluate(step_); }
+template <class T, class A> double Trainer<T, A>::evaluate() { return evaluator_->evaluate(step_); }
 
-template <class T>
-void Trainer<T>::resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) {
+template <class T, class A>
+void Trainer<T, A>::resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) {
   step_ = first_step_ = step;
   if (!versioned_) return;
   const auto& lists = plan_.lists();
@@ -141,16 +141,17 @@ void Trainer<T>::resume(std::int64_t step, const std::vector<std::vector<std::ve
   versioned_->resume(plan_, resumed_.microbatch, resumed_.version, older.empty() ? drained : older);
 }
 
-template <class T> bool Trainer<T>::steady_step(std::int64_t step) const {
+template <class T, class A> bool Trainer<T, A>::steady_step(std::int64_t step) const {
   if (!plan_.asynchronous() || config_.train.steps < plan_.template_step + 2) return true;
   return step >= plan_.template_step && step + 1 < config_.train.steps;
 }
 
-template <class T> const std::vector<VersionsRead>& Trainer<T>::versions_read() const {
+template <class T, class A> const std::vector<VersionsRead>& Trainer<T, A>::versions_read() const {
   return versioned_ ? versioned_->versions_read() : no_versions_read_;
 }
 
 template class Trainer<float>;
 template class Trainer<double>;
+template class Trainer<float, bf16>;
 
 }  // namespace kpipe::runtime

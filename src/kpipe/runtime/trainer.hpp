@@ -25,8 +25,8 @@
 
 namespace kpipe::runtime {
 
-template <class T> class Evaluator;
-template <class T> class VersionedUpdates;
+template <class T, class A> class Evaluator;
+template <class T, class A> class VersionedUpdates;
 
 struct TrainerOptions {
   // How the stages exchange data; none: pipeline.transport resolved without looking at the node
@@ -37,7 +37,7 @@ struct TrainerOptions {
   double stall_seconds = 0;
 };
 
-template <class T> class Trainer {
+template <class T, class A = T> class Trainer {
  public:
   // Bad input throws InputError identically on every rank, before any allocation.
   Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid,
@@ -60,9 +60,9 @@ template <class T> class Trainer {
   const data::Corpus& corpus() const { return *corpus_; }  // its tokenizer is what the model's ids mean
   const model::ModelDesc& desc() const { return desc_; }
   const RunPlan& plan() const { return plan_; }
-  StageModel<T>& stage() { return *stage_; }
-  const StageModel<T>& stage() const { return *stage_; }
-  const Executor<T>& executor() const { return *executor_; }
+  StageModel<T, A>& stage() { return *stage_; }
+  const StageModel<T, A>& stage() const { return *stage_; }
+  const Executor<T, A>& executor() const { return *executor_; }
   const Program& program() const { return program_; }
   void set_observer(ActionObserver observer) { executor_->set_observer(std::move(observer)); }
   // Whether step `step` is one of the run's steady state (asynchronous schedules: past the warm-up, before the
@@ -82,14 +82,14 @@ template <class T> class Trainer {
   model::ModelDesc desc_;
   TrainerOptions options_;
   RunPlan plan_;
-  std::unique_ptr<StageModel<T>> stage_;
+  std::unique_ptr<StageModel<T, A>> stage_;
   std::unique_ptr<UpdatePolicy<T>> updates_;
-  VersionedUpdates<T>* versioned_ = nullptr;  // updates_, when the schedule is asynchronous
+  VersionedUpdates<T, A>* versioned_ = nullptr;  // updates_, when the schedule is asynchronous
   Program program_;                           // this rank's list
-  std::unique_ptr<Executor<T>> executor_;
+  std::unique_ptr<Executor<T, A>> executor_;
   std::unique_ptr<TokenStaging> tokens_;
   Kokkos::View<double*, MemSpace> losses_;  // per loss slot (train.microbatches), on the device until a step's end
-  std::unique_ptr<Evaluator<T>> evaluator_;
+  std::unique_ptr<Evaluator<T, A>> evaluator_;
   std::int64_t step_ = 0;
   // A resumed asynchronous run: its first step, and what its lists' micro-batches and versions (numbered from
   // the resume) are offset by to be the run's.

@@ -10,29 +10,30 @@ namespace kpipe::runtime {
 
 using schedule::Op;
 
-template <class T>
-VersionedUpdates<T>::VersionedUpdates(StageModel<T>& stage, const RunPlan& plan)
+template <class T, class A>
+VersionedUpdates<T, A>::VersionedUpdates(StageModel<T, A>& stage, const RunPlan& plan)
     : stage_(&stage), plan_(&plan), rules_(AsyncRules::of(stage.config())) {
   const double timeout = stage.config().pipeline.recv_timeout_s;
   reduction_ = std::make_unique<GradientReduction<T>>(
       stage.grid(), plan.run(), sum_transport(plan), timeout, [this, timeout](const schedule::Action& a) {
         peer_lost(stage_->grid(), {"step", step_, plan_->actions.size()}, a, stage_->chunks(), timeout);
       });
-  reduction_->reserve_update_sums(space_, stage.chunk_pointers(),
-                                  stage.config().pipeline.dp_reduction == DpReduction::ordered);
+  std::vector<std::int64_t> elements;
+  for (int c = 0; c < stage.chunks(); ++c) elements.push_back(stage.chunk(c).params().grads().extent(0));
+  reduction_->reserve_update_sums(space_, elements, stage.config().pipeline.dp_reduction == DpReduction::ordered);
   in_flight_.resize(stage.chunks());
   next_forward_.assign(stage.chunks(), 0);
   update_squares_.assign(stage.chunks(), 0.0);
 }
 
-template <class T> VersionedUpdates<T>::~VersionedUpdates() = default;
+template <class T, class A> VersionedUpdates<T, A>::~VersionedUpdates() = default;
 
-template <class T> void VersionedUpdates<T>::begin_step(std::int64_t step) {
+template <class T, class A> void VersionedUpdates<T, A>::begin_step(std::int64_t step) {
   step_ = step;
   std::fill(update_squares_.begin(), update_squares_.end(), 0.0);
 }
 
-template <class T> void VersionedUpdates<T>::before_compute(const schedule::Action& a) {
+template <class T, class A> void VersionedUpdates<T, A>::before_compute(const schedule::Action& a) {
   auto& versions = stage_->versions(a.chunk);
   versions.bind(a.version);
   if (a.op == Op::forward) {  // the version the rule gives it, stashed for its backward
@@ -43,12 +44,12 @@ template <class T> void VersionedUpdates<T>::before_compute(const schedule::Acti
   }
 }
 
-template <class T> void VersionedUpdates<T>::after_backward(const schedule::Action& a) {
+template <class T, class A> void VersionedUpdates<T, A>::after_backward(const schedule::Action& a) {
   in_flight_[a.chunk].erase(a.microbatch);
   stage_->versions(a.chunk).release([&](int v) { return version_needed(a.chunk, v); });
 }
 
-template <class T> void VersionedUpdates<T>::run(const schedule::Action& a) {
+template <class T, class A> void VersionedUpdates<T, A>::run(const schedule::Action& a) {
   if (a.op != Op::update) throw std::logic_error("VersionedUpdates: a reduction action in an asynchronous schedule");
   // From the newest version, with the weight gradients accumulated since the last update (summed over the
   // replicas); the result is the next version.
@@ -56,14 +57,14 @@ template <class T> void VersionedUpdates<T>::run(const schedule::Action& a) {
   auto& chunk = stage_->chunk(a.chunk);
   versions.bind(versions.newest());
   const std::int64_t update = rules_.update_of(a.microbatch);
-  reduction_->before_update(space_, chunk, a, update);
+  reduction_->before_update(space_, chunk.params().grads(), a, update);
   update_squares_[a.chunk] = apply_async_update(space_, stage_->config().optim, rules_, stage_->virtual_stage(a.chunk),
                                                 update, chunk.params());
   lr_ = rules_.learning_rate(stage_->config().optim, update);
   versions.commit(a.version, [&](int v) { return version_needed(a.chunk, v); });
 }
 
-template <class T> void VersionedUpdates<T>::contribute(std::vector<double>& sums) const {
+template <class T, class A> void VersionedUpdates<T, A>::contribute(std::vector<double>& sums) const {
   // Every stage's last update's squared norm; replica 0's (the replicas' updates are the same).
   double squares = 0;
   if (stage_->grid().replica == 0)
@@ -71,12 +72,12 @@ template <class T> void VersionedUpdates<T>::contribute(std::vector<double>& sum
   sums.push_back(squares);
 }
 
-template <class T> void VersionedUpdates<T>::finish(std::int64_t, const std::vector<double>& sums, StepStats& stats) {
+template <class T, class A> void VersionedUpdates<T, A>::finish(std::int64_t, const std::vector<double>& sums, StepStats& stats) {
   stats.grad_norm = std::sqrt(sums.back());
   stats.lr = lr_;
 }
 
-template <class T> bool VersionedUpdates<T>::version_needed(int c, int version) const {
+template <class T, class A> bool VersionedUpdates<T, A>::version_needed(int c, int version) const {
   // A micro-batch in flight reads it, or a forward to come may: the next forward reads the rule's version,
   // later ones no older (the rule never goes back).
   for (const auto& entry : in_flight_[c])
@@ -87,8 +88,8 @@ template <class T> bool VersionedUpdates<T>::version_needed(int c, int version) 
                                            int(next_forward_[c]), false);
 }
 
-template <class T>
-void VersionedUpdates<T>::resume(const RunPlan& plan, std::int64_t first_microbatch, int newest_version,
+template <class T, class A>
+void VersionedUpdates<T, A>::resume(const RunPlan& plan, std::int64_t first_microbatch, int newest_version,
                                  const std::vector<std::vector<std::vector<T>>>& older) {
   plan_ = &plan;
   const std::int64_t next_step = first_microbatch / plan.lists().microbatches;
@@ -113,5 +114,6 @@ void VersionedUpdates<T>::resume(const RunPlan& plan, std::int64_t first_microba
 
 template class VersionedUpdates<float>;
 template class VersionedUpdates<double>;
+template class VersionedUpdates<float, bf16>;
 
 }  // namespace kpipe::runtime

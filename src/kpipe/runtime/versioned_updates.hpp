@@ -18,9 +18,9 @@
 
 namespace kpipe::runtime {
 
-template <class T> class VersionedUpdates final : public UpdatePolicy<T> {
+template <class T, class A = T> class VersionedUpdates final : public UpdatePolicy<T> {
  public:
-  VersionedUpdates(StageModel<T>& stage, const RunPlan& plan);
+  VersionedUpdates(StageModel<T, A>& stage, const RunPlan& plan);
   ~VersionedUpdates() override;
 
   Windows windows(std::int64_t, std::int64_t microbatch) const override {  // as async_rules.hpp says
@@ -46,7 +46,7 @@ template <class T> class VersionedUpdates final : public UpdatePolicy<T> {
  private:
   bool version_needed(int chunk, int version) const;  // a micro-batch in flight or to come reads it
 
-  StageModel<T>* stage_;
+  StageModel<T, A>* stage_;
   const RunPlan* plan_;
   AsyncRules rules_;
   std::unique_ptr<GradientReduction<T>> reduction_;

@@ -8,8 +8,8 @@
 
 namespace kpipe::runtime {
 
-template <class T>
-WeightVersions<T>::WeightVersions(const ExecSpace& space, model::ParameterStore<T>& params, int initial)
+template <class T, class A>
+WeightVersions<T, A>::WeightVersions(const ExecSpace& space, model::ParameterStore<T, A>& params, int initial)
     : space_(space), params_(&params), newest_(initial), bound_(initial) {
   View1<T> copy = take();
   Kokkos::deep_copy(space_, copy, params.values());
@@ -17,7 +17,7 @@ WeightVersions<T>::WeightVersions(const ExecSpace& space, model::ParameterStore<
   peak_ = 1;
 }
 
-template <class T> View1<T> WeightVersions<T>::take() {
+template <class T, class A> View1<T> WeightVersions<T, A>::take() {
   if (!free_.empty()) {
     View1<T> buffer = free_.back();
     free_.pop_back();
@@ -28,17 +28,18 @@ template <class T> View1<T> WeightVersions<T>::take() {
   return View1<T>(uninitialized("kpipe::runtime::WeightVersions::version"), params_->values().extent(0));
 }
 
-template <class T> void WeightVersions<T>::bind(int version) {
+template <class T, class A> void WeightVersions<T, A>::bind(int version) {
   if (version == bound_) return;
   const auto it = held_.find(version);
   if (it == held_.end())
     throw std::logic_error("WeightVersions: version " + std::to_string(version) + " is not held (newest " +
                            std::to_string(newest_) + ")");
   Kokkos::deep_copy(space_, params_->values(), it->second);
+  params_->refresh_compute_copy(space_);  // what the products read (mixed precision)
   bound_ = version;
 }
 
-template <class T> void WeightVersions<T>::release(const Needed& needed) {
+template <class T, class A> void WeightVersions<T, A>::release(const Needed& needed) {
   for (auto it = held_.begin(); it != held_.end();) {
     if (it->first == newest_ || needed(it->first)) {
       ++it;
@@ -49,7 +50,7 @@ template <class T> void WeightVersions<T>::release(const Needed& needed) {
   }
 }
 
-template <class T> void WeightVersions<T>::commit(int produced, const Needed& needed) {
+template <class T, class A> void WeightVersions<T, A>::commit(int produced, const Needed& needed) {
   if (bound_ != newest_) throw std::logic_error("WeightVersions: an update of a version that is not the newest");
   newest_ = produced;  // the former newest is an older version now
   release(needed);
@@ -60,7 +61,7 @@ template <class T> void WeightVersions<T>::commit(int produced, const Needed& ne
   peak_ = std::max(peak_, int(held_.size()));
 }
 
-template <class T> void WeightVersions<T>::restart(int newest, const std::vector<std::pair<int, const T*>>& older) {
+template <class T, class A> void WeightVersions<T, A>::restart(int newest, const std::vector<std::pair<int, const T*>>& older) {
   for (auto& entry : held_) free_.push_back(entry.second);
   held_.clear();
   View1<T> copy = take();
@@ -78,7 +79,7 @@ template <class T> void WeightVersions<T>::restart(int newest, const std::vector
   peak_ = std::max(peak_, int(held_.size()));
 }
 
-template <class T> std::vector<T> WeightVersions<T>::host_copy(int version) const {
+template <class T, class A> std::vector<T> WeightVersions<T, A>::host_copy(int version) const {
   const auto it = held_.find(version);
   if (it == held_.end())
     throw std::logic_error("WeightVersions: version " + std::to_string(version) + " is not held (newest " +
@@ -91,5 +92,6 @@ template <class T> std::vector<T> WeightVersions<T>::host_copy(int version) cons
 
 template class WeightVersions<float>;
 template class WeightVersions<double>;
+template class WeightVersions<float, bf16>;
 
 }  // namespace kpipe::runtime

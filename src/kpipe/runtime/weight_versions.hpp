@@ -15,10 +15,10 @@
 
 namespace kpipe::runtime {
 
-template <class T> class WeightVersions {
+template <class T, class A = T> class WeightVersions {
  public:
   // The parameters as they are now are version `initial` (0 for a fresh run).
-  WeightVersions(const ExecSpace& space, model::ParameterStore<T>& params, int initial = 0);
+  WeightVersions(const ExecSpace& space, model::ParameterStore<T, A>& params, int initial = 0);
 
   void bind(int version);  // the parameter buffer holds `version` (held) afterwards
   int newest() const { return newest_; }
@@ -45,7 +45,7 @@ template <class T> class WeightVersions {
   View1<T> take();
 
   ExecSpace space_;
-  model::ParameterStore<T>* params_;
+  model::ParameterStore<T, A>* params_;
   std::map<int, View1<T>> held_;
   std::vector<View1<T>> free_;
   int newest_ = 0, bound_ = 0, peak_ = 0, allocated_ = 0;
