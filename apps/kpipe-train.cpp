@@ -26,6 +26,7 @@
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/memory/meter.hpp"
+#include "kpipe/runtime/async_rules.hpp"
 #include "kpipe/runtime/layer_profile.hpp"
 #include "kpipe/runtime/memory_report.hpp"
 #include "kpipe/runtime/metrics.hpp"
@@ -64,7 +65,11 @@ FaultInjection fault_injection() {
 }
 
 // A: what activations and messages are stored in (float, or bf16 under train.precision = bf16).
-template <class A> int train(kpipe::Config config, kpipe::comm::TransportKind transport, int rank, bool& set_up) {
+// optimizer_note: what the lr rule of an asynchronous schedule chose or found (async_rules.hpp), said once
+// the run is set up (a refused run says only why).
+template <class A>
+int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::TransportKind transport, int rank,
+          bool& set_up) {
   using namespace kpipe;
   auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel,
                                config.pipeline.recv_timeout_s);
@@ -147,6 +152,7 @@ template <class A> int train(kpipe::Config config, kpipe::comm::TransportKind tr
     return code;
   };
   set_up = true;
+  if (rank == 0 && !optimizer_note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", optimizer_note);
   int skipped_in_a_row = 0;
   const auto& desc = trainer.desc();
   if (rank == 0)
@@ -299,6 +305,11 @@ int main(int argc, char** argv) {
         });
     auto config = command_line.config;
     timeout = config.pipeline.recv_timeout_s;
+    // Asynchronous schedules: the lr schedule their delay calls for, unless the user chose it. Resolved into
+    // the configuration, so that the metrics' and the checkpoints' copy of it hold what ran.
+    const auto optimizer = kpipe::runtime::choose_optimizer(config, command_line.preset.optim, command_line.given);
+    config.optim = optimizer.optim;
+    kpipe::validate(config);  // an optim.min_lr given above the lr chosen
     if (resume) config.checkpoint.resume = "latest";
     if (trace_full) config.output.trace_full = 1;
     if (command_line.exit_now) {
@@ -308,8 +319,9 @@ int main(int argc, char** argv) {
       if (rank == 0 && !placement.note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", placement.note);
       config.pipeline.transport = kpipe::runtime::resolved_choice(placement.transport);
       kpipe::runtime::KokkosSession kokkos(placement);
-      rc = config.train.precision == kpipe::Precision::bf16 ? train<kpipe::bf16>(config, placement.transport, rank, set_up)
-                                                            : train<float>(config, placement.transport, rank, set_up);
+      rc = config.train.precision == kpipe::Precision::bf16
+               ? train<kpipe::bf16>(config, optimizer.note, placement.transport, rank, set_up)
+               : train<float>(config, optimizer.note, placement.transport, rank, set_up);
     }
   } catch (const kpipe::InputError& e) {
     if (!set_up) {

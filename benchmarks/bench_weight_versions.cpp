@@ -58,7 +58,7 @@ struct Stage {
   }
   void update(std::int64_t u) {
     versions->bind(versions->newest());
-    apply_async_update(space, config.optim, rules, u, chunk->params());
+    apply_async_update(space, config.optim, rules, /*stage=*/0, u, chunk->params());
     versions->commit(versions->newest() + 1, [&](int v) { return v >= versions->newest() - 1; });
   }
   double parameter_bytes() const { return double(chunk->params().values().extent(0)) * sizeof(float); }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -173,6 +174,25 @@ TEST(Config, PrecedenceIsPresetThenFileThenOptions) {
   EXPECT_EQ(c.model.vocab, 256);    // default
   // The order on the command line does not matter.
   EXPECT_EQ(parse({"--steps", "9", "--config", file, "--preset", "small"}).config.train.steps, 9);
+}
+
+// What the user chose, apart from what the preset gave: a program may derive the keys left to it.
+TEST(Config, CommandLineNamesTheKeysGivenAndKeepsThePreset) {
+  TempDir dir;
+  const std::string file = dir.write("run.toml",
+                                     "[optim]\n"
+                                     "warmup_steps = 20   # the preset's value, given all the same\n"
+                                     "[train]\n"
+                                     "steps = 7\n");
+  const CommandLine c = parse({"--preset", "small", "--config", file, "--steps", "9", "--optim.lr", "1e-3"});
+  std::vector<std::string> given = c.given;
+  std::sort(given.begin(), given.end());
+  EXPECT_EQ(given, (std::vector<std::string>{"optim.lr", "optim.warmup_steps", "train.steps"}));  // each once
+  expect_same(c.preset, preset("small"));
+  EXPECT_EQ(c.config.optim.lr, 1e-3);
+  EXPECT_TRUE(parse({"--preset", "small"}).given.empty());  // the preset gives nothing
+  EXPECT_EQ(parse({"--lr", "1e-3"}).given, std::vector<std::string>{"optim.lr"});  // an alias names its key
+  expect_same(parse({"--lr", "1e-3"}).preset, Config{});
 }
 
 TEST(Config, EveryKeyIsAnOptionAndALineOfTheDump) {

@@ -232,6 +232,10 @@ TEST(KernelPaths, OptimizerAgrees) {
   expect_same_bits("adamw params", params, p_d);
   expect_same_bits("adamw m", m, m_d);
   expect_same_bits("adamw v", v, v_d);
+  // With a look-ahead (an asynchronous schedule's stale update) too.
+  adamw_update<float, host>(space, cfg, 1e-3, 4, 0.5, params, grads, m, v, mask, 2.0);
+  adamw_update<float, device>(space, cfg, 1e-3, 4, 0.5, p_d, grads, m_d, v_d, mask, 2.0);
+  expect_same_bits("adamw look-ahead params", params, p_d);
 }
 
 // The same kernels with bf16 storage (float arithmetic). Where the paths add in the same order, bit for

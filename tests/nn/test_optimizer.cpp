@@ -121,6 +121,74 @@ TEST(Optimizer, AdamWMatchesHostReference) {
   }
 }
 
+// With a look-ahead L the step applies the bias-corrected first moment extrapolated L steps on,
+// m^ + L (m^ - the previous step's m^), from the second step on; the moments themselves are AdamW's.
+TEST(Optimizer, AdamWLookAheadExtrapolatesTheFirstMoment) {
+  const int n = 30;
+  const double lookahead = 2;
+  ExecSpace space;
+  OptimizerConfig cfg;
+  cfg.beta1 = 0.8;
+  cfg.beta2 = 0.9;
+  cfg.weight_decay = 0.3;
+  auto b = make_buffers(n);
+  auto plain = make_buffers(n);  // the same steps without look-ahead: they must differ from the second on
+  auto p = to_vector(b.params);
+  std::vector<double> m(n, 0.0), v(n, 0.0);
+  auto mask = Kokkos::create_mirror_view_and_copy(HostSpace(), b.mask);
+  for (int step = 1; step <= 4; ++step) {
+    const double lr = 0.01 * step;
+    test::fill_uniform(b.grads, 300 + step);
+    Kokkos::deep_copy(plain.grads, b.grads);
+    const auto g = to_vector(b.grads);
+    adamw_update(space, cfg, lr, step, 1.0, b.params, b.grads, b.state_a, b.state_b, b.mask, lookahead);
+    adamw_update(space, cfg, lr, step, 1.0, plain.params, plain.grads, plain.state_a, plain.state_b, plain.mask);
+    for (int i = 0; i < n; ++i) {
+      const double mhat_before = step > 1 ? m[i] / (1 - std::pow(cfg.beta1, step - 1)) : 0.0;
+      m[i] = cfg.beta1 * m[i] + (1 - cfg.beta1) * g[i];
+      v[i] = cfg.beta2 * v[i] + (1 - cfg.beta2) * g[i] * g[i];
+      const double mhat = m[i] / (1 - std::pow(cfg.beta1, step));
+      const double direction = step > 1 ? mhat + lookahead * (mhat - mhat_before) : mhat;
+      const double vhat = v[i] / (1 - std::pow(cfg.beta2, step));
+      p[i] -= lr * direction / (std::sqrt(vhat) + cfg.eps) + lr * cfg.weight_decay * mask(i) * p[i];
+    }
+    const auto dp = to_vector(b.params), dm = to_vector(b.state_a), other = to_vector(plain.params);
+    for (int i = 0; i < n; ++i) {
+      EXPECT_NEAR(dp[i], p[i], 1e-13) << "step " << step << " element " << i;
+      EXPECT_NEAR(dm[i], m[i], 1e-15) << "step " << step << " element " << i;
+      if (step == 1)
+        EXPECT_EQ(dp[i], other[i]) << "element " << i;  // no previous moment: nothing to extrapolate
+      else
+        EXPECT_NE(dp[i], other[i]) << "step " << step << " element " << i;
+    }
+  }
+}
+
+TEST(Optimizer, SgdLookAheadExtrapolatesTheMomentum) {
+  const int n = 20;
+  const double lookahead = 3;
+  ExecSpace space;
+  OptimizerConfig cfg;
+  cfg.momentum = 0.7;
+  cfg.weight_decay = 0.2;
+  auto b = make_buffers(n);
+  auto p = to_vector(b.params);
+  std::vector<double> buf(n, 0.0);
+  auto mask = Kokkos::create_mirror_view_and_copy(HostSpace(), b.mask);
+  for (int step = 1; step <= 3; ++step) {
+    test::fill_uniform(b.grads, 400 + step);
+    const auto g = to_vector(b.grads);
+    sgd_update(space, cfg, 0.05, 1.0, b.params, b.grads, b.state_a, b.mask, lookahead);
+    for (int i = 0; i < n; ++i) {
+      const double before = buf[i];
+      buf[i] = cfg.momentum * buf[i] + g[i] + cfg.weight_decay * mask(i) * p[i];
+      p[i] -= 0.05 * (buf[i] + lookahead * (buf[i] - before));
+    }
+    const auto dp = to_vector(b.params);
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(dp[i], p[i], 1e-14) << "step " << step << " element " << i;
+  }
+}
+
 TEST(Optimizer, AdamWDecaysOnlyMaskedParameters) {
   const int n = 9;
   ExecSpace space;

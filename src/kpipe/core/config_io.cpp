@@ -412,6 +412,41 @@ void reject_leftovers(const std::vector<std::string>& leftovers) {
   throw InputError(fmt::format("unknown option '{}'{}", name, suggestion(name, known)));
 }
 
+// parse_config, adding the name of every key the document sets to `given`.
+Config parse_config_keys(const std::string& text, const std::string& path, Config base, std::vector<std::string>& given) {
+  const toml::table document = parse_toml(text, path);
+  const std::vector<std::string> tables = table_names();
+  for (const auto& [table_key, node] : document) {
+    const std::string table_name(table_key.str());
+    const auto line = table_key.source().begin.line;
+    const toml::table* table = node.as_table();
+    const bool known_table = std::find(tables.begin(), tables.end(), table_name) != tables.end();
+    if (!table && known_table)
+      throw InputError(fmt::format("{}:{}: '{}' must be a table: [{}]", path, line, table_name, table_name));
+    if (!table)
+      for (const Key& key : keys())
+        if (key.leaf() == table_name)
+          throw InputError(fmt::format("{}:{}: unknown key '{}' (keys belong in tables: did you mean [{}] {}?)", path,
+                                       line, table_name, key.table(), table_name));
+    if (!table || !known_table)
+      throw InputError(fmt::format("{}:{}: unknown {} '{}'{} (tables: {})", path, line, table ? "table" : "key",
+                                   table_name, suggestion(table_name, tables), join(tables, ", ")));
+    for (const auto& [leaf, value] : *table) {
+      const std::string name = table_name + "." + std::string(leaf.str());
+      const auto key_line = leaf.source().begin.line;
+      const Key* key = find_key(name);
+      if (!key) {
+        std::string hint = suggestion(name, config_keys());
+        if (hint.empty()) hint = fmt::format(" ([{}] has {})", table_name, keys_of_table(table_name));
+        throw InputError(fmt::format("{}:{}: unknown key '{}'{}", path, key_line, name, hint));
+      }
+      assign_node(*key, base, value, fmt::format("{}:{}: {}", path, key_line, name));
+      given.push_back(name);
+    }
+  }
+  return base;
+}
+
 }  // namespace
 
 std::vector<std::string> config_keys() {
@@ -452,37 +487,10 @@ Config load_config_file(const std::string& path, Config base) {
 }
 
 Config parse_config(const std::string& text, const std::string& path, Config base) {
-  const toml::table document = parse_toml(text, path);
-  const std::vector<std::string> tables = table_names();
-  for (const auto& [table_key, node] : document) {
-    const std::string table_name(table_key.str());
-    const auto line = table_key.source().begin.line;
-    const toml::table* table = node.as_table();
-    const bool known_table = std::find(tables.begin(), tables.end(), table_name) != tables.end();
-    if (!table && known_table)
-      throw InputError(fmt::format("{}:{}: '{}' must be a table: [{}]", path, line, table_name, table_name));
-    if (!table)
-      for (const Key& key : keys())
-        if (key.leaf() == table_name)
-          throw InputError(fmt::format("{}:{}: unknown key '{}' (keys belong in tables: did you mean [{}] {}?)", path,
-                                       line, table_name, key.table(), table_name));
-    if (!table || !known_table)
-      throw InputError(fmt::format("{}:{}: unknown {} '{}'{} (tables: {})", path, line, table ? "table" : "key",
-                                   table_name, suggestion(table_name, tables), join(tables, ", ")));
-    for (const auto& [leaf, value] : *table) {
-      const std::string name = table_name + "." + std::string(leaf.str());
-      const auto key_line = leaf.source().begin.line;
-      const Key* key = find_key(name);
-      if (!key) {
-        std::string hint = suggestion(name, config_keys());
-        if (hint.empty()) hint = fmt::format(" ([{}] has {})", table_name, keys_of_table(table_name));
-        throw InputError(fmt::format("{}:{}: unknown key '{}'{}", path, key_line, name, hint));
-      }
-      assign_node(*key, base, value, fmt::format("{}:{}: {}", path, key_line, name));
-    }
-  }
-  return base;
+  std::vector<std::string> given;
+  return parse_config_keys(text, path, std::move(base), given);
 }
+
 
 std::string to_toml(const Config& config) {
   Config copy = config;  // the key table binds mutable fields
@@ -651,16 +659,23 @@ CommandLine parse_command_line(const std::string& program, int argc, const char*
   }
   reject_leftovers(app.remaining());
 
-  Config config = preset_name.empty() ? Config{} : preset(preset_name);
+  CommandLine line;
+  line.preset = preset_name.empty() ? Config{} : preset(preset_name);
+  Config config = line.preset;
   if (!config_path.empty()) {
     if (const std::string reason = unreadable_reason(config_path); !reason.empty())
       throw InputError(fmt::format("--config = {}: cannot open ({})", config_path, reason));
-    config = load_config_file(config_path, config);
+    config = parse_config_keys(read_bytes(config_path, config_path), config_path, config, line.given);
   }
   for (std::size_t i = 0; i < table.size(); ++i)
-    if (options[i]->count() > 0) assign_text(table[i], config, values[i]);
+    if (options[i]->count() > 0) {
+      assign_text(table[i], config, values[i]);
+      if (std::find(line.given.begin(), line.given.end(), table[i].name) == line.given.end())
+        line.given.push_back(table[i].name);
+    }
   validate(config);
-  return {config, false, 0};
+  line.config = config;
+  return line;
 }
 
 }  // namespace kpipe

@@ -23,6 +23,8 @@ struct CommandLine {
   Config config;
   bool exit_now = false;  // --help was given (and printed): the program should return exit_code
   int exit_code = 0;
+  Config preset;                   // what the defaults and --preset gave, before the file and the options
+  std::vector<std::string> given;  // the keys the --config file or an option set ("optim.lr"), each once
 };
 
 // Lets a program add options of its own (bound to its own variables) before the command line is parsed.

@@ -67,7 +67,7 @@ static void check_lengths(const char* what, std::size_t params, std::size_t grad
 template <class T, KernelPath P>
 void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step, double grad_scale,
                   const View1<T>& params, In1<T> grads, const View1<T>& m, const View1<T>& v,
-                  const View1<const std::uint8_t>& decay_mask) {
+                  const View1<const std::uint8_t>& decay_mask, double lookahead) {
   check_lengths("adamw_update", params.extent(0), grads.extent(0), m.extent(0), v.extent(0), decay_mask.extent(0));
   if (step < 1) throw std::invalid_argument(fmt::format("adamw_update: step = {} (steps count from 1)", step));
   require(cfg.beta1 >= 0 && cfg.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", cfg.beta1);
@@ -78,6 +78,10 @@ void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr,
   const T inv_bias1 = 1.0 / (1.0 - std::pow(cfg.beta1, double(step)));
   const T inv_bias2 = 1.0 / (1.0 - std::pow(cfg.beta2, double(step)));
   const T decay = lr * cfg.weight_decay;
+  // The look-ahead needs the previous step's bias-corrected moment: none before the first step.
+  const bool ahead = lookahead != 0 && step > 1;
+  const T look = lookahead;
+  const T inv_bias1_before = ahead ? T(1.0 / (1.0 - std::pow(cfg.beta1, double(step - 1)))) : T(0);
   const View1<const T> g_all = grads;
   for_each_block<P>("kpipe::nn::adamw_update", space, std::int64_t(params.extent(0)),
                  KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
@@ -88,12 +92,15 @@ void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr,
                    const std::uint8_t* KOKKOS_RESTRICT mask = decay_mask.data();
                    for (std::int64_t i = begin; i < end; ++i) {
                      const T g = scale * gp[i];
-                     const T m_new = b1 * mp[i] + (T(1) - b1) * g;
+                     const T m_old = mp[i];
+                     const T m_new = b1 * m_old + (T(1) - b1) * g;
                      const T v_new = b2 * vp[i] + (T(1) - b2) * g * g;
                      mp[i] = m_new;
                      vp[i] = v_new;
                      const T p = pp[i];
-                     const T adam_step = rate * (m_new * inv_bias1) / (math::sqrt(v_new * inv_bias2) + eps);
+                     T m_hat = m_new * inv_bias1;
+                     if (ahead) m_hat += look * (m_hat - m_old * inv_bias1_before);
+                     const T adam_step = rate * m_hat / (math::sqrt(v_new * inv_bias2) + eps);
                      pp[i] = p - (adam_step + decay * T(mask[i]) * p);
                    }
                  });
@@ -102,38 +109,40 @@ void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr,
 template <class T>
 void sgd_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, double grad_scale,
                 const View1<T>& params, In1<T> grads, const View1<T>& momentum_buf,
-                const View1<const std::uint8_t>& decay_mask) {
+                const View1<const std::uint8_t>& decay_mask, double lookahead) {
   check_lengths("sgd_update", params.extent(0), grads.extent(0), momentum_buf.extent(0), momentum_buf.extent(0),
                 decay_mask.extent(0));
-  const T momentum = cfg.momentum, wd = cfg.weight_decay, scale = grad_scale, rate = lr;
+  const T momentum = cfg.momentum, wd = cfg.weight_decay, scale = grad_scale, rate = lr, look = lookahead;
+  const bool ahead = lookahead != 0;
   Kokkos::parallel_for("kpipe::nn::sgd_update", range(space, params.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
     const T p = params(i);
     const T g = scale * grads(i) + wd * T(decay_mask(i)) * p;
-    const T buf = momentum * momentum_buf(i) + g;
+    const T before = momentum_buf(i);
+    const T buf = momentum * before + g;
     momentum_buf(i) = buf;
-    params(i) = p - rate * buf;
+    params(i) = p - rate * (ahead ? buf + look * (buf - before) : buf);
   });
 }
 
 template double sum_squares<float, KernelPath::host>(const ExecSpace&, In1<float>);
 template void adamw_update<float, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
                                                const View1<float>&, In1<float>, const View1<float>&, const View1<float>&,
-                                               const View1<const std::uint8_t>&);
+                                               const View1<const std::uint8_t>&, double);
 template double sum_squares<float, KernelPath::device>(const ExecSpace&, In1<float>);
 template void adamw_update<float, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
                                                const View1<float>&, In1<float>, const View1<float>&, const View1<float>&,
-                                               const View1<const std::uint8_t>&);
+                                               const View1<const std::uint8_t>&, double);
 template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<float>&, In1<float>,
-                         const View1<float>&, const View1<const std::uint8_t>&);
+                         const View1<float>&, const View1<const std::uint8_t>&, double);
 template double sum_squares<double, KernelPath::host>(const ExecSpace&, In1<double>);
 template void adamw_update<double, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
                                                const View1<double>&, In1<double>, const View1<double>&, const View1<double>&,
-                                               const View1<const std::uint8_t>&);
+                                               const View1<const std::uint8_t>&, double);
 template double sum_squares<double, KernelPath::device>(const ExecSpace&, In1<double>);
 template void adamw_update<double, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
                                                const View1<double>&, In1<double>, const View1<double>&, const View1<double>&,
-                                               const View1<const std::uint8_t>&);
+                                               const View1<const std::uint8_t>&, double);
 template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<double>&, In1<double>,
-                         const View1<double>&, const View1<const std::uint8_t>&);
+                         const View1<double>&, const View1<const std::uint8_t>&, double);
 
 }  // namespace kpipe::nn

@@ -22,18 +22,21 @@ double clip_factor(double global_norm, double max_norm);
 template <class T, KernelPath P = default_kernel_path> double sum_squares(const ExecSpace& space, In1<T> x);
 
 // One AdamW step (decoupled weight decay, bias correction), step is 1-based:
-//   g = grad_scale * grads; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
-//   params -= lr * (m / (1-b1^step)) / (sqrt(v / (1-b2^step)) + eps) + lr * wd * decay_mask * params
+//   g = grad_scale * grads; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; m^ = m / (1-b1^step)
+//   params -= lr * d / (sqrt(v / (1-b2^step)) + eps) + lr * wd * decay_mask * params
+// where d = m^, or with a look-ahead L (steps after the first) d = m^ + L (m^ - the step before's m^): the
+// moment extrapolated L steps on, which an update whose gradient is L steps stale applies instead
+// (runtime/async_rules.hpp). L = 0 is the plain step, bit for bit.
 template <class T, KernelPath P = default_kernel_path>
 void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step, double grad_scale,
                   const View1<T>& params, In1<T> grads, const View1<T>& m, const View1<T>& v,
-                  const View1<const std::uint8_t>& decay_mask);
+                  const View1<const std::uint8_t>& decay_mask, double lookahead = 0);
 
 // One SGD step with momentum: g = grad_scale * grads + wd * decay_mask * params; buf = momentum buf + g;
-// params -= lr * buf.
+// params -= lr * d, d = buf, or with a look-ahead L, d = buf + L (buf - the buffer before this step).
 template <class T>
 void sgd_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, double grad_scale,
                 const View1<T>& params, In1<T> grads, const View1<T>& momentum_buf,
-                const View1<const std::uint8_t>& decay_mask);
+                const View1<const std::uint8_t>& decay_mask, double lookahead = 0);
 
 }  // namespace kpipe::nn

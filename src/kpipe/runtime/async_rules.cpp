@@ -1,6 +1,9 @@
 #include "kpipe/runtime/async_rules.hpp"
 
+#include <algorithm>
 #include <cmath>
+
+#include <fmt/format.h>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/nn/optimizer.hpp"
@@ -19,6 +22,7 @@ AsyncRules AsyncRules::of(const Config& config) {
   r.sequences_per_microbatch = config.train.batch / config.train.microbatches;
   r.seq_len = config.model.seq_len;
   r.steps = config.train.steps;
+  r.stages = config.pipeline.pipeline_size;
   return r;
 }
 
@@ -29,6 +33,15 @@ double AsyncRules::learning_rate(const OptimizerConfig& optim, std::int64_t upda
   finer.warmup_steps = optim.warmup_steps * microbatches;
   finer.decay_steps = optim.decay_steps * microbatches;
   return nn::learning_rate(finer, update, steps * microbatches);
+}
+
+int AsyncRules::delay(int stage, std::int64_t update) const {
+  // The version the update's micro-batches read is the rule's (schedule/asynchronous.hpp), the newest is
+  // version `update`; before the pipeline is full the rule's max(0, ...) reads version 0.
+  int most = 1;  // 2bw: the window before's version
+  if (updates == schedule::Updates::pipedream) most = stages - 1 - stage;
+  if (updates == schedule::Updates::vertical_sync) most = stages - 1;
+  return int(std::min<std::int64_t>(update, most));
 }
 
 double AsyncRules::loss_scale() const {
@@ -46,29 +59,72 @@ int AsyncRules::first_sequence(std::int64_t microbatch, int replica) const {
 }
 
 template <class T, class A>
-double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules,
+double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
                           std::int64_t update, model::ParameterStore<T, A>& p) {
   double squares = 0;
   for (double s : layer_grad_squares(space, p)) squares += s;
   const double norm = std::sqrt(squares);
   if (std::isfinite(norm)) {
     const double lr = rules.learning_rate(optim, update), scale = nn::clip_factor(norm, optim.grad_clip);
+    const double lookahead = rules.delay(stage, update);
     if (optim.kind == OptimizerKind::sgd)
-      nn::sgd_update(space, optim, lr, scale, p.values(), p.grads(), p.moment1(), p.decay_mask());
+      nn::sgd_update(space, optim, lr, scale, p.values(), p.grads(), p.moment1(), p.decay_mask(), lookahead);
     else
       nn::adamw_update(space, optim, lr, update + 1, scale, p.values(), p.grads(), p.moment1(), p.moment2(),
-                       p.decay_mask());
+                       p.decay_mask(), lookahead);
   }
   p.zero_grads(space);
   p.refresh_compute_copy(space);
   return squares;
 }
 
-template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, std::int64_t,
+template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, int, std::int64_t,
                                    model::ParameterStore<float>&);
-template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, std::int64_t,
+template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, int, std::int64_t,
                                    model::ParameterStore<double>&);
-template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, std::int64_t,
+template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, int, std::int64_t,
                                    model::ParameterStore<float, bf16>&);
+
+int largest_delay(const PipelineConfig& pipeline) {
+  if (pipeline.schedule == ScheduleKind::two_bw) return 1;
+  if (pipeline.schedule == ScheduleKind::pipedream) return pipeline.pipeline_size - 1;  // stage 0's, or everyone's
+  return 0;
+}
+
+double delay_factor(int delay) { return std::sqrt(1.0 + delay); }
+
+OptimizerConfig stable_schedule(const OptimizerConfig& synchronous, int delay) {
+  OptimizerConfig stable = synchronous;
+  const double factor = delay_factor(delay);
+  stable.lr = synchronous.lr / factor;
+  stable.warmup_steps = int(std::lround(synchronous.warmup_steps * factor));
+  stable.min_lr = std::min(synchronous.min_lr, stable.lr);
+  return stable;
+}
+
+OptimizerChoice choose_optimizer(const Config& config, const OptimizerConfig& preset,
+                                 const std::vector<std::string>& given) {
+  const auto is_given = [&](const char* key) { return std::find(given.begin(), given.end(), key) != given.end(); };
+  OptimizerChoice choice{config.optim, {}};
+  const int delay = largest_delay(config.pipeline);
+  if (delay == 0) return choice;
+  const OptimizerConfig stable = stable_schedule(preset, delay);
+  const std::string stale = fmt::format("pipeline.schedule = \"{}\" applies gradients {}{} update{} stale",
+                                        config.pipeline.schedule, delay == 1 ? "" : "up to ", delay, delay == 1 ? "" : "s");
+  if (is_given("optim.lr")) {
+    if (config.optim.lr > stable.lr)
+      choice.note = fmt::format("optim.lr = {} is above {:.3g}, the largest lr considered stable where {} (the preset's "
+                                "{} / sqrt(1 + {})); kept as given",
+                                config.optim.lr, stable.lr, stale, preset.lr, delay);
+    return choice;
+  }
+  choice.optim.lr = stable.lr;
+  if (!is_given("optim.min_lr")) choice.optim.min_lr = std::min(config.optim.min_lr, stable.lr);
+  if (!is_given("optim.warmup_steps")) choice.optim.warmup_steps = stable.warmup_steps;
+  choice.note = fmt::format("{}: optim.lr = {:.3g} (the preset's {} / sqrt(1 + {})), optim.warmup_steps = {}; "
+                            "set optim.lr to choose another",
+                            stale, choice.optim.lr, preset.lr, delay, choice.optim.warmup_steps);
+  return choice;
+}
 
 }  // namespace kpipe::runtime

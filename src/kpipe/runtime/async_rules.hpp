@@ -11,6 +11,10 @@
 //    and m times as many steps, bit for bit;
 //  - 2bw updates once per step, with the step's lr and step counter, the gradient the mini-batch's mean
 //    (as the synchronous schedules);
+//  - an update applies a gradient `delay` updates stale (computed on the version its micro-batches read, applied
+//    to the newest): min(u, D) for update u, D = p - 1 - s (pipedream), p - 1 (vertical sync), 1 (2bw). Its
+//    optimizer step takes the first moment extrapolated that many updates on (nn/optimizer.hpp's look-ahead),
+//    an estimate of the moment the fresh gradients would have built; with p = 1 pipedream has no delay;
 //  - gradient clipping bounds each stage's norm of the gradient its update applies (the stages update at
 //    different times, so there is no global norm of one update without a flush); with p = 1 that is the
 //    global norm;
@@ -22,6 +26,8 @@
 //    k (b sequences per micro-batch); 2bw's replica r takes micro-batches r*m/d .. of the synchronous step,
 //    as the synchronous "allreduce" layout does. The mean is over all the update's sequences.
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/tensor.hpp"
@@ -37,6 +43,7 @@ struct AsyncRules {
   int sequences_per_microbatch = 1;
   int seq_len = 1;
   std::int64_t steps = 1;          // train.steps
+  int stages = 1;                  // pipeline.pipeline_size
 
   static AsyncRules of(const Config& config);  // config.pipeline.schedule must be pipedream or 2bw
 
@@ -45,6 +52,8 @@ struct AsyncRules {
   // The update that applies micro-batch k's gradient (k over the run).
   std::int64_t update_of(std::int64_t microbatch) const { return per_microbatch() ? microbatch : microbatch / microbatches; }
   double learning_rate(const OptimizerConfig& optim, std::int64_t update) const;
+  // How many updates stale the gradient that update `update` applies on stage `stage` is.
+  int delay(int stage, std::int64_t update) const;
   // Multiplies the sum of the per-token losses' gradients into the mean that one update applies.
   double loss_scale() const;
   // The sampler's (step, first sequence) of replica r's micro-batch k's windows.
@@ -57,12 +66,33 @@ struct AsyncRules {
   }
 };
 
-// One stage's update `update` from its accumulated gradients (then zeroed), onto the weights in the store:
-// the stage's gradient norm (per layer, in layer order), clipping by it, AdamW or SGD. Returns the squared
-// norm. A non-finite norm skips the update (the gradients are zeroed all the same). The compute copy (mixed
-// precision) follows the new weights.
+// Stage `stage`'s update `update` from its accumulated gradients (then zeroed), onto the weights in the
+// store: the stage's gradient norm (per layer, in layer order), clipping by it, AdamW or SGD with the update's
+// delay as look-ahead. Returns the squared norm. A non-finite norm skips the update (the gradients are zeroed
+// all the same). The compute copy (mixed precision) follows the new weights.
 template <class T, class A>
-double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules,
+double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
                           std::int64_t update, model::ParameterStore<T, A>& params);
+
+// The lr schedule a delay calls for (docs/schedules.md, "A stable step under delay"). A gradient `delay`
+// updates stale makes the largest stable step shrink with the delay, and a fast warm-up overshoots before
+// the delayed gradients turn: the peak lr is divided by sqrt(1 + delay) and the warm-up lengthened by the
+// same factor (so the lr rises (1 + delay) times slower). The schedule's largest delay counts:
+// largest_delay() = p - 1 for pipedream and vertical sync, 1 for 2bw, 0 for the synchronous schedules.
+int largest_delay(const PipelineConfig& pipeline);
+double delay_factor(int delay);  // sqrt(1 + delay)
+OptimizerConfig stable_schedule(const OptimizerConfig& synchronous, int delay);
+
+// The optimizer settings a run takes. `preset` is what the defaults and the preset gave (a synchronous
+// schedule's), `given` the keys the user gave (a --config file, the command line). What the user gave
+// stays; under an asynchronous schedule optim.lr and optim.warmup_steps left to kpipe come from
+// stable_schedule(), and optim.min_lr left to kpipe stays at most the peak. The note (one line, or empty)
+// says which lr the schedule took, or that a given lr is above the one it considers stable.
+struct OptimizerChoice {
+  OptimizerConfig optim;
+  std::string note;
+};
+OptimizerChoice choose_optimizer(const Config& config, const OptimizerConfig& preset,
+                                 const std::vector<std::string>& given);
 
 }  // namespace kpipe::runtime

@@ -58,7 +58,8 @@ template <class T, class A> void VersionedUpdates<T, A>::run(const schedule::Act
   versions.bind(versions.newest());
   const std::int64_t update = rules_.update_of(a.microbatch);
   reduction_->before_update(space_, chunk.params().grads(), a, update);
-  update_squares_[a.chunk] = apply_async_update(space_, stage_->config().optim, rules_, update, chunk.params());
+  update_squares_[a.chunk] = apply_async_update(space_, stage_->config().optim, rules_, stage_->virtual_stage(a.chunk),
+                                                update, chunk.params());
   lr_ = rules_.learning_rate(stage_->config().optim, update);
   versions.commit(a.version, [&](int v) { return version_needed(a.chunk, v); });
 }

@@ -1,0 +1,164 @@
+// The asynchronous rules' pure parts: how stale each update's gradient is (against the version rule), the
+// update that extrapolates the first moment that many updates on, and the lr schedule a delay calls for,
+// which keeps what the user gave.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "kpipe/core/config_io.hpp"
+#include "kpipe/model/desc.hpp"
+#include "kpipe/model/parameters.hpp"
+#include "kpipe/nn/optimizer.hpp"
+#include "kpipe/runtime/async_rules.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
+#include "support/tiny_config.hpp"
+
+namespace kpipe {
+namespace {
+
+Config async_config(ScheduleKind schedule, int stages, int vertical_sync = 0) {
+  Config c = preset("small");
+  c.pipeline.schedule = schedule;
+  c.pipeline.pipeline_size = stages;
+  c.pipeline.vertical_sync = vertical_sync;
+  c.train.microbatches = 4;
+  return c;
+}
+
+TEST(AsyncRules, DelayCountsTheUpdatesBetweenTheVersionReadAndTheNewest) {
+  const int m = 4;
+  for (const auto& [schedule, vertical] : {std::pair{ScheduleKind::pipedream, 0}, std::pair{ScheduleKind::pipedream, 1},
+                                           std::pair{ScheduleKind::two_bw, 0}})
+    for (int p : {1, 2, 4}) {
+      const auto rules = runtime::AsyncRules::of(async_config(schedule, p, vertical));
+      for (int s = 0; s < p; ++s)
+        for (int u = 0; u < 20; ++u) {
+          // Update u applies the gradients of pipedream's micro-batch u, of 2bw's window u (micro-batches
+          // u m .. u m + m - 1, which read one version), to the newest version, u.
+          const int k = rules.per_microbatch() ? u : u * m + m - 1;
+          const int read = schedule::rule_version(rules.updates, p, m, s, k, false);
+          EXPECT_EQ(rules.delay(s, u), u - read) << to_string(schedule) << vertical << " p " << p << " s " << s << " u " << u;
+        }
+    }
+  // The values the docs give: pipedream p - 1 - s, vertical sync p - 1, 2bw 1, once the pipeline is full.
+  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::pipedream, 4)).delay(0, 10), 3);
+  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::pipedream, 4)).delay(3, 10), 0);
+  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::pipedream, 4, 1)).delay(3, 10), 3);
+  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::two_bw, 1)).delay(0, 10), 1);
+  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::two_bw, 4)).delay(2, 0), 0);
+}
+
+// apply_async_update is a clipped AdamW step whose look-ahead is the update's delay: 2bw's first update
+// (delay 0) is the plain step, its second (delay 1) extrapolates the moment one update on.
+TEST(AsyncRules, UpdateLooksAheadByItsDelay) {
+  Config c = test::tiny_config(4);
+  c.pipeline.schedule = ScheduleKind::two_bw;
+  c.optim.grad_clip = 0.5;
+  const auto rules = runtime::AsyncRules::of(c);
+  const auto desc = model::describe(c.model);
+  ExecSpace space;
+  model::ParameterStore<double> store(desc, 0, 1), expected(desc, 0, 1);
+  store.initialize(space, 7);
+  expected.initialize(space, 7);
+  for (int u = 0; u < 3; ++u) {
+    for (auto* p : {&store, &expected}) Kokkos::deep_copy(p->grads(), 0.01 * (u + 1));
+    const double squares = runtime::apply_async_update(space, c.optim, rules, 0, u, store);
+    const double scale = nn::clip_factor(std::sqrt(squares), c.optim.grad_clip);
+    nn::adamw_update(space, c.optim, rules.learning_rate(c.optim, u), u + 1, scale, expected.values(), expected.grads(),
+                     expected.moment1(), expected.moment2(), expected.decay_mask(), std::min(u, 1));
+    expected.zero_grads(space);
+    auto a = Kokkos::create_mirror_view_and_copy(HostSpace(), store.values());
+    auto b = Kokkos::create_mirror_view_and_copy(HostSpace(), expected.values());
+    for (std::int64_t i = 0; i < store.size(); ++i) ASSERT_EQ(a(i), b(i)) << "update " << u << " element " << i;
+  }
+}
+
+TEST(AsyncRules, LargestDelayIsTheStalestStages) {
+  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::one_f_one_b, 4).pipeline), 0);
+  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::pipedream, 1).pipeline), 0);  // plain training
+  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::pipedream, 2).pipeline), 1);
+  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::pipedream, 4).pipeline), 3);
+  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::pipedream, 4, 1).pipeline), 3);
+  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::two_bw, 1).pipeline), 1);
+  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::two_bw, 4).pipeline), 1);
+}
+
+TEST(AsyncRules, StableScheduleDividesThePeakAndLengthensTheWarmUpBySqrtOfOnePlusTheDelay) {
+  const OptimizerConfig small = preset("small").optim;  // lr 2e-3, 20 warm-up steps, min_lr 1e-4
+  const OptimizerConfig one = runtime::stable_schedule(small, 1);
+  EXPECT_DOUBLE_EQ(one.lr, 2e-3 / std::sqrt(2.0));
+  EXPECT_EQ(one.warmup_steps, 28);  // 20 sqrt(2) = 28.3
+  EXPECT_EQ(one.min_lr, 1e-4);
+  const OptimizerConfig three = runtime::stable_schedule(small, 3);
+  EXPECT_DOUBLE_EQ(three.lr, 1e-3);
+  EXPECT_EQ(three.warmup_steps, 40);
+  const OptimizerConfig none = runtime::stable_schedule(small, 0);
+  EXPECT_EQ(none.lr, small.lr);
+  EXPECT_EQ(none.warmup_steps, small.warmup_steps);
+  OptimizerConfig high_floor = small;
+  high_floor.min_lr = 1.9e-3;  // never above the peak
+  EXPECT_EQ(runtime::stable_schedule(high_floor, 1).min_lr, 2e-3 / std::sqrt(2.0));
+  EXPECT_EQ(runtime::stable_schedule(small, 1).beta1, small.beta1);  // the rest as it was
+}
+
+TEST(AsyncRules, ChooseOptimizerDerivesWhatTheUserLeftAndKeepsWhatTheyGave) {
+  const OptimizerConfig small = preset("small").optim;
+  const auto choose = [&](const Config& c, const std::vector<std::string>& given) {
+    return runtime::choose_optimizer(c, small, given);
+  };
+  // Synchronous, and pipedream on one stage (plain training): as configured, nothing to say.
+  for (const Config& c : {async_config(ScheduleKind::one_f_one_b, 2), async_config(ScheduleKind::pipedream, 1)}) {
+    const auto choice = choose(c, {});
+    EXPECT_EQ(choice.optim.lr, 2e-3);
+    EXPECT_EQ(choice.optim.warmup_steps, 20);
+    EXPECT_TRUE(choice.note.empty()) << choice.note;
+  }
+  // 2bw with the preset's schedule: the stable one, said in a note.
+  const Config two_bw = async_config(ScheduleKind::two_bw, 2);
+  auto choice = choose(two_bw, {});
+  EXPECT_DOUBLE_EQ(choice.optim.lr, 2e-3 / std::sqrt(2.0));
+  EXPECT_EQ(choice.optim.warmup_steps, 28);
+  EXPECT_EQ(choice.optim.min_lr, 1e-4);
+  EXPECT_NE(choice.note.find("optim.lr = 0.00141"), std::string::npos) << choice.note;
+  // pipedream on 4 stages: stage 0's delay of 3.
+  choice = choose(async_config(ScheduleKind::pipedream, 4), {});
+  EXPECT_DOUBLE_EQ(choice.optim.lr, 1e-3);
+  EXPECT_EQ(choice.optim.warmup_steps, 40);
+  // An lr given wins, the schedule with it; above the stable one it is noted.
+  Config given_lr = two_bw;
+  given_lr.optim.lr = 2e-3;
+  choice = choose(given_lr, {"optim.lr"});
+  EXPECT_EQ(choice.optim.lr, 2e-3);
+  EXPECT_EQ(choice.optim.warmup_steps, 20);
+  EXPECT_NE(choice.note.find("optim.lr = 0.002 is above 0.00141"), std::string::npos) << choice.note;
+  EXPECT_EQ(choice.note.find('\n'), std::string::npos);  // one line
+  given_lr.optim.lr = 1e-3;  // below: nothing to say
+  choice = choose(given_lr, {"optim.lr"});
+  EXPECT_EQ(choice.optim.lr, 1e-3);
+  EXPECT_TRUE(choice.note.empty()) << choice.note;
+  // A warm-up or a floor given stays; the peak is still derived.
+  Config given_warmup = two_bw;
+  given_warmup.optim.warmup_steps = 5;
+  given_warmup.optim.min_lr = 1.9e-3;
+  choice = choose(given_warmup, {"optim.warmup_steps", "optim.min_lr"});
+  EXPECT_DOUBLE_EQ(choice.optim.lr, 2e-3 / std::sqrt(2.0));
+  EXPECT_EQ(choice.optim.warmup_steps, 5);
+  EXPECT_EQ(choice.optim.min_lr, 1.9e-3);  // validate() then names it: above the peak
+  // A floor left to kpipe stays at most the peak.
+  Config high_floor = two_bw;
+  high_floor.optim.min_lr = 1.9e-3;
+  EXPECT_DOUBLE_EQ(choose(high_floor, {}).optim.min_lr, 2e-3 / std::sqrt(2.0));
+  // Resolved into the configuration: a run of the chosen values, given back (the checkpoint's or metrics'
+  // dump as --config), is the same run, with nothing to say.
+  Config again = two_bw;
+  again.optim = choose(two_bw, {}).optim;
+  const auto repeated = choose(again, {"optim.lr", "optim.warmup_steps", "optim.min_lr"});
+  EXPECT_EQ(repeated.optim.lr, again.optim.lr);
+  EXPECT_EQ(repeated.optim.warmup_steps, again.optim.warmup_steps);
+  EXPECT_TRUE(repeated.note.empty()) << repeated.note;
+}
+
+}  // namespace
+}  // namespace kpipe
