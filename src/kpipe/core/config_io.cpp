@@ -653,7 +653,7 @@ CommandLine parse_command_line(const std::string& program, int argc, const char*
     app.parse(argc, argv);
   } catch (const CLI::Success&) {  // --help
     if (is_rank_zero()) std::cout << app.help() << std::flush;
-    return {Config{}, true, 0};
+    return {Config{}, true, 0, Config{}, {}};
   } catch (const CLI::ParseError& error) {
     throw InputError(one_line(error.what()));
   }
