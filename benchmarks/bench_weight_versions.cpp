@@ -112,11 +112,12 @@ BENCHMARK(BM_MicrobatchWithPipeDreamVersions)->Unit(benchmark::kMillisecond)->Us
 // The update's passes over the stage's buffers (n parameters in float): the per-layer squared gradient norms
 // (read the gradients: 4n bytes) and AdamW from the newest version into the next one's buffer (read the
 // weights, gradients, both moments and the decay mask, write the new weights, both moments and the zeroed
-// gradients: 33n bytes).
+// gradients: 33n bytes), in place (argument 0: the newest is not kept, stage 1's case) or apart (1: stage 0's).
 void BM_UpdatePasses(benchmark::State& state) {
   Stage stage;
   auto& p = stage.chunk->params();
-  const View1<float> next(uninitialized("kpipe::benchmarks::next_version"), p.size());
+  const bool apart = state.range(0) == 1;
+  const View1<float> next = apart ? View1<float>(uninitialized("kpipe::benchmarks::next_version"), p.size()) : p.values();
   double norms = 0, optimizer = 0;
   std::int64_t u = 1;
   const auto timed = [&](double& total, auto&& work) {
@@ -136,7 +137,7 @@ void BM_UpdatePasses(benchmark::State& state) {
     });
     timed(optimizer, [&] {
       nn::adamw_update_into(stage.space, stage.config.optim, 1e-4, u++, nn::clip_factor(std::sqrt(squares), 1.0),
-                            p.values(), next, p.grads(), p.moment1(), p.moment2(), p.decay_mask());
+                            p.values(), next, p.grads(), p.moment1(), p.moment2(), p.decay_mask(), 1.0);
     });
   }
   const double n = double(state.iterations()), bytes = double(p.size());
@@ -145,7 +146,7 @@ void BM_UpdatePasses(benchmark::State& state) {
   state.counters["norms_GBps"] = benchmark::Counter(4 * bytes * n / norms / 1e9);
   state.counters["optimizer_GBps"] = benchmark::Counter(33 * bytes * n / optimizer / 1e9);
 }
-BENCHMARK(BM_UpdatePasses)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20);
+BENCHMARK(BM_UpdatePasses)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(20);
 
 }  // namespace
 }  // namespace kpipe::runtime

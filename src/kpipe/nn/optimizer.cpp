@@ -110,29 +110,32 @@ KOKKOS_INLINE_FUNCTION T adamw_step(const AdamwScalars<T>& s, T grad, T& m, T& v
   return p - (adam_step + s.decay * T(decays) * p);
 }
 
-// One AdamW pass over the buffers. Apart: the weights are read from `from` and written to `into` (apart from
-// it), else read and written in `into`; each case its own loop, so that every pointer in it is declared not
-// aliasing (the vectorizer needs it). G is View1<T> to zero the gradients as they are read, View1<const T>
-// to leave them.
+// One AdamW pass over elements [begin, end). Apart: the weights are read from fp and written to tp (apart from
+// it), else read and written in tp (fp unused). The buffers are restrict parameters, not local pointers: GCC
+// honours restrict only on parameters, and without it the apart loop needs more run-time alias checks than
+// GCC emits (it then stays scalar, four times slower). G is T to zero the gradients as they are read, const
+// T to leave them.
+template <bool Ahead, bool Apart, class T, class G>
+KOKKOS_INLINE_FUNCTION void adamw_block(const AdamwScalars<T>& s, std::int64_t begin, std::int64_t end,
+                                        const T* KOKKOS_RESTRICT fp, T* KOKKOS_RESTRICT tp, G* KOKKOS_RESTRICT gp,
+                                        T* KOKKOS_RESTRICT mp, T* KOKKOS_RESTRICT vp,
+                                        const std::uint8_t* KOKKOS_RESTRICT mask) {
+  for (std::int64_t i = begin; i < end; ++i) {
+    T mi = mp[i], vi = vp[i];
+    tp[i] = adamw_step<Ahead>(s, gp[i], mi, vi, Apart ? fp[i] : tp[i], mask[i]);
+    mp[i] = mi;
+    vp[i] = vi;
+    if constexpr (!std::is_const_v<G>) gp[i] = T(0);
+  }
+}
+
 template <bool Ahead, bool Apart, KernelPath P, class T, class G>
 void adamw_pass(const char* label, const ExecSpace& space, const AdamwScalars<T>& s, const View1<const T>& from,
-                const View1<T>& into, const G& grads, const View1<T>& m, const View1<T>& v,
-                const View1<const std::uint8_t>& decay_mask) {
-  constexpr bool zero = !std::is_const_v<typename G::value_type>;
+                const View1<T>& into, const View1<G>& grads, const View1<T>& m,
+                const View1<T>& v, const View1<const std::uint8_t>& decay_mask) {
   for_each_block<P>(label, space, std::int64_t(into.extent(0)), KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
-    const T* KOKKOS_RESTRICT fp = Apart ? from.data() : nullptr;
-    T* KOKKOS_RESTRICT tp = into.data();
-    typename G::pointer_type KOKKOS_RESTRICT gp = grads.data();
-    T* KOKKOS_RESTRICT mp = m.data();
-    T* KOKKOS_RESTRICT vp = v.data();
-    const std::uint8_t* KOKKOS_RESTRICT mask = decay_mask.data();
-    for (std::int64_t i = begin; i < end; ++i) {
-      T mi = mp[i], vi = vp[i];
-      tp[i] = adamw_step<Ahead>(s, gp[i], mi, vi, Apart ? fp[i] : tp[i], mask[i]);
-      mp[i] = mi;
-      vp[i] = vi;
-      if constexpr (zero) gp[i] = T(0);
-    }
+    adamw_block<Ahead, Apart>(s, begin, end, Apart ? from.data() : nullptr, into.data(), grads.data(), m.data(),
+                              v.data(), decay_mask.data());
   });
 }
 
@@ -141,10 +144,10 @@ void adamw_passes(const char* label, const ExecSpace& space, const AdamwScalars<
                   const View1<T>& into, const G& grads, const View1<T>& m, const View1<T>& v,
                   const View1<const std::uint8_t>& decay_mask) {
   const bool apart = from.data() != into.data();
-  if (s.ahead && apart) adamw_pass<true, true, P>(label, space, s, from, into, grads, m, v, decay_mask);
-  if (s.ahead && !apart) adamw_pass<true, false, P>(label, space, s, from, into, grads, m, v, decay_mask);
-  if (!s.ahead && apart) adamw_pass<false, true, P>(label, space, s, from, into, grads, m, v, decay_mask);
-  if (!s.ahead && !apart) adamw_pass<false, false, P>(label, space, s, from, into, grads, m, v, decay_mask);
+  if (s.ahead && apart) adamw_pass<true, true, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
+  if (s.ahead && !apart) adamw_pass<true, false, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
+  if (!s.ahead && apart) adamw_pass<false, true, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
+  if (!s.ahead && !apart) adamw_pass<false, false, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
 }
 
 // SGD's scalars and one element's step (every SGD kernel calls it).
@@ -184,7 +187,7 @@ void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr,
                   const View1<const std::uint8_t>& decay_mask, double lookahead) {
   check_lengths("adamw_update", params.extent(0), grads.extent(0), m.extent(0), v.extent(0), decay_mask.extent(0));
   const AdamwScalars<T> s = adamw_scalars<T>(cfg, lr, step, grad_scale, lookahead);
-  adamw_passes<P>("kpipe::nn::adamw_update", space, s, params, params, grads, m, v, decay_mask);
+  adamw_passes<P, T>("kpipe::nn::adamw_update", space, s, params, params, grads, m, v, decay_mask);
 }
 
 template <class T, KernelPath P>
@@ -194,7 +197,7 @@ void adamw_update_into(const ExecSpace& space, const OptimizerConfig& cfg, doubl
   check_lengths("adamw_update_into", into.extent(0), grads.extent(0), m.extent(0), v.extent(0), decay_mask.extent(0));
   check_apart("adamw_update_into", from, into);
   const AdamwScalars<T> s = adamw_scalars<T>(cfg, lr, step, grad_scale, lookahead);
-  adamw_passes<P>("kpipe::nn::adamw_update_into", space, s, from, into, grads, m, v, decay_mask);
+  adamw_passes<P, T>("kpipe::nn::adamw_update_into", space, s, from, into, grads, m, v, decay_mask);
 }
 
 template <class T>
