@@ -243,7 +243,7 @@ template <class T> std::vector<T> host_values(const View1<T>& v) {
 }
 
 template <class T> View1<T> copy_of(const View1<T>& v, const char* label) {
-  View1<T> copy(label, v.extent(0));
+  View1<T> copy(std::string(label), v.extent(0));
   Kokkos::deep_copy(copy, v);
   return copy;
 }
@@ -283,7 +283,9 @@ template <class T> void expect_into_matches_plain_update(OptimizerKind kind, boo
     }
     EXPECT_EQ(host_values(next), host_values(params)) << what << " step " << step;
     EXPECT_EQ(host_values(m_into), host_values(m)) << what << " step " << step;
-    if (kind == OptimizerKind::adamw) EXPECT_EQ(host_values(v_into), host_values(v)) << what << " step " << step;
+    if (kind == OptimizerKind::adamw) {
+      EXPECT_EQ(host_values(v_into), host_values(v)) << what << " step " << step;
+    }
     EXPECT_EQ(host_values(g_into), std::vector<T>(n, T(0))) << what << ": the gradients are zeroed";
     if (!in_place) {
       EXPECT_EQ(host_values(p_into), weights_before) << what << ": the weights read are left as they were";
@@ -307,9 +309,9 @@ TEST(Optimizer, UpdateIntoRefusesOverlappingBuffers) {
   auto b = make_buffers(8);
   const View1<double> wide("wide", 9);
   const auto from = Kokkos::subview(wide, Kokkos::make_pair(0, 8)), into = Kokkos::subview(wide, Kokkos::make_pair(1, 9));
-  EXPECT_THROW(adamw_update_into(space, cfg, 0.1, 1, 1.0, from, into, b.grads, b.state_a, b.state_b, b.mask),
+  EXPECT_THROW(adamw_update_into<double>(space, cfg, 0.1, 1, 1.0, from, into, b.grads, b.state_a, b.state_b, b.mask),
                std::invalid_argument);
-  EXPECT_THROW(sgd_update_into(space, cfg, 0.1, 1.0, from, into, b.grads, b.state_a, b.mask), std::invalid_argument);
+  EXPECT_THROW(sgd_update_into<double>(space, cfg, 0.1, 1.0, from, into, b.grads, b.state_a, b.mask), std::invalid_argument);
   EXPECT_THROW(adamw_update_into(space, cfg, 0.1, 1, 1.0, View1<double>("short", 7), b.params, b.grads, b.state_a,
                                  b.state_b, b.mask),
                std::invalid_argument);
