@@ -29,8 +29,12 @@ function(kpipe_add_part name)
   target_link_libraries(kpipe_${name} PUBLIC ${P_DEPENDS} ${P_PUBLIC} PRIVATE ${P_PRIVATE})
   kpipe_warnings(kpipe_${name})
   # -fno-trapping-math: kpipe never traps on floating-point exceptions, and without it GCC will not
-  # if-convert (so not vectorize) loops with float comparisons. Results do not change (no reassociation).
-  target_compile_options(kpipe_${name} PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-fno-trapping-math>)
+  # if-convert (so not vectorize) loops with float comparisons. -fno-math-errno: kpipe never reads errno, and
+  # with it GCC calls the library's sqrt for a negative argument, a branch per element that keeps loops with
+  # a square root (AdamW's) scalar. Results do not change (no reassociation; sqrt is correctly rounded either
+  # way).
+  target_compile_options(kpipe_${name} PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-fno-trapping-math>
+                         $<$<CXX_COMPILER_ID:GNU,Clang>:-fno-math-errno>)
   kpipe_native_arch(kpipe_${name})
   set(KPIPE_PARTS ${KPIPE_PARTS} kpipe_${name} PARENT_SCOPE)
 endfunction()

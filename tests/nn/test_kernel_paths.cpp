@@ -236,6 +236,18 @@ TEST(KernelPaths, OptimizerAgrees) {
   adamw_update<float, host>(space, cfg, 1e-3, 4, 0.5, params, grads, m, v, mask, 2.0);
   adamw_update<float, device>(space, cfg, 1e-3, 4, 0.5, p_d, grads, m_d, v_d, mask, 2.0);
   expect_same_bits("adamw look-ahead params", params, p_d);
+  // The one-pass update into the next version's buffer, with and without look-ahead, the gradients zeroed
+  // (each path its own copy).
+  for (const double lookahead : {0.0, 2.0}) {
+    View1<float> next_h("next_h", n), next_d("next_d", n);
+    auto g_h = copy_of(grads, "g_h"), g_d = copy_of(grads, "g_d");
+    adamw_update_into<float, host>(space, cfg, 1e-3, 5, 0.5, params, next_h, g_h, m, v, mask, lookahead);
+    adamw_update_into<float, device>(space, cfg, 1e-3, 5, 0.5, p_d, next_d, g_d, m_d, v_d, mask, lookahead);
+    expect_same_bits("adamw_update_into params", next_h, next_d);
+    expect_same_bits("adamw_update_into m", m, m_d);
+    expect_same_bits("adamw_update_into v", v, v_d);
+    expect_same_bits("adamw_update_into gradients", g_h, g_d);
+  }
 }
 
 // The same kernels with bf16 storage (float arithmetic). Where the paths add in the same order, bit for

@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
+#include "kpipe/core/bfloat16.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "support/gradcheck.hpp"
@@ -233,6 +235,86 @@ TEST(Optimizer, SgdMomentumMatchesHostReference) {
       EXPECT_NEAR(dbuf[i], buf[i], 1e-14) << "step " << step << " element " << i;
     }
   }
+}
+
+template <class T> std::vector<T> host_values(const View1<T>& v) {
+  auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), v);
+  return std::vector<T>(h.data(), h.data() + h.extent(0));
+}
+
+template <class T> View1<T> copy_of(const View1<T>& v, const char* label) {
+  View1<T> copy(std::string(label), v.extent(0));
+  Kokkos::deep_copy(copy, v);
+  return copy;
+}
+
+// The update in one pass (adamw_update_into, sgd_update_into) gives the bits of the plain step, in place or
+// into a buffer of its own (the weights it reads then stay as they were), with or without a look-ahead, and
+// leaves the gradients zero. In float and double, over more than two host blocks (the vectorized loops and
+// their tails).
+template <class T> void expect_into_matches_plain_update(OptimizerKind kind, bool in_place, double lookahead) {
+  const std::int64_t n = 5000;
+  const std::string what = std::string(kind == OptimizerKind::sgd ? "sgd" : "adamw") +
+                           (in_place ? " in place " : " apart ") + type_name<T>() + " look-ahead " +
+                           std::to_string(lookahead);
+  ExecSpace space;
+  OptimizerConfig cfg;
+  cfg.kind = kind;
+  View1<T> params("params", n), grads("grads", n), m("m", n), v("v", n);
+  View1<std::uint8_t> mask("mask", n);
+  test::fill_uniform(params, 41);
+  test::fill_uniform(m, 43, -0.1, 0.1);
+  test::fill_uniform(v, 44, 0.0, 0.1);
+  auto host_mask = Kokkos::create_mirror_view(mask);
+  for (std::int64_t i = 0; i < n; ++i) host_mask(i) = i % 7 == 0 ? 0 : 1;
+  Kokkos::deep_copy(mask, host_mask);
+  View1<T> p_into = copy_of(params, "p_into"), m_into = copy_of(m, "m_into"), v_into = copy_of(v, "v_into");
+  const View1<T> next = in_place ? p_into : View1<T>("next", n);
+  for (int step = 1; step <= 3; ++step) {
+    test::fill_uniform(grads, 50 + step);
+    const View1<T> g_into = copy_of(grads, "g_into");
+    const auto weights_before = host_values(p_into);
+    if (kind == OptimizerKind::sgd) {
+      sgd_update(space, cfg, 0.05, 0.5, params, grads, m, mask, lookahead);
+      sgd_update_into(space, cfg, 0.05, 0.5, p_into, next, g_into, m_into, mask, lookahead);
+    } else {
+      adamw_update(space, cfg, 1e-2, step, 0.5, params, grads, m, v, mask, lookahead);
+      adamw_update_into(space, cfg, 1e-2, step, 0.5, p_into, next, g_into, m_into, v_into, mask, lookahead);
+    }
+    EXPECT_EQ(host_values(next), host_values(params)) << what << " step " << step;
+    EXPECT_EQ(host_values(m_into), host_values(m)) << what << " step " << step;
+    if (kind == OptimizerKind::adamw) {
+      EXPECT_EQ(host_values(v_into), host_values(v)) << what << " step " << step;
+    }
+    EXPECT_EQ(host_values(g_into), std::vector<T>(n, T(0))) << what << ": the gradients are zeroed";
+    if (!in_place) {
+      EXPECT_EQ(host_values(p_into), weights_before) << what << ": the weights read are left as they were";
+      Kokkos::deep_copy(p_into, next);  // the next step reads the new weights, as the next update would
+    }
+  }
+}
+
+TEST(Optimizer, UpdateIntoMatchesThePlainUpdateBitForBit) {
+  for (const OptimizerKind kind : {OptimizerKind::adamw, OptimizerKind::sgd})
+    for (const bool in_place : {true, false})
+      for (const double lookahead : {0.0, 2.0}) {
+        expect_into_matches_plain_update<float>(kind, in_place, lookahead);
+        expect_into_matches_plain_update<double>(kind, in_place, lookahead);
+      }
+}
+
+TEST(Optimizer, UpdateIntoRefusesOverlappingBuffers) {
+  ExecSpace space;
+  OptimizerConfig cfg;
+  auto b = make_buffers(8);
+  const View1<double> wide("wide", 9);
+  const auto from = Kokkos::subview(wide, Kokkos::make_pair(0, 8)), into = Kokkos::subview(wide, Kokkos::make_pair(1, 9));
+  EXPECT_THROW(adamw_update_into<double>(space, cfg, 0.1, 1, 1.0, from, into, b.grads, b.state_a, b.state_b, b.mask),
+               std::invalid_argument);
+  EXPECT_THROW(sgd_update_into<double>(space, cfg, 0.1, 1.0, from, into, b.grads, b.state_a, b.mask), std::invalid_argument);
+  EXPECT_THROW(adamw_update_into(space, cfg, 0.1, 1, 1.0, View1<double>("short", 7), b.params, b.grads, b.state_a,
+                                 b.state_b, b.mask),
+               std::invalid_argument);
 }
 
 TEST(Optimizer, RejectsMisuse) {

@@ -51,7 +51,8 @@ TEST(AsyncRules, DelayCountsTheUpdatesBetweenTheVersionReadAndTheNewest) {
 }
 
 // apply_async_update is a clipped AdamW step whose look-ahead is the update's delay: 2bw's first update
-// (delay 0) is the plain step, its second (delay 1) extrapolates the moment one update on.
+// (delay 0) is the plain step, its second (delay 1) extrapolates the moment one update on. The same bits in
+// place and from another buffer (the newest version's) into the store's values, whatever these held.
 TEST(AsyncRules, UpdateLooksAheadByItsDelay) {
   Config c = test::tiny_config(4);
   c.pipeline.schedule = ScheduleKind::two_bw;
@@ -59,19 +60,29 @@ TEST(AsyncRules, UpdateLooksAheadByItsDelay) {
   const auto rules = runtime::AsyncRules::of(c);
   const auto desc = model::describe(c.model);
   ExecSpace space;
-  model::ParameterStore<double> store(desc, 0, 1), expected(desc, 0, 1);
-  store.initialize(space, 7);
-  expected.initialize(space, 7);
+  model::ParameterStore<double> store(desc, 0, 1), apart(desc, 0, 1), expected(desc, 0, 1);
+  for (auto* p : {&store, &apart, &expected}) p->initialize(space, 7);
+  const View1<double> newest("newest", apart.size());
   for (int u = 0; u < 3; ++u) {
-    for (auto* p : {&store, &expected}) Kokkos::deep_copy(p->grads(), 0.01 * (u + 1));
-    const double squares = runtime::apply_async_update(space, c.optim, rules, 0, u, store);
+    for (auto* p : {&store, &apart, &expected}) Kokkos::deep_copy(p->grads(), 0.01 * (u + 1));
+    const double squares = runtime::apply_async_update(space, c.optim, rules, 0, u, store, store.values());
+    Kokkos::deep_copy(newest, apart.values());
+    Kokkos::deep_copy(apart.values(), std::nan(""));  // an older version's weights: overwritten, never read
+    EXPECT_EQ(runtime::apply_async_update(space, c.optim, rules, 0, u, apart, newest), squares);
     const double scale = nn::clip_factor(std::sqrt(squares), c.optim.grad_clip);
     nn::adamw_update(space, c.optim, rules.learning_rate(c.optim, u), u + 1, scale, expected.values(), expected.grads(),
                      expected.moment1(), expected.moment2(), expected.decay_mask(), std::min(u, 1));
     expected.zero_grads(space);
-    auto a = Kokkos::create_mirror_view_and_copy(HostSpace(), store.values());
     auto b = Kokkos::create_mirror_view_and_copy(HostSpace(), expected.values());
-    for (std::int64_t i = 0; i < store.size(); ++i) ASSERT_EQ(a(i), b(i)) << "update " << u << " element " << i;
+    for (auto* p : {&store, &apart}) {
+      auto a = Kokkos::create_mirror_view_and_copy(HostSpace(), p->values());
+      auto g = Kokkos::create_mirror_view_and_copy(HostSpace(), p->grads());
+      const char* what = p == &store ? "in place" : "apart";
+      for (std::int64_t i = 0; i < p->size(); ++i) {
+        ASSERT_EQ(a(i), b(i)) << what << " update " << u << " element " << i;
+        ASSERT_EQ(g(i), 0.0) << what << ": the gradients are zeroed";
+      }
+    }
   }
 }
 

@@ -25,8 +25,9 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
   const nn::Recompute recompute = config.memory.recompute;
   const auto ranges = partition::configured_partition(config, desc, replicated);
   const auto buffers = schedule::plan_buffers(s, stage, s.actions.at(stage));
-  // Asynchronous schedules keep copies of the weight versions they hold (runtime/weight_versions.hpp), as
-  // many as the lists hold at once (schedule/versions.hpp); synchronous ones keep none.
+  // Asynchronous schedules keep the weight versions they hold (runtime/weight_versions.hpp), as many as the
+  // lists hold at once (schedule/versions.hpp): one in the chunk's own parameter buffers, the others in
+  // buffers of the same layout; synchronous ones keep none.
   const auto versions = schedule::plan_versions(s, stage, s.actions.at(stage));
 
   RankMemory r;
@@ -55,7 +56,8 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
     if (s.asynchronous() && replicated.replica_count() > 1 && pc.dp_reduction == DpReduction::ordered && replica > 0)
       add(Category::gradients, m.parameters * e);
     add(Category::optimizer, m.parameters * (2 * e + 1));
-    if (s.asynchronous()) add(Category::weight_versions, versions.peak.at(c) * m.parameters * e);  // masters
+    if (s.asynchronous())  // each with its masters and, under mixed precision, their compute copy
+      add(Category::weight_versions, (versions.peak.at(c) - 1) * (bytes.parameters + bytes.compute_copy));
     add(Category::activations, m.slots * m.slot_bytes);
     add(Category::backward, m.backward_sets * m.backward_bytes);
     add(Category::workspaces, m.workspace_bytes);

@@ -46,13 +46,11 @@ template <class T, class A> struct Chunk<T, A>::Backward {
 
 template <class T, class A>
 Chunk<T, A>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn::Recompute recompute, blas::Math math)
-    : desc_(&desc), first_(first), last_(last), rows_(std::int64_t(sequences) * desc.config.seq_len),
-      params_(desc, first, last), recompute_(recompute) {
-  const auto& c = desc.config;
+    : desc_(&desc), first_(first), last_(last), sequences_(sequences),
+      rows_(std::int64_t(sequences) * desc.config.seq_len), params_(desc, first, last), recompute_(recompute) {
   if (first < 0 || last > int(desc.layers.size()) || first >= last)
     throw std::invalid_argument(fmt::format("chunk [{}, {}) outside the model's {} layers", first, last,
                                             desc.layers.size()));
-  const T eps = T(c.ln_eps);
   // One product scratch for every layer of the chunk, sized by the largest product it serves (none when A
   // is T: then only the math mode is used).
   const nn::ProductsSize products = chunk_products_size<T, A>(desc, first, last, sequences);
@@ -60,6 +58,20 @@ Chunk<T, A>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn
     memory::Scope scope(memory::Category::workspaces);
     products_ = nn::allocate_products<T>(products, math);
   }
+  connect_layers();
+  if (!blocks_.empty()) {
+    memory::Scope scope(memory::Category::workspaces);
+    work_ = nn::allocate_work(blocks_.front());
+    const unsigned dropped = nn::stash_field::all & ~nn::kept_fields(recompute_);
+    if (dropped != 0) scratch_ = nn::allocate_stash(blocks_.front(), dropped);
+  }
+}
+
+template <class T, class A> Chunk<T, A>::~Chunk() = default;
+
+template <class T, class A> void Chunk<T, A>::connect_layers() {
+  const auto& c = desc_->config;
+  const T eps = T(c.ln_eps);
   auto ln = [&](int l, const std::string& name) {
     return nn::LayerNorm<T, A>{params_.vector(l, name + "/gamma"), params_.vector(l, name + "/beta"),
                                params_.grad_vector(l, name + "/gamma"), params_.grad_vector(l, name + "/beta"), eps};
@@ -70,34 +82,31 @@ Chunk<T, A>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn
                             params_.grad_matrix(l, name + "/weight"),
                             bias ? params_.grad_vector(l, name + "/bias") : View1<T>(), products_};
   };
-  for (int l = first; l < last; ++l) {
-    switch (desc.layers[l].kind) {
+  blocks_.clear();  // keeps its capacity: taking the views again allocates nothing
+  for (int l = first_; l < last_; ++l) {
+    switch (desc_->layers[l].kind) {
       case LayerKind::embedding:
         embedding_ = nn::Embedding<T, A>{params_.matrix(l, "wte"), params_.matrix(l, "wpe"),
                                          params_.grad_matrix(l, "wte"), params_.grad_matrix(l, "wpe")};
         break;
-      case LayerKind::block: {
-        nn::Block<T, A> b{ln(l, "ln1"), ln(l, "ln2"), linear(l, "attn/qkv", true), linear(l, "attn/proj", true),
-                       linear(l, "mlp/fc", true), linear(l, "mlp/proj", true),
-                       nn::AttentionShape{sequences, c.seq_len, c.n_heads, c.d_model / c.n_heads},
-                       c.mlp_ratio * c.d_model};
-        blocks_.push_back(b);
+      case LayerKind::block:
+        blocks_.push_back(nn::Block<T, A>{ln(l, "ln1"), ln(l, "ln2"), linear(l, "attn/qkv", true),
+                                          linear(l, "attn/proj", true), linear(l, "mlp/fc", true),
+                                          linear(l, "mlp/proj", true),
+                                          nn::AttentionShape{sequences_, c.seq_len, c.n_heads, c.d_model / c.n_heads},
+                                          c.mlp_ratio * c.d_model});
         break;
-      }
       case LayerKind::head:
         head_ = nn::Head<T, A>{ln(l, "ln_f"), linear(l, "lm_head", false)};
         break;
     }
   }
-  if (!blocks_.empty()) {
-    memory::Scope scope(memory::Category::workspaces);
-    work_ = nn::allocate_work(blocks_.front());
-    const unsigned dropped = nn::stash_field::all & ~nn::kept_fields(recompute_);
-    if (dropped != 0) scratch_ = nn::allocate_stash(blocks_.front(), dropped);
-  }
 }
 
-template <class T, class A> Chunk<T, A>::~Chunk() = default;
+template <class T, class A> void Chunk<T, A>::use_parameters(const ParameterValues<T, A>& values) {
+  params_.use(values);
+  connect_layers();
+}
 
 template <class T, class A> std::unique_ptr<typename Chunk<T, A>::Slot> Chunk<T, A>::make_slot() const {
   memory::Scope scope(memory::Category::activations);

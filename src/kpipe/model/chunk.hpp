@@ -43,6 +43,8 @@ template <class T, class A = T> class Chunk {
 
   ParameterStore<T, A>& params() { return params_; }
   const ParameterStore<T, A>& params() const { return params_; }
+  // The layers read `values` from now on (buffers of the store's layout: a weight version's), not a copy.
+  void use_parameters(const ParameterValues<T, A>& values);
   bool first() const { return embedding_.has_value(); }  // takes tokens
   bool last() const { return head_.has_value(); }        // computes the loss
   std::int64_t rows() const { return rows_; }             // tokens per micro-batch
@@ -105,6 +107,7 @@ template <class T, class A = T> class Chunk {
   struct Slot;
   struct Backward;
   int layers() const { return last_ - first_; }
+  void connect_layers();  // the layers' views onto the store's buffers as they are now
   View2<A> act_in(const Slot& s, int i) const;
   View2<A>& output_of(Slot& s) const;
   // s: the micro-batch's slot; g: its backward buffers
@@ -119,6 +122,7 @@ template <class T, class A = T> class Chunk {
 
   const ModelDesc* desc_;
   int first_, last_;
+  int sequences_;
   std::int64_t rows_;
   ParameterStore<T, A> params_;
   std::optional<nn::Embedding<T, A>> embedding_;

@@ -91,6 +91,15 @@ template <class T, class A> View2<A> ParameterStore<T, A>::compute_matrix(int la
   }
 }
 
+template <class T, class A> void ParameterStore<T, A>::use(const ParameterValues<T, A>& buffers) {
+  if (buffers.values.extent(0) != values_.extent(0) || buffers.compute.extent(0) != compute_.extent(0))
+    throw std::logic_error(fmt::format("ParameterStore::use: buffers of {} and {} elements for a store of {} and {}",
+                                       buffers.values.extent(0), buffers.compute.extent(0), values_.extent(0),
+                                       compute_.extent(0)));
+  values_ = buffers.values;
+  compute_ = buffers.compute;
+}
+
 template <class T, class A> void ParameterStore<T, A>::zero_grads(const ExecSpace& space) {
   Kokkos::deep_copy(space, grads_, T(0));
 }

@@ -6,8 +6,9 @@
 // Mixed precision (A, the storage type, not T): the values stay the master copy in T, and the matrices the
 // layers' products read (ParamSpec::product_operand) have a compute copy in A, each rounded once from its
 // master value by refresh_compute_copy. The copy is only as fresh as its last refresh: whatever writes the
-// values (initialize, which refreshes itself; the optimizer; a checkpoint load; binding a weight version)
-// must refresh it before the next forward. When A is T there is no copy: the compute views are the values.
+// values (initialize, which refreshes itself; the optimizer; a checkpoint load) must refresh it before the
+// next forward. When A is T there is no copy: the compute views are the values. A weight version keeps its
+// copy beside its values (ParameterValues), so reading another version needs no refresh.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -24,6 +25,13 @@ struct TensorSlot {
   std::int64_t offset = 0;           // into the flat buffers
   std::int64_t compute_offset = -1;  // into the compute copy (mixed precision), -1 when it has none there
   std::string path() const;          // "layers/03/attn/qkv/weight"
+};
+
+// What the layers read of a store: the master values and, under mixed precision, their compute copy (empty
+// when A is T). A store's own buffers, or a weight version's of the same layout (runtime/weight_versions.hpp).
+template <class T, class A = T> struct ParameterValues {
+  View1<T> values;
+  View1<A> compute;
 };
 
 template <class T, class A = T> class ParameterStore {
@@ -50,6 +58,12 @@ template <class T, class A = T> class ParameterStore {
   View2<T> grad_matrix(int layer, const std::string& name) const { return view2(grads_, find(layer, name)); }
   // The matrix as the products read it: its compute copy in A (the values themselves when A is T).
   View2<A> compute_matrix(int layer, const std::string& name) const;
+
+  // The buffers the values and compute views point into: the store's own until use() gives it others of the
+  // same lengths (a weight version's). Views taken before keep pointing at the old ones (Chunk::use_parameters
+  // takes its layers' again).
+  ParameterValues<T, A> buffers() const { return {values_, compute_}; }
+  void use(const ParameterValues<T, A>& buffers);
 
   // The flat buffers: values, gradients, optimizer moments, and 1 where weight decay applies.
   const View1<T>& values() const { return values_; }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <type_traits>
 
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
@@ -64,46 +65,139 @@ static void check_lengths(const char* what, std::size_t params, std::size_t grad
                                             what, params, grads, state_a, state_b, mask));
 }
 
+namespace {
+
+// AdamW's scalars of one step: computed once, in double, on the host, then rounded to T.
+template <class T> struct AdamwScalars {
+  T b1, b2, eps, scale, rate, inv_bias1, inv_bias2, decay;
+  // The look-ahead L and the previous step's bias correction; off at the first step (no moment before it).
+  bool ahead;
+  T look, inv_bias1_before;
+};
+
+template <class T>
+AdamwScalars<T> adamw_scalars(const OptimizerConfig& cfg, double lr, std::int64_t step, double grad_scale,
+                              double lookahead) {
+  if (step < 1) throw std::invalid_argument(fmt::format("adamw_update: step = {} (steps count from 1)", step));
+  require(cfg.beta1 >= 0 && cfg.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", cfg.beta1);
+  require(cfg.beta2 >= 0 && cfg.beta2 < 1, "optim.beta2 = {} must be in [0, 1)", cfg.beta2);
+  require(cfg.eps > 0, "optim.eps = {} must be > 0", cfg.eps);
+  const bool ahead = lookahead != 0 && step > 1;
+  return {T(cfg.beta1),
+          T(cfg.beta2),
+          T(cfg.eps),
+          T(grad_scale),
+          T(lr),
+          T(1.0 / (1.0 - std::pow(cfg.beta1, double(step)))),
+          T(1.0 / (1.0 - std::pow(cfg.beta2, double(step)))),
+          T(lr * cfg.weight_decay),
+          ahead,
+          T(lookahead),
+          ahead ? T(1.0 / (1.0 - std::pow(cfg.beta1, double(step - 1)))) : T(0)};
+}
+
+// One element's AdamW step: m and v move on, the new weight is returned. Every AdamW kernel calls this, so
+// that they round alike. Ahead is s.ahead, a template parameter so that the loops have no branch in them.
+template <bool Ahead, class T>
+KOKKOS_INLINE_FUNCTION T adamw_step(const AdamwScalars<T>& s, T grad, T& m, T& v, T p, std::uint8_t decays) {
+  const T g = s.scale * grad;
+  const T m_old = m;
+  m = s.b1 * m_old + (T(1) - s.b1) * g;
+  v = s.b2 * v + (T(1) - s.b2) * g * g;
+  T m_hat = m * s.inv_bias1;
+  if constexpr (Ahead) m_hat += s.look * (m_hat - m_old * s.inv_bias1_before);
+  const T adam_step = s.rate * m_hat / (math::sqrt(v * s.inv_bias2) + s.eps);
+  return p - (adam_step + s.decay * T(decays) * p);
+}
+
+// One AdamW pass over elements [begin, end). Apart: the weights are read from fp and written to tp (apart from
+// it), else read and written in tp (fp unused). The buffers are restrict parameters, not local pointers: GCC
+// honours restrict only on parameters, and without it the apart loop needs more run-time alias checks than
+// GCC emits (it then stays scalar, four times slower). G is T to zero the gradients as they are read, const
+// T to leave them.
+template <bool Ahead, bool Apart, class T, class G>
+KOKKOS_INLINE_FUNCTION void adamw_block(const AdamwScalars<T>& s, std::int64_t begin, std::int64_t end,
+                                        const T* KOKKOS_RESTRICT fp, T* KOKKOS_RESTRICT tp, G* KOKKOS_RESTRICT gp,
+                                        T* KOKKOS_RESTRICT mp, T* KOKKOS_RESTRICT vp,
+                                        const std::uint8_t* KOKKOS_RESTRICT mask) {
+  for (std::int64_t i = begin; i < end; ++i) {
+    T mi = mp[i], vi = vp[i];
+    tp[i] = adamw_step<Ahead>(s, gp[i], mi, vi, Apart ? fp[i] : tp[i], mask[i]);
+    mp[i] = mi;
+    vp[i] = vi;
+    if constexpr (!std::is_const_v<G>) gp[i] = T(0);
+  }
+}
+
+template <bool Ahead, bool Apart, KernelPath P, class T, class G>
+void adamw_pass(const char* label, const ExecSpace& space, const AdamwScalars<T>& s, const View1<const T>& from,
+                const View1<T>& into, const View1<G>& grads, const View1<T>& m,
+                const View1<T>& v, const View1<const std::uint8_t>& decay_mask) {
+  for_each_block<P>(label, space, std::int64_t(into.extent(0)), KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
+    adamw_block<Ahead, Apart>(s, begin, end, Apart ? from.data() : nullptr, into.data(), grads.data(), m.data(),
+                              v.data(), decay_mask.data());
+  });
+}
+
+template <KernelPath P, class T, class G>
+void adamw_passes(const char* label, const ExecSpace& space, const AdamwScalars<T>& s, const View1<const T>& from,
+                  const View1<T>& into, const G& grads, const View1<T>& m, const View1<T>& v,
+                  const View1<const std::uint8_t>& decay_mask) {
+  const bool apart = from.data() != into.data();
+  if (s.ahead && apart) adamw_pass<true, true, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
+  if (s.ahead && !apart) adamw_pass<true, false, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
+  if (!s.ahead && apart) adamw_pass<false, true, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
+  if (!s.ahead && !apart) adamw_pass<false, false, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
+}
+
+// SGD's scalars and one element's step (every SGD kernel calls it).
+template <class T> struct SgdScalars {
+  T momentum, weight_decay, scale, rate;
+  bool ahead;
+  T look;
+};
+
+template <class T> SgdScalars<T> sgd_scalars(const OptimizerConfig& cfg, double lr, double grad_scale, double lookahead) {
+  return {T(cfg.momentum), T(cfg.weight_decay), T(grad_scale), T(lr), lookahead != 0, T(lookahead)};
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T sgd_step(const SgdScalars<T>& s, T grad, T& buf, T p, std::uint8_t decays) {
+  const T g = s.scale * grad + s.weight_decay * T(decays) * p;
+  const T before = buf;
+  buf = s.momentum * before + g;
+  return p - s.rate * (s.ahead ? buf + s.look * (buf - before) : buf);
+}
+
+// `into` is `from` or lies apart from it: a partial overlap would read weights already written.
+template <class T> void check_apart(const char* what, const View1<const T>& from, const View1<T>& into) {
+  if (from.extent(0) != into.extent(0))
+    throw std::invalid_argument(fmt::format("{}: from has {} elements, into {}", what, from.extent(0), into.extent(0)));
+  const T* a = from.data();
+  const T* b = into.data();
+  const std::size_t n = from.extent(0);
+  if (a != b && a < b + n && b < a + n) throw std::invalid_argument(fmt::format("{}: from and into overlap", what));
+}
+
+}  // namespace
+
 template <class T, KernelPath P>
 void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step, double grad_scale,
                   const View1<T>& params, In1<T> grads, const View1<T>& m, const View1<T>& v,
                   const View1<const std::uint8_t>& decay_mask, double lookahead) {
   check_lengths("adamw_update", params.extent(0), grads.extent(0), m.extent(0), v.extent(0), decay_mask.extent(0));
-  if (step < 1) throw std::invalid_argument(fmt::format("adamw_update: step = {} (steps count from 1)", step));
-  require(cfg.beta1 >= 0 && cfg.beta1 < 1, "optim.beta1 = {} must be in [0, 1)", cfg.beta1);
-  require(cfg.beta2 >= 0 && cfg.beta2 < 1, "optim.beta2 = {} must be in [0, 1)", cfg.beta2);
-  require(cfg.eps > 0, "optim.eps = {} must be > 0", cfg.eps);
-  // Step-dependent scalars once, in double, on the host.
-  const T b1 = cfg.beta1, b2 = cfg.beta2, eps = cfg.eps, scale = grad_scale, rate = lr;
-  const T inv_bias1 = 1.0 / (1.0 - std::pow(cfg.beta1, double(step)));
-  const T inv_bias2 = 1.0 / (1.0 - std::pow(cfg.beta2, double(step)));
-  const T decay = lr * cfg.weight_decay;
-  // The look-ahead needs the previous step's bias-corrected moment: none before the first step.
-  const bool ahead = lookahead != 0 && step > 1;
-  const T look = lookahead;
-  const T inv_bias1_before = ahead ? T(1.0 / (1.0 - std::pow(cfg.beta1, double(step - 1)))) : T(0);
-  const View1<const T> g_all = grads;
-  for_each_block<P>("kpipe::nn::adamw_update", space, std::int64_t(params.extent(0)),
-                 KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
-                   T* KOKKOS_RESTRICT pp = params.data();
-                   T* KOKKOS_RESTRICT mp = m.data();
-                   T* KOKKOS_RESTRICT vp = v.data();
-                   const T* KOKKOS_RESTRICT gp = g_all.data();
-                   const std::uint8_t* KOKKOS_RESTRICT mask = decay_mask.data();
-                   for (std::int64_t i = begin; i < end; ++i) {
-                     const T g = scale * gp[i];
-                     const T m_old = mp[i];
-                     const T m_new = b1 * m_old + (T(1) - b1) * g;
-                     const T v_new = b2 * vp[i] + (T(1) - b2) * g * g;
-                     mp[i] = m_new;
-                     vp[i] = v_new;
-                     const T p = pp[i];
-                     T m_hat = m_new * inv_bias1;
-                     if (ahead) m_hat += look * (m_hat - m_old * inv_bias1_before);
-                     const T adam_step = rate * m_hat / (math::sqrt(v_new * inv_bias2) + eps);
-                     pp[i] = p - (adam_step + decay * T(mask[i]) * p);
-                   }
-                 });
+  const AdamwScalars<T> s = adamw_scalars<T>(cfg, lr, step, grad_scale, lookahead);
+  adamw_passes<P, T>("kpipe::nn::adamw_update", space, s, params, params, grads, m, v, decay_mask);
+}
+
+template <class T, KernelPath P>
+void adamw_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step,
+                       double grad_scale, In1<T> from, const View1<T>& into, const View1<T>& grads, const View1<T>& m,
+                       const View1<T>& v, const View1<const std::uint8_t>& decay_mask, double lookahead) {
+  check_lengths("adamw_update_into", into.extent(0), grads.extent(0), m.extent(0), v.extent(0), decay_mask.extent(0));
+  check_apart("adamw_update_into", from, into);
+  const AdamwScalars<T> s = adamw_scalars<T>(cfg, lr, step, grad_scale, lookahead);
+  adamw_passes<P, T>("kpipe::nn::adamw_update_into", space, s, from, into, grads, m, v, decay_mask);
 }
 
 template <class T>
@@ -112,37 +206,73 @@ void sgd_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, d
                 const View1<const std::uint8_t>& decay_mask, double lookahead) {
   check_lengths("sgd_update", params.extent(0), grads.extent(0), momentum_buf.extent(0), momentum_buf.extent(0),
                 decay_mask.extent(0));
-  const T momentum = cfg.momentum, wd = cfg.weight_decay, scale = grad_scale, rate = lr, look = lookahead;
-  const bool ahead = lookahead != 0;
+  const SgdScalars<T> s = sgd_scalars<T>(cfg, lr, grad_scale, lookahead);
   Kokkos::parallel_for("kpipe::nn::sgd_update", range(space, params.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
-    const T p = params(i);
-    const T g = scale * grads(i) + wd * T(decay_mask(i)) * p;
-    const T before = momentum_buf(i);
-    const T buf = momentum * before + g;
+    T buf = momentum_buf(i);
+    params(i) = sgd_step(s, grads(i), buf, params(i), decay_mask(i));
     momentum_buf(i) = buf;
-    params(i) = p - rate * (ahead ? buf + look * (buf - before) : buf);
+  });
+}
+
+template <class T>
+void sgd_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double lr, double grad_scale, In1<T> from,
+                     const View1<T>& into, const View1<T>& grads, const View1<T>& momentum_buf,
+                     const View1<const std::uint8_t>& decay_mask, double lookahead) {
+  check_lengths("sgd_update_into", into.extent(0), grads.extent(0), momentum_buf.extent(0), momentum_buf.extent(0),
+                decay_mask.extent(0));
+  check_apart("sgd_update_into", from, into);
+  const SgdScalars<T> s = sgd_scalars<T>(cfg, lr, grad_scale, lookahead);
+  const View1<const T> source = from;
+  // Element i is read before it is written, so in place is fine here (no pointers promised apart).
+  Kokkos::parallel_for("kpipe::nn::sgd_update_into", range(space, into.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+    T buf = momentum_buf(i);
+    into(i) = sgd_step(s, grads(i), buf, source(i), decay_mask(i));
+    momentum_buf(i) = buf;
+    grads(i) = T(0);
   });
 }
 
 template double sum_squares<float, KernelPath::host>(const ExecSpace&, In1<float>);
-template void adamw_update<float, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
-                                               const View1<float>&, In1<float>, const View1<float>&, const View1<float>&,
-                                               const View1<const std::uint8_t>&, double);
 template double sum_squares<float, KernelPath::device>(const ExecSpace&, In1<float>);
-template void adamw_update<float, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
-                                               const View1<float>&, In1<float>, const View1<float>&, const View1<float>&,
-                                               const View1<const std::uint8_t>&, double);
+template void adamw_update<float, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
+                                                 double, const View1<float>&, In1<float>, const View1<float>&,
+                                                 const View1<float>&, const View1<const std::uint8_t>&, double);
+template void adamw_update_into<float, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double,
+                                                      std::int64_t, double, In1<float>, const View1<float>&,
+                                                      const View1<float>&, const View1<float>&, const View1<float>&,
+                                                      const View1<const std::uint8_t>&, double);
+template void adamw_update<float, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
+                                                 double, const View1<float>&, In1<float>, const View1<float>&,
+                                                 const View1<float>&, const View1<const std::uint8_t>&, double);
+template void adamw_update_into<float, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double,
+                                                      std::int64_t, double, In1<float>, const View1<float>&,
+                                                      const View1<float>&, const View1<float>&, const View1<float>&,
+                                                      const View1<const std::uint8_t>&, double);
 template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<float>&, In1<float>,
                          const View1<float>&, const View1<const std::uint8_t>&, double);
+template void sgd_update_into(const ExecSpace&, const OptimizerConfig&, double, double, In1<float>,
+                              const View1<float>&, const View1<float>&, const View1<float>&,
+                              const View1<const std::uint8_t>&, double);
 template double sum_squares<double, KernelPath::host>(const ExecSpace&, In1<double>);
-template void adamw_update<double, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
-                                               const View1<double>&, In1<double>, const View1<double>&, const View1<double>&,
-                                               const View1<const std::uint8_t>&, double);
 template double sum_squares<double, KernelPath::device>(const ExecSpace&, In1<double>);
-template void adamw_update<double, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,
-                                               const View1<double>&, In1<double>, const View1<double>&, const View1<double>&,
-                                               const View1<const std::uint8_t>&, double);
+template void adamw_update<double, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
+                                                 double, const View1<double>&, In1<double>, const View1<double>&,
+                                                 const View1<double>&, const View1<const std::uint8_t>&, double);
+template void adamw_update_into<double, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double,
+                                                      std::int64_t, double, In1<double>, const View1<double>&,
+                                                      const View1<double>&, const View1<double>&, const View1<double>&,
+                                                      const View1<const std::uint8_t>&, double);
+template void adamw_update<double, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
+                                                 double, const View1<double>&, In1<double>, const View1<double>&,
+                                                 const View1<double>&, const View1<const std::uint8_t>&, double);
+template void adamw_update_into<double, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double,
+                                                      std::int64_t, double, In1<double>, const View1<double>&,
+                                                      const View1<double>&, const View1<double>&, const View1<double>&,
+                                                      const View1<const std::uint8_t>&, double);
 template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<double>&, In1<double>,
                          const View1<double>&, const View1<const std::uint8_t>&, double);
+template void sgd_update_into(const ExecSpace&, const OptimizerConfig&, double, double, In1<double>,
+                              const View1<double>&, const View1<double>&, const View1<double>&,
+                              const View1<const std::uint8_t>&, double);
 
 }  // namespace kpipe::nn

@@ -129,7 +129,7 @@ template <class T, class A> typename AsyncReference<T, A>::StepResult AsyncRefer
         for (int r = 1; r < d; ++r) add_gradients<T>(space_, replica_grads_[s][r], params.grads());
         for (auto& grads : replica_grads_[s]) Kokkos::deep_copy(space_, grads, T(0));
       }
-      last_squares_[s] = apply_async_update(space_, config_.optim, rules_, s, update, params);
+      last_squares_[s] = apply_async_update(space_, config_.optim, rules_, s, update, params, params.values());
       // The newest version becomes a stashed one when a micro-batch still to come reads it.
       const int produced = newest_[s] + 1;
       View1<T> copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "kpipe::runtime::AsyncReference::version"),

@@ -60,7 +60,7 @@ int AsyncRules::first_sequence(std::int64_t microbatch, int replica) const {
 
 template <class T, class A>
 double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
-                          std::int64_t update, model::ParameterStore<T, A>& p) {
+                          std::int64_t update, model::ParameterStore<T, A>& p, nn::In1<T> from) {
   double squares = 0;
   for (double s : layer_grad_squares(space, p)) squares += s;
   const double norm = std::sqrt(squares);
@@ -68,22 +68,24 @@ double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, 
     const double lr = rules.learning_rate(optim, update), scale = nn::clip_factor(norm, optim.grad_clip);
     const double lookahead = rules.delay(stage, update);
     if (optim.kind == OptimizerKind::sgd)
-      nn::sgd_update(space, optim, lr, scale, p.values(), p.grads(), p.moment1(), p.decay_mask(), lookahead);
+      nn::sgd_update_into(space, optim, lr, scale, from, p.values(), p.grads(), p.moment1(), p.decay_mask(), lookahead);
     else
-      nn::adamw_update(space, optim, lr, update + 1, scale, p.values(), p.grads(), p.moment1(), p.moment2(),
-                       p.decay_mask(), lookahead);
+      nn::adamw_update_into(space, optim, lr, update + 1, scale, from, p.values(), p.grads(), p.moment1(),
+                            p.moment2(), p.decay_mask(), lookahead);
+  } else {
+    if (from.data() != p.values().data()) Kokkos::deep_copy(space, p.values(), from);
+    p.zero_grads(space);
   }
-  p.zero_grads(space);
   p.refresh_compute_copy(space);
   return squares;
 }
 
 template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, int, std::int64_t,
-                                   model::ParameterStore<float>&);
+                                   model::ParameterStore<float>&, nn::In1<float>);
 template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, int, std::int64_t,
-                                   model::ParameterStore<double>&);
+                                   model::ParameterStore<double>&, nn::In1<double>);
 template double apply_async_update(const ExecSpace&, const OptimizerConfig&, const AsyncRules&, int, std::int64_t,
-                                   model::ParameterStore<float, bf16>&);
+                                   model::ParameterStore<float, bf16>&, nn::In1<float>);
 
 int largest_delay(const PipelineConfig& pipeline) {
   if (pipeline.schedule == ScheduleKind::two_bw) return 1;

@@ -32,6 +32,7 @@
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/model/parameters.hpp"
+#include "kpipe/nn/views.hpp"
 #include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::runtime {
@@ -66,13 +67,15 @@ struct AsyncRules {
   }
 };
 
-// Stage `stage`'s update `update` from its accumulated gradients (then zeroed), onto the weights in the
-// store: the stage's gradient norm (per layer, in layer order), clipping by it, AdamW or SGD with the update's
-// delay as look-ahead. Returns the squared norm. A non-finite norm skips the update (the gradients are zeroed
-// all the same). The compute copy (mixed precision) follows the new weights.
+// Stage `stage`'s update `update` from its accumulated gradients (zeroed as they are read): the stage's
+// gradient norm (per layer, in layer order), clipping by it, AdamW or SGD with the update's delay as
+// look-ahead, from the weights `from` (the newest version: the store's values, or another buffer of their
+// layout) into the store's values, in one pass over the buffers. Returns the squared norm. A non-finite norm
+// skips the update (the store's values become `from`'s; the gradients are zeroed all the same). The compute
+// copy (mixed precision) follows the new weights.
 template <class T, class A>
 double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
-                          std::int64_t update, model::ParameterStore<T, A>& params);
+                          std::int64_t update, model::ParameterStore<T, A>& params, nn::In1<T> from);
 
 // The lr schedule a delay calls for (docs/schedules.md, "A stable step under delay"). A gradient `delay`
 // updates stale makes the largest stable step shrink with the delay, and a fast warm-up overshoots before

@@ -52,16 +52,15 @@ template <class T, class A> void VersionedUpdates<T, A>::after_backward(const sc
 template <class T, class A> void VersionedUpdates<T, A>::run(const schedule::Action& a) {
   if (a.op != Op::update) throw std::logic_error("VersionedUpdates: a reduction action in an asynchronous schedule");
   // From the newest version, with the weight gradients accumulated since the last update (summed over the
-  // replicas); the result is the next version.
-  auto& versions = stage_->versions(a.chunk);
+  // replicas); the result is the next version, written where it will live (weight_versions.hpp).
   auto& chunk = stage_->chunk(a.chunk);
-  versions.bind(versions.newest());
   const std::int64_t update = rules_.update_of(a.microbatch);
   reduction_->before_update(space_, chunk.params().grads(), a, update);
+  const View1<const T> newest =
+      stage_->versions(a.chunk).advance(a.version, [&](int v) { return version_needed(a.chunk, v); });
   update_squares_[a.chunk] = apply_async_update(space_, stage_->config().optim, rules_, stage_->virtual_stage(a.chunk),
-                                                update, chunk.params());
+                                                update, chunk.params(), newest);
   lr_ = rules_.learning_rate(stage_->config().optim, update);
-  versions.commit(a.version, [&](int v) { return version_needed(a.chunk, v); });
 }
 
 template <class T, class A> void VersionedUpdates<T, A>::contribute(std::vector<double>& sums) const {

@@ -1,7 +1,7 @@
 #pragma once
 // Asynchronous schedules' updates (PipeDream, its vertical sync, PipeDream-2BW; schedule/asynchronous.hpp):
-// every F, B and I reads the weight version its action names, bound into the chunk's parameters from the
-// chunk's pool (weight stashing: a backward reads its forward's version), and the lists' update actions U
+// every F, B and I reads the weight version its action names, bound from the chunk's pool (the layers read
+// its buffers; weight stashing: a backward reads its forward's version), and the lists' update actions U
 // apply the gradients accumulated since the last update (summed over the replicas first) to the newest
 // version, producing the next. A version goes back to the pool once no micro-batch in flight or to come reads
 // it. What an update means for the optimizer and the data is async_rules.hpp's.
