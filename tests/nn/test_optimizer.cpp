@@ -166,31 +166,6 @@ TEST(Optimizer, AdamWLookAheadExtrapolatesTheFirstMoment) {
   }
 }
 
-TEST(Optimizer, SgdLookAheadExtrapolatesTheMomentum) {
-  const int n = 20;
-  const double lookahead = 3;
-  ExecSpace space;
-  OptimizerConfig cfg;
-  cfg.momentum = 0.7;
-  cfg.weight_decay = 0.2;
-  auto b = make_buffers(n);
-  auto p = to_vector(b.params);
-  std::vector<double> buf(n, 0.0);
-  auto mask = Kokkos::create_mirror_view_and_copy(HostSpace(), b.mask);
-  for (int step = 1; step <= 3; ++step) {
-    test::fill_uniform(b.grads, 400 + step);
-    const auto g = to_vector(b.grads);
-    sgd_update(space, cfg, 0.05, 1.0, b.params, b.grads, b.state_a, b.mask, lookahead);
-    for (int i = 0; i < n; ++i) {
-      const double before = buf[i];
-      buf[i] = cfg.momentum * buf[i] + g[i] + cfg.weight_decay * mask(i) * p[i];
-      p[i] -= 0.05 * (buf[i] + lookahead * (buf[i] - before));
-    }
-    const auto dp = to_vector(b.params);
-    for (int i = 0; i < n; ++i) EXPECT_NEAR(dp[i], p[i], 1e-14) << "step " << step << " element " << i;
-  }
-}
-
 TEST(Optimizer, AdamWDecaysOnlyMaskedParameters) {
   const int n = 9;
   ExecSpace space;
@@ -208,7 +183,9 @@ TEST(Optimizer, AdamWDecaysOnlyMaskedParameters) {
   }
 }
 
-TEST(Optimizer, SgdMomentumMatchesHostReference) {
+// SGD with momentum (and a look-ahead L: the step takes buf + L (buf - the buffer before)) against a host
+// reference in double.
+void check_sgd_against_host(double lookahead) {
   const int n = 40;
   ExecSpace space;
   OptimizerConfig cfg;
@@ -223,19 +200,23 @@ TEST(Optimizer, SgdMomentumMatchesHostReference) {
     const double lr = 0.05 / step;
     test::fill_uniform(b.grads, 200 + step);
     const auto g = to_vector(b.grads);
-    sgd_update(space, cfg, lr, grad_scale, b.params, b.grads, b.state_a, b.mask);
+    sgd_update(space, cfg, lr, grad_scale, b.params, b.grads, b.state_a, b.mask, lookahead);
     for (int i = 0; i < n; ++i) {
-      const double gi = grad_scale * g[i] + cfg.weight_decay * mask(i) * p[i];
-      buf[i] = cfg.momentum * buf[i] + gi;
-      p[i] -= lr * buf[i];
+      const double before = buf[i];
+      buf[i] = cfg.momentum * buf[i] + grad_scale * g[i] + cfg.weight_decay * mask(i) * p[i];
+      p[i] -= lr * (buf[i] + lookahead * (buf[i] - before));
     }
     const auto dp = to_vector(b.params), dbuf = to_vector(b.state_a);
     for (int i = 0; i < n; ++i) {
-      EXPECT_NEAR(dp[i], p[i], 1e-14) << "step " << step << " element " << i;
-      EXPECT_NEAR(dbuf[i], buf[i], 1e-14) << "step " << step << " element " << i;
+      EXPECT_NEAR(dp[i], p[i], 1e-14) << "look-ahead " << lookahead << " step " << step << " element " << i;
+      EXPECT_NEAR(dbuf[i], buf[i], 1e-14) << "look-ahead " << lookahead << " step " << step << " element " << i;
     }
   }
 }
+
+TEST(Optimizer, SgdMomentumMatchesHostReference) { check_sgd_against_host(0); }
+
+TEST(Optimizer, SgdLookAheadExtrapolatesTheMomentum) { check_sgd_against_host(3); }
 
 template <class T> std::vector<T> host_values(const View1<T>& v) {
   auto h = Kokkos::create_mirror_view_and_copy(HostSpace(), v);
