@@ -79,6 +79,14 @@ void BM_VersionSwitch(benchmark::State& state) {
 }
 BENCHMARK(BM_VersionSwitch)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// Adds to `total` the seconds `work` takes, until the space has finished it.
+template <class Work> void add_seconds(const ExecSpace& space, double& total, Work&& work) {
+  const auto start = std::chrono::steady_clock::now();
+  work();
+  space.fence();
+  total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 // One micro-batch's forward and backward, then pipedream's bookkeeping around it timed apart: two switches
 // (to a stashed version for a backward, back to the newest) and one update (norms and the optimizer's pass,
 // writing the next version beside the newest, which stage 0 keeps).
@@ -86,19 +94,13 @@ void BM_MicrobatchWithPipeDreamVersions(benchmark::State& state) {
   Stage stage;
   double compute = 0, switches = 0, updates = 0;
   std::int64_t u = 1;
-  const auto timed = [&](double& total, auto&& work) {
-    const auto start = std::chrono::steady_clock::now();
-    work();
-    stage.space.fence();
-    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
   for (auto _ : state) {
-    timed(compute, [&] { stage.microbatch(); });
-    timed(switches, [&] {
+    add_seconds(stage.space, compute, [&] { stage.microbatch(); });
+    add_seconds(stage.space, switches, [&] {
       stage.versions->bind(stage.versions->newest() - 1);
       stage.versions->bind(stage.versions->newest());
     });
-    timed(updates, [&] { stage.update(u++); });
+    add_seconds(stage.space, updates, [&] { stage.update(u++); });
   }
   const double n = double(state.iterations());
   state.counters["compute_ms"] = benchmark::Counter(1e3 * compute / n);
@@ -120,22 +122,16 @@ void BM_UpdatePasses(benchmark::State& state) {
   const View1<float> next = apart ? View1<float>(uninitialized("kpipe::benchmarks::next_version"), p.size()) : p.values();
   double norms = 0, optimizer = 0;
   std::int64_t u = 1;
-  const auto timed = [&](double& total, auto&& work) {
-    const auto start = std::chrono::steady_clock::now();
-    work();
-    stage.space.fence();
-    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
   for (auto _ : state) {
     state.PauseTiming();
     stage.microbatch();  // gradients to update from
     stage.space.fence();
     state.ResumeTiming();
     double squares = 0;
-    timed(norms, [&] {
+    add_seconds(stage.space, norms, [&] {
       for (double s : layer_grad_squares(stage.space, p)) squares += s;
     });
-    timed(optimizer, [&] {
+    add_seconds(stage.space, optimizer, [&] {
       nn::adamw_update_into(stage.space, stage.config.optim, 1e-4, u++, nn::clip_factor(std::sqrt(squares), 1.0),
                             p.values(), next, p.grads(), p.moment1(), p.moment2(), p.decay_mask(), 1.0);
     });
