@@ -1,11 +1,12 @@
 // Bounded collectives (run with -n 1, 2 and 4): the same results as MPI's own, on the world and on
-// sub-communicators, many in a row (the "arrived" messages stay matched); agreement on the lowest failing
-// rank's message. (A rank that stops is tested end to end: tests/e2e/stall.sh.)
+// sub-communicators, many in a row (the "arrived" messages stay matched), and left under way while others
+// run; agreement on the lowest failing rank's message. (A rank that stops is tested end to end: tests/e2e/stall.sh.)
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kpipe/comm/agree.hpp"
@@ -35,6 +36,29 @@ TEST(Bounded, CollectivesGiveMpisResults) {
   const auto all = comm::allgather(std::vector<int>{rank, -rank}, MPI_COMM_WORLD, bound);
   ASSERT_EQ(all.size(), std::size_t(2 * size));
   for (int r = 0; r < size; ++r) EXPECT_EQ(all[2 * r + 1], -r);
+}
+
+// Allreduces left under way while the rank works, others started and finished meanwhile, completed later in
+// the order started: each gives its own sum (the arrival messages of each stay matched to it).
+TEST(Bounded, PendingAllreducesCompleteWithTheirOwnSums) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  for (int round = 0; round < 20; ++round) {
+    comm::PendingAllreduce<double> first({double(rank), double(round)}, MPI_SUM, MPI_COMM_WORLD, bound);
+    comm::PendingAllreduce<int> second({rank}, MPI_MAX, MPI_COMM_WORLD, bound);
+    EXPECT_TRUE(first.under_way());
+    // Work in between, and a blocking collective started after them.
+    EXPECT_EQ(comm::allreduce(1, MPI_SUM, MPI_COMM_WORLD, bound), size);
+    comm::PendingAllreduce<double> moved = std::move(first);  // the values move with it
+    EXPECT_FALSE(first.under_way());
+    const auto sums = moved.wait();
+    EXPECT_FALSE(moved.under_way());
+    ASSERT_EQ(sums.size(), 2u);
+    EXPECT_EQ(sums[0], size * (size - 1) / 2.0);
+    EXPECT_EQ(sums[1], double(round) * size);
+    EXPECT_EQ(second.wait(), std::vector<int>{size - 1});
+  }
 }
 
 TEST(Bounded, VariableLengthGathersKeepRankOrder) {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
 namespace kpipe::comm {
 
@@ -114,37 +115,11 @@ std::string list_ranks(const std::vector<int>& ranks) {
   abort_job(ExitCode::peer_lost, "kpipe: " + message + "; aborting");
 }
 
-// Runs one non-blocking collective started by `start` under the bound, with the arrival messages.
-template <class Start> void run_bounded(MPI_Comm comm, const Bound& bound, const Start& start) {
-  const int size = size_of(comm);
-  if (size == 1) {
-    MPI_Request request = start();
-    MPI_Wait(&request, MPI_STATUS_IGNORE);
-    return;
-  }
-  const int rank = rank_in(comm);
+// The bound passed in a collective that `arrivals` (rank 0: the others' arrival messages; the others: their
+// own) belong to: rank 0 names the ranks at fault and ends the job; the others give it the time to, then end it.
+[[noreturn]] void end_job_on_timeout(MPI_Comm comm, const Bound& bound, std::vector<MPI_Request>& arrivals) {
+  const int rank = rank_in(comm), size = size_of(comm);
   const Tags tags = tags_of(comm);
-  const auto deadline = after(Clock::now(), bound.seconds);
-  // Rank 0 listens for everyone's arrival; the others announce theirs.
-  std::vector<MPI_Request> arrivals(rank == 0 ? std::size_t(size - 1) : 1, MPI_REQUEST_NULL);
-  std::vector<int> tokens(arrivals.size(), 0);
-  if (rank == 0) {
-    for (int r = 1; r < size; ++r) MPI_Irecv(&tokens[r - 1], 1, MPI_INT, r, tags.arrived, comm, &arrivals[r - 1]);
-  } else {
-    MPI_Isend(&tokens[0], 1, MPI_INT, 0, tags.arrived, comm, &arrivals[0]);
-  }
-  MPI_Request request = start();
-  bool done = poll(request, deadline, comm, rank == 0 ? nullptr : &tags);
-  if (done) {
-    // Every rank entered the collective, so every arrival message was sent: they complete at once.
-    const auto limit = after(Clock::now(), bound.seconds);
-    for (auto& arrival : arrivals)
-      if (!poll(arrival, limit)) {
-        done = false;
-        break;
-      }
-    if (done) return;
-  }
   const int me = world_rank_of(comm, rank);
   const std::string head = fmt::format("rank {}: {} did not complete within pipeline.recv_timeout_s = {:g} s", me,
                                        bound.what, bound.seconds);
@@ -176,6 +151,74 @@ template <class Start> void run_bounded(MPI_Comm comm, const Bound& bound, const
   end_job(fmt::format("{}, and rank {} (which names the ranks at fault) did not report: it stopped, died, or is "
                       "stuck elsewhere",
                       head, world_rank_of(comm, 0)));
+}
+
+}  // namespace
+
+PendingCollective::PendingCollective(MPI_Comm comm, Bound bound, const std::function<MPI_Request()>& start)
+    : comm_(comm), bound_(std::move(bound)), size_(size_of(comm)) {
+  if (size_ > 1) {
+    // Rank 0 listens for everyone's arrival; the others announce theirs.
+    const int rank = rank_in(comm);
+    const int tag = tags_of(comm).arrived;
+    arrivals_.assign(rank == 0 ? std::size_t(size_ - 1) : 1, MPI_REQUEST_NULL);
+    tokens_.assign(arrivals_.size(), 0);
+    if (rank == 0) {
+      for (int r = 1; r < size_; ++r) MPI_Irecv(&tokens_[r - 1], 1, MPI_INT, r, tag, comm, &arrivals_[r - 1]);
+    } else {
+      MPI_Isend(&tokens_[0], 1, MPI_INT, 0, tag, comm, &arrivals_[0]);
+    }
+  }
+  request_ = start();
+}
+
+PendingCollective::PendingCollective(PendingCollective&& other) noexcept
+    : comm_(other.comm_),
+      bound_(std::move(other.bound_)),
+      size_(other.size_),
+      arrivals_(std::move(other.arrivals_)),
+      tokens_(std::move(other.tokens_)),  // the vector's storage moves with it: MPI's pointers stay good
+      request_(std::exchange(other.request_, MPI_REQUEST_NULL)) {}
+
+PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexcept {
+  if (this != &other) {
+    comm_ = other.comm_;
+    bound_ = std::move(other.bound_);
+    size_ = other.size_;
+    arrivals_ = std::move(other.arrivals_);
+    tokens_ = std::move(other.tokens_);
+    request_ = std::exchange(other.request_, MPI_REQUEST_NULL);
+  }
+  return *this;
+}
+
+void PendingCollective::wait() {
+  if (!under_way()) return;
+  if (size_ == 1) {
+    MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    return;
+  }
+  const int rank = rank_in(comm_);
+  const Tags tags = tags_of(comm_);
+  bool done = poll(request_, after(Clock::now(), bound_.seconds), comm_, rank == 0 ? nullptr : &tags);
+  if (done) {
+    // Every rank entered the collective, so every arrival message was sent: they complete at once.
+    const auto limit = after(Clock::now(), bound_.seconds);
+    for (auto& arrival : arrivals_)
+      if (!poll(arrival, limit)) {
+        done = false;
+        break;
+      }
+    if (done) return;
+  }
+  end_job_on_timeout(comm_, bound_, arrivals_);
+}
+
+namespace {
+
+// Runs one non-blocking collective started by `start` under the bound, with the arrival messages.
+void run_bounded(MPI_Comm comm, const Bound& bound, const std::function<MPI_Request()>& start) {
+  PendingCollective(comm, bound, start).wait();
 }
 
 }  // namespace

@@ -16,8 +16,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace kpipe::comm {
@@ -44,6 +47,69 @@ template <class T> MPI_Datatype mpi_type() {
 
 // MPI counts are int: a larger count throws instead of wrapping.
 int mpi_count(std::size_t n);
+
+// A bounded collective under way: the constructor announces this rank's arrival and starts it with `start`;
+// wait() completes it under the bound, counted from the wait, so that the caller may work in between while the
+// other ranks arrive. Several may be under way on one communicator, and other collectives may run meanwhile,
+// when every rank starts them in the same order, as MPI requires (the arrival messages then match in that
+// order too: MPI does not let messages between two ranks overtake). A nonblocking collective's request may
+// not be freed, so one still under way when its owner goes (an exception is ending the run) is left to MPI.
+class PendingCollective {
+ public:
+  PendingCollective() = default;
+  PendingCollective(MPI_Comm comm, Bound bound, const std::function<MPI_Request()>& start);
+  PendingCollective(PendingCollective&& other) noexcept;
+  PendingCollective& operator=(PendingCollective&& other) noexcept;
+  PendingCollective(const PendingCollective&) = delete;
+  PendingCollective& operator=(const PendingCollective&) = delete;
+  ~PendingCollective() = default;
+
+  bool under_way() const { return request_ != MPI_REQUEST_NULL; }
+  // Completes it (nothing when not under way); past the bound, ends the job as every bounded collective does.
+  void wait();
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  Bound bound_;
+  int size_ = 1;
+  std::vector<MPI_Request> arrivals_;  // rank 0: the others' arrival messages; the others: their own
+  std::vector<int> tokens_;            // the arrival messages' one int each
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+// An allreduce started now and completed by wait(), which returns the result. It owns its values, so that MPI
+// never writes into memory that was freed under it (when it is left under way, they are left with it).
+template <class T> class PendingAllreduce {
+ public:
+  PendingAllreduce() = default;
+  PendingAllreduce(std::vector<T> values, MPI_Op op, MPI_Comm comm, Bound bound)
+      : values_(std::make_unique<std::vector<T>>(std::move(values))),
+        collective_(comm, std::move(bound), [&] {
+          MPI_Request request;
+          MPI_Iallreduce(MPI_IN_PLACE, values_->data(), mpi_count(values_->size()), mpi_type<T>(), op, comm, &request);
+          return request;
+        }) {}
+  PendingAllreduce(PendingAllreduce&&) noexcept = default;
+  PendingAllreduce& operator=(PendingAllreduce&& other) noexcept {
+    if (collective_.under_way()) (void)values_.release();  // as the destructor
+    values_ = std::move(other.values_);
+    collective_ = std::move(other.collective_);
+    return *this;
+  }
+  ~PendingAllreduce() {
+    if (collective_.under_way()) (void)values_.release();  // MPI may still write into them
+  }
+
+  bool under_way() const { return collective_.under_way(); }
+  std::vector<T> wait() {
+    collective_.wait();
+    return values_ ? std::move(*values_) : std::vector<T>{};
+  }
+
+ private:
+  std::unique_ptr<std::vector<T>> values_;
+  PendingCollective collective_;
+};
 
 void allreduce(void* data, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const Bound& bound);
 void bcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm, const Bound& bound);
