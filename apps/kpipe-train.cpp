@@ -99,6 +99,7 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
     options.transport = transport;
     options.stall_rank = faults.stall_rank;
     options.stall_seconds = faults.stall_seconds;
+    options.stop_signal = runtime::received_stop_signal;
     trainer_owner = std::make_unique<runtime::Trainer<float, A>>(config, corpus, grid, options);
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
     if (!config.output.trace.empty()) {
@@ -167,11 +168,11 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
   int counted_steps = 0;
   const bool profiling = !config.output.profile.empty();
   const int first_step = int(trainer.next_step());  // > 0 when resumed
-  for (int s = first_step; s < config.train.steps; ++s) {
-    if (tracer) tracer->begin_step(s);
-    const auto stats = trainer.step();
-    if (tracer) tracer->end_step();
-    if (timeline) timeline->record(stats, trainer.executor().timeline());
+  int stop_signal = 0;  // agreed by every rank: it came with a step's report
+  // A step's report, when it completes: the metrics, the log line and the figures. Returns an exit code when
+  // the run must stop (0: it goes on).
+  auto record_step = [&](const runtime::StepStats& stats) {
+    const std::int64_t s = stats.step;
     // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
     // after train.max_skipped_steps in a row (every rank sees the same stats, so every rank stops).
     skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
@@ -186,40 +187,65 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
       optimizer_seconds += stats.optimizer_seconds;
       ++counted_steps;
     }
-    if (profiling && s == first_step) trainer.stage().profile_layers(true);  // the first step allocates: not timed
     metrics.write_step(stats);
+    if (stats.stop_signal && !stop_signal) stop_signal = stats.stop_signal;
     if (config.train.max_skipped_steps > 0 && skipped_in_a_row >= config.train.max_skipped_steps) {
       if (rank == 0)
         fmt::print(stderr, "kpipe-train: stopping: {} steps in a row with a non-finite loss or gradient "
                            "(train.max_skipped_steps = {}); exit code {}\n",
                    skipped_in_a_row, config.train.max_skipped_steps, exit_status(ExitCode::non_finite));
-      return finish(exit_status(ExitCode::non_finite));
+      return exit_status(ExitCode::non_finite);
     }
-    const bool last = s + 1 == config.train.steps;
-    if (rank == 0 && (s % config.train.log_every == 0 || last)) {
+    if (rank == 0 && (s % config.train.log_every == 0 || s + 1 == config.train.steps)) {
       const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       fmt::print(stderr, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", s + 1,
                  config.train.steps, stats.loss, stats.lr, stats.grad_norm, tokens / elapsed,
-                 duration(elapsed / (s + 1 - first_step) * (config.train.steps - s - 1)));
+                 duration(elapsed / double(s + 1 - first_step) * double(config.train.steps - s - 1)));
     }
+    return 0;
+  };
+  auto record_steps = [&](const std::vector<runtime::StepStats>& reports) {
+    for (const auto& stats : reports)
+      if (const int code = record_step(stats)) return code;
+    return 0;
+  };
+  for (int s = first_step; s < config.train.steps; ++s) {
+    if (tracer) tracer->begin_step(s);
+    trainer.run_step();
+    if (tracer) tracer->end_step();
+    if (profiling && s == first_step) trainer.stage().profile_layers(true);  // the first step allocates: not timed
+    const bool last = s + 1 == config.train.steps;
+    const bool checkpoint_due = config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0;
+    const bool eval_due = config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last;
+    // An asynchronous step's report completes during the next step. The run's end, a checkpoint's step (its
+    // metrics complete when it is written), an evaluation and the timeline (its rows carry the step's loss) take
+    // this step's now.
+    if (last || checkpoint_due || eval_due || timeline) trainer.settle();
+    const auto reports = trainer.take_reports();
+    if (timeline) timeline->record(reports.back(), trainer.executor().timeline());
+    if (const int code = record_steps(reports)) return finish(code);
     bool saved = false;
-    if (config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0) {
+    if (checkpoint_due) {
       saved = save(false);
       if (!saved && config.checkpoint.on_failure == CheckpointFailure::stop) return finish(exit_status(ExitCode::checkpoint_failed));
     }
-    if (const int signal = runtime::stop_requested(grid.world, timeout)) {  // collective: every rank agrees
+    if (stop_signal) {  // every rank learnt it from the same report
+      // The steps run since the report that brought it are reported first, so the metrics end where the
+      // checkpoint does.
+      trainer.settle();
+      if (const int code = record_steps(trainer.take_reports())) return finish(code);
       if (config.checkpoint.dir.empty()) {
-        if (rank == 0) fmt::print(stderr, "kpipe-train: signal {} after step {}: no checkpoint.dir, nothing saved\n", signal, s + 1);
+        if (rank == 0) fmt::print(stderr, "kpipe-train: signal {} after step {}: no checkpoint.dir, nothing saved\n", stop_signal, s + 1);
         return finish(1);
       }
       if (!saved && !save(true)) return finish(exit_status(ExitCode::checkpoint_failed));
-      const int code = runtime::stop_exit_code(signal);
+      const int code = runtime::stop_exit_code(stop_signal);
       if (rank == 0)
-        fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} ({})\n", signal,
+        fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} ({})\n", stop_signal,
                    s + 1, code, code == exit_status(ExitCode::checkpointed_on_signal) ? "requeue me" : "terminated");
       return finish(code);
     }
-    if (config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last) {
+    if (eval_due) {
       const double val = trainer.evaluate();
       if (rank == 0) fmt::print(stderr, "step {:>5} | validation loss {:.4f}\n", s + 1, val);
     }

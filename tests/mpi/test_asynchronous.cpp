@@ -7,7 +7,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/core/error.hpp"
@@ -77,6 +80,60 @@ TEST(Asynchronous, EveryRuleReproducesTheReferenceBitForBit) {
       }
       // Evaluation after the run sees the newest weights, as the reference's checksum does.
       EXPECT_TRUE(std::isfinite(trainer.evaluate()));
+    }
+    comm::free_grid(grid);
+  }
+}
+
+// An asynchronous step's report (its loss, the update norm, the stop votes) completes during the next step, so
+// that no rank waits at the step boundary; a synchronous step's at once. Either way every step is reported once,
+// in order, with the same figures as one step at a time, and a stop signal on one rank reaches every rank with
+// the report of the step whose lists it ended.
+TEST(Asynchronous, ReportsTrailTheirStepAndLoseNothing) {
+  const int p = world_size();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  for (const char* schedule : {"1f1b", "pipedream", "2bw"}) {
+    const int m = std::max(4, p), steps = schedule::Horizon{p, m}.steps() + 2, signalled = 2;
+    const Config c = async_config(schedule, 0, p, m, steps);
+    const bool asynchronous = std::string(schedule) != "1f1b";
+    SCOPED_TRACE(fmt::format("{} p={} m={} steps={}", schedule, p, m, steps));
+    auto grid = comm::make_grid(MPI_COMM_WORLD, p, 1);
+    std::vector<runtime::StepStats> one_at_a_time, reported;
+    std::uint64_t checksum = 0;
+    {
+      runtime::Trainer<float> trainer(c, test::corpus(), grid);
+      for (int t = 0; t < steps; ++t) one_at_a_time.push_back(trainer.step());
+      checksum = trainer.param_checksum();
+    }
+    {
+      // The last rank gets SIGUSR1 as step `signalled`'s lists end (the trainer reads it once per step).
+      int reads = 0;
+      runtime::TrainerOptions options;
+      options.stop_signal = [&] { return rank == p - 1 && reads++ == signalled ? SIGUSR1 : 0; };
+      runtime::Trainer<float> trainer(c, test::corpus(), grid, options);
+      for (int t = 0; t < steps; ++t) {
+        trainer.run_step();
+        const auto reports = trainer.take_reports();
+        const int lag = asynchronous ? 1 : 0;
+        ASSERT_EQ(reports.size(), t >= lag ? 1u : 0u) << "step " << t;
+        if (!reports.empty()) EXPECT_EQ(reports[0].step, t - lag);
+        reported.insert(reported.end(), reports.begin(), reports.end());
+      }
+      trainer.settle();
+      const auto last = trainer.take_reports();
+      reported.insert(reported.end(), last.begin(), last.end());
+      EXPECT_TRUE(trainer.take_reports().empty());
+      EXPECT_EQ(trainer.param_checksum(), checksum);
+    }
+    ASSERT_EQ(reported.size(), one_at_a_time.size());
+    for (int t = 0; t < steps; ++t) {
+      EXPECT_EQ(reported[t].step, t);
+      EXPECT_EQ(reported[t].loss, one_at_a_time[t].loss) << "step " << t;
+      EXPECT_EQ(reported[t].grad_norm, one_at_a_time[t].grad_norm) << "step " << t;
+      EXPECT_EQ(reported[t].lr, one_at_a_time[t].lr) << "step " << t;
+      EXPECT_EQ(reported[t].stop_signal, t == signalled ? SIGUSR1 : 0) << "step " << t;
+      EXPECT_EQ(one_at_a_time[t].stop_signal, 0);
     }
     comm::free_grid(grid);
   }

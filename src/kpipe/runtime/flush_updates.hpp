@@ -27,7 +27,7 @@ template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T
   void before_compute(const schedule::Action&) override {}
   void after_backward(const schedule::Action&) override {}
   void run(const schedule::Action& action) override;
-  void contribute(std::vector<double>&) const override {}
+  void contribute(std::vector<double>&, StepStats&) const override {}
   void finish(std::int64_t step, const std::vector<double>& sums, StepStats& stats) override;
 
  private:

@@ -2,8 +2,6 @@
 
 #include <csignal>
 
-#include "kpipe/comm/bounded.hpp"
-
 namespace kpipe::runtime {
 
 namespace {
@@ -33,8 +31,13 @@ int received_stop_signal() { return stop_signal; }
 
 void reset_stop_signal() { stop_signal = 0; }
 
-int stop_requested(MPI_Comm world, double timeout_s) {
-  return comm::allreduce(int(stop_signal), MPI_MAX, world, {timeout_s, "the stop-signal allreduce"});
+std::array<double, 2> stop_votes(int signal) {
+  return {signal == SIGTERM ? 1.0 : 0.0, signal == SIGUSR1 ? 1.0 : 0.0};
+}
+
+int agreed_stop_signal(const std::array<double, 2>& votes) {
+  if (votes[0] > 0) return SIGTERM;
+  return votes[1] > 0 ? SIGUSR1 : 0;
 }
 
 }  // namespace kpipe::runtime

@@ -1,14 +1,14 @@
 #pragma once
-// Stopping a run cleanly on SIGUSR1 or SIGTERM. The handler only records the signal; at the next step
-// boundary every rank asks stop_requested(world), a bounded allreduce of the flags, so all ranks agree, write
-// one checkpoint together and exit with stop_exit_code(signal):
+// Stopping a run cleanly on SIGUSR1 or SIGTERM. The handler only records the signal; every rank passes what it
+// received with its step's report (stop_votes, summed over the world with the step's losses), so that all
+// ranks learn the same signal from the same report (agreed_stop_signal), write one checkpoint together and exit
+// with stop_exit_code(signal):
 //  - SIGUSR1, a batch system's warning before the time limit (sbatch --signal=B:USR1@120) or a request by
 //    hand: 75, "checkpointed: requeue me", which the Slurm scripts (scripts/slurm/) requeue on;
 //  - SIGTERM, the job is being ended (scancel, a time limit reached): 128 + 15, the shell's code for
 //    "terminated", so that nothing requeues it; the checkpoint is there for a later --resume.
-// SIGTERM wins when both arrived (the reduction takes the larger signal number).
-#include <mpi.h>
-
+// SIGTERM wins when both arrived, on one rank or across ranks.
+#include <array>
 #include <csignal>
 
 #include "kpipe/core/exit_codes.hpp"
@@ -29,8 +29,10 @@ void install_stop_handlers();
 int received_stop_signal();
 void reset_stop_signal();
 
-// Collective over `world` (bounded by timeout_s, comm/bounded.hpp): the largest signal number any rank
-// received (0: none), the same on every rank.
-int stop_requested(MPI_Comm world, double timeout_s);
+// A rank's signal as its share of a sum over the world: {1, 0} for SIGTERM, {0, 1} for SIGUSR1, {0, 0} for
+// none. (A sum, so that it travels in the step report's one MPI_SUM of doubles.)
+std::array<double, 2> stop_votes(int signal);
+// The signal the summed votes stand for: SIGTERM if any rank got it, else SIGUSR1 if any did, else 0.
+int agreed_stop_signal(const std::array<double, 2>& votes);
 
 }  // namespace kpipe::runtime

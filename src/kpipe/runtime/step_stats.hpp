@@ -19,6 +19,7 @@ struct StepStats {
   double optimizer_seconds = 0; // the optimizer's update on this rank
   std::int64_t tokens = 0;   // tokens in the mini-batch (all replicas)
   bool skipped = false;      // loss or gradient not finite: no update, on every rank alike
+  int stop_signal = 0;       // the stop signal the world passed on with this step's report (signals.hpp), or 0
 };
 
 // One action this rank ran in a step, with its wall-clock span (seconds since the step began).

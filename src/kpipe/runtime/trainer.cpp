@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <utility>
 #include <thread>
 
 #include "kpipe/comm/bounded.hpp"
@@ -14,6 +16,7 @@
 #include "kpipe/runtime/evaluator.hpp"
 #include "kpipe/runtime/flush_updates.hpp"
 #include "kpipe/runtime/placement.hpp"
+#include "kpipe/runtime/signals.hpp"
 #include "kpipe/runtime/versioned_updates.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
@@ -76,7 +79,7 @@ template <class T, class A> void Trainer<T, A>::stage_tokens(std::size_t begin, 
   }
 }
 
-template <class T, class A> StepStats Trainer<T, A>::step() {
+template <class T, class A> void Trainer<T, A>::run_step() {
   const bool asynchronous = plan_.asynchronous();
   require(!asynchronous || step_ < config_.train.steps,
           "train.steps = {}: an asynchronous run cannot go past its last step (it drains the pipeline there)",
@@ -104,26 +107,64 @@ template <class T, class A> StepStats Trainer<T, A>::step() {
   stats.step = step_;
   stats.tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
   stats.busy_seconds = executor_->run(program_, begin, end, offset, updates_.get(), data, step_);
+  // The report: each micro-batch's loss sum by slot (it lives on one rank, zeros elsewhere: the world's sum is
+  // exact), the stop votes, and what the update policy adds.
   std::vector<double> sums(losses_.extent(0));
   Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(sums.data(), sums.size()),
                     losses_);
   stats.pipeline_seconds = seconds_now() - start;
-  // Each micro-batch's loss lives on one rank, zeros elsewhere: the sum is exact, then added in slot order.
-  updates_->contribute(sums);
-  comm::allreduce(sums, MPI_SUM, grid_.world,
-                  {config_.pipeline.recv_timeout_s, fmt::format("the loss allreduce of step {}", step_)});
-  double loss = 0;
-  for (int j = 0; j < config_.train.microbatches; ++j) loss += sums[j];
-  stats.loss = loss / double(stats.tokens);
-  updates_->finish(step_, sums, stats);
+  const auto votes = stop_votes(options_.stop_signal ? options_.stop_signal() : 0);
+  sums.insert(sums.end(), votes.begin(), votes.end());
+  updates_->contribute(sums, stats);
+  // One report under way at a time: the previous step's completes first (every rank started it before this
+  // step's lists, so it waits for no one still running them).
+  settle();
+  report_under_way_.emplace(ReportUnderWay{
+      stats, comm::PendingAllreduce<double>(std::move(sums), MPI_SUM, grid_.world,
+                                            {config_.pipeline.recv_timeout_s,
+                                             fmt::format("the loss allreduce of step {}", step_)})});
+  if (!asynchronous) settle();  // the optimizer step needs the loss
   // An asynchronous run's last step drains the pipeline: every send is received within it.
   if (asynchronous && step_ + 1 == config_.train.steps) executor_->finish_sends(program_, step_);
-  stats.seconds = seconds_now() - start;
+  // The step's wall time on this rank (a synchronous step's optimizer step included).
+  StepStats& report = report_under_way_ ? report_under_way_->stats : reports_.back();
+  report.seconds = seconds_now() - start;
   ++step_;
-  return stats;
 }
 
-template <class T, class A> double Trainer<T, A>::evaluate() { return evaluator_->evaluate(step_); }
+template <class T, class A> void Trainer<T, A>::settle() {
+  if (!report_under_way_) return;
+  ReportUnderWay report = std::move(*report_under_way_);
+  report_under_way_.reset();
+  close_report(report.stats, report.sums.wait());
+}
+
+template <class T, class A> void Trainer<T, A>::close_report(StepStats stats, const std::vector<double>& sums) {
+  // The losses added in slot order: the same sum on every layout.
+  const int m = config_.train.microbatches;
+  double loss = 0;
+  for (int j = 0; j < m; ++j) loss += sums[j];
+  stats.loss = loss / double(stats.tokens);
+  stats.stop_signal = agreed_stop_signal({sums[m], sums[m + 1]});
+  updates_->finish(stats.step, sums, stats);
+  reports_.push_back(stats);
+}
+
+template <class T, class A> std::vector<StepStats> Trainer<T, A>::take_reports() { return std::exchange(reports_, {}); }
+
+template <class T, class A> StepStats Trainer<T, A>::step() {
+  run_step();
+  settle();
+  auto reports = take_reports();
+  if (reports.size() != 1 || reports.back().step + 1 != step_)
+    throw std::logic_error("Trainer::step: reports of earlier steps were not taken");
+  return reports.back();
+}
+
+template <class T, class A> double Trainer<T, A>::evaluate() {
+  settle();  // the report first: every rank enters its collectives in one order
+  return evaluator_->evaluate(step_);
+}
 
 template <class T, class A>
 void Trainer<T, A>::resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) {

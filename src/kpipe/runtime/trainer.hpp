@@ -3,15 +3,18 @@
 // partition; runtime/run_plan.hpp) is made and every rank's memory held against memory.limit_per_rank before
 // anything is allocated; the stage model (this rank's chunks and weight versions; stage_model.hpp) is built;
 // then each step stages its micro-batches' tokens, the executor (executor.hpp) runs the step's share of this
-// rank's list, the losses are summed over the world, and the update policy (update_policy.hpp: one optimizer
-// step after the lists, or the weight versions of an asynchronous schedule) closes the step. With one rank the
+// rank's list, the step's report (its losses) is summed over the world, and the update policy
+// (update_policy.hpp: one optimizer step after the lists, or the weight versions of an asynchronous schedule)
+// closes the step. With one rank the
 // list is F0 B0 F1 B1 ...: the plain gradient-accumulation loop that every layout must match bit for bit
 // (docs/architecture.md, property 1).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "kpipe/comm/bounded.hpp"
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/comm/transport.hpp"
 #include "kpipe/core/config.hpp"
@@ -35,6 +38,9 @@ struct TrainerOptions {
   // Fault injection for tests of timeouts: world rank `stall_rank` sleeps `stall_seconds` before its first step.
   int stall_rank = -1;
   double stall_seconds = 0;
+  // The stop signal this rank has received (signals.hpp: received_stop_signal), read as each step's lists end
+  // and passed on with the step's report; none: no signal is ever passed on.
+  std::function<int()> stop_signal;
 };
 
 template <class T, class A = T> class Trainer {
@@ -44,8 +50,20 @@ template <class T, class A = T> class Trainer {
           const TrainerOptions& options = {});
   ~Trainer();
 
-  // One optimizer step on the next mini-batch. Asynchronous schedules: the next m micro-batches' share of the
-  // lists (their forwards, the backwards and updates due in the step), without a flush.
+  // Runs the next step: one optimizer step on the next mini-batch, or (asynchronous schedules) the next m
+  // micro-batches' share of the lists (their forwards, the backwards and updates due in the step), without a
+  // flush.
+  // The report (the step's loss, the update norms, the stop votes) is one sum over the world. A synchronous
+  // step needs it for its optimizer step, so it completes here. An asynchronous step's updates are done within
+  // its lists, so its report completes in the next run_step(), after that step's lists: no rank waits at the
+  // step boundary while the first stage runs the step's last backward (docs/schedules.md).
+  void run_step();
+  // The reports completed since the last call, oldest first: each step's once.
+  std::vector<StepStats> take_reports();
+  // Collective: completes the report under way, if any. Before what wants every report of the steps run (a
+  // checkpoint's step, the run's end, the timeline); a caller that never settles gets each report a step late.
+  void settle();
+  // run_step(), settle() and the step's report: one step at a time (tests, benchmarks).
   StepStats step();
   double evaluate();  // mean per-token loss over the validation windows (every rank gets it)
   std::int64_t next_step() const { return step_; }
@@ -75,6 +93,14 @@ template <class T, class A = T> class Trainer {
 
  private:
   void stage_tokens(std::size_t begin, std::size_t end, const Offset& offset);
+  // The step's report (stats and the world's sum of `sums`), from the sum once it is in.
+  void close_report(StepStats stats, const std::vector<double>& sums);
+
+  // A step's report whose sum over the world is under way.
+  struct ReportUnderWay {
+    StepStats stats;
+    comm::PendingAllreduce<double> sums;
+  };
 
   Config config_;
   const data::Corpus* corpus_;
@@ -96,6 +122,8 @@ template <class T, class A = T> class Trainer {
   std::int64_t first_step_ = 0;
   Offset resumed_;
   std::vector<VersionsRead> no_versions_read_;  // what versions_read() gives for synchronous schedules
+  std::optional<ReportUnderWay> report_under_way_;  // asynchronous schedules: the last step's, until the next one
+  std::vector<StepStats> reports_;                  // completed, not taken yet
   ExecSpace space_;
 };
 

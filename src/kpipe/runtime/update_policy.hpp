@@ -41,10 +41,12 @@ template <class T> class UpdatePolicy {
   // The lists' own weight actions: U (an update), rs and ss (the ordered reduction's running sum).
   virtual void run(const schedule::Action& action) = 0;
 
-  // After the step's lists. `sums` holds the step's loss sums by slot, which the trainer sums over the world in
-  // one allreduce: contribute() appends what the policy needs summed with them; finish() closes the step
-  // (replicas' gradients, norms, the optimizer) and fills stats.lr, grad_norm, skipped, optimizer_seconds.
-  virtual void contribute(std::vector<double>& sums) const = 0;
+  // After the step's lists. `sums` holds the step's report (its loss sums by slot, the stop votes), which the
+  // trainer sums over the world in one allreduce: contribute() appends what the policy needs summed with them
+  // and fills what it knows of the step already (asynchronous schedules: the lr of its last update, since the
+  // report may complete after the next step's updates); finish() closes the step once the sum is in (the
+  // replicas' gradients, norms, the optimizer) and fills stats.lr, grad_norm, skipped, optimizer_seconds.
+  virtual void contribute(std::vector<double>& sums, StepStats& stats) const = 0;
   virtual void finish(std::int64_t step, const std::vector<double>& sums, StepStats& stats) = 0;
 };
 

@@ -63,17 +63,18 @@ template <class T, class A> void VersionedUpdates<T, A>::run(const schedule::Act
   lr_ = rules_.learning_rate(stage_->config().optim, update);
 }
 
-template <class T, class A> void VersionedUpdates<T, A>::contribute(std::vector<double>& sums) const {
+template <class T, class A>
+void VersionedUpdates<T, A>::contribute(std::vector<double>& sums, StepStats& stats) const {
   // Every stage's last update's squared norm; replica 0's (the replicas' updates are the same).
   double squares = 0;
   if (stage_->grid().replica == 0)
     for (double s : update_squares_) squares += s;
   sums.push_back(squares);
+  stats.lr = lr_;
 }
 
 template <class T, class A> void VersionedUpdates<T, A>::finish(std::int64_t, const std::vector<double>& sums, StepStats& stats) {
   stats.grad_norm = std::sqrt(sums.back());
-  stats.lr = lr_;
 }
 
 template <class T, class A> bool VersionedUpdates<T, A>::version_needed(int c, int version) const {

@@ -32,7 +32,7 @@ template <class T, class A = T> class VersionedUpdates final : public UpdatePoli
   void before_compute(const schedule::Action& action) override;
   void after_backward(const schedule::Action& action) override;
   void run(const schedule::Action& action) override;
-  void contribute(std::vector<double>& sums) const override;
+  void contribute(std::vector<double>& sums, StepStats& stats) const override;
   void finish(std::int64_t step, const std::vector<double>& sums, StepStats& stats) override;
 
   // Resuming at a step boundary: the plan now holds the lists that continue the run, the parameters are the
