@@ -10,8 +10,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kpipe/comm/agree.hpp"
@@ -37,14 +39,11 @@
 
 namespace {
 
-
 std::string duration(double seconds) {
   const auto s = static_cast<long>(seconds + 0.5);
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
 }
 
-// set_up becomes true once every rank has agreed that the run can start: errors before that are the same
-// on every rank (agreed), errors after it may be one rank's alone.
 // Fault injection for kpipe's own tests, from the environment of kpipe-train (the library reads none):
 // KPIPE_TEST_STALL="<world rank>:<seconds>" makes that rank sleep before its first step, and
 // KPIPE_TEST_PAUSE_IN_CHECKPOINT="<step>:<seconds>" pauses every writer of that step's checkpoint half-way.
@@ -64,9 +63,87 @@ FaultInjection fault_injection() {
   return f;
 }
 
+// What the run learns from its steps' reports as they arrive (an asynchronous step's a step late,
+// runtime/trainer.hpp): each step's metrics and log line, the figures of the steady steps, the non-finite
+// steps in a row, and the stop signal the world agreed on. Every rank gets the same reports, so every rank
+// decides alike.
+class StepLog {
+ public:
+  StepLog(const kpipe::Config& config, int rank, std::int64_t first_step, kpipe::runtime::MetricsWriter& metrics,
+          std::function<bool(std::int64_t)> steady_step)
+      : config_(&config), rank_(rank), first_step_(first_step), metrics_(&metrics), steady_step_(std::move(steady_step)) {}
+
+  // Records the reports in order. Returns an exit code when the run must stop (train.max_skipped_steps
+  // non-finite steps in a row), 0 to go on.
+  int record(const std::vector<kpipe::runtime::StepStats>& reports) {
+    for (const auto& stats : reports)
+      if (const int code = record(stats)) return code;
+    return 0;
+  }
+
+  int stop_signal() const { return stop_signal_; }  // 0: none
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  std::int64_t tokens() const { return tokens_; }
+  // Over the steady steps after the first (which allocates), as the simulator's figures.
+  double busy_seconds() const { return busy_; }
+  double pipeline_seconds() const { return pipeline_seconds_; }
+  double optimizer_seconds() const { return optimizer_seconds_; }
+  int counted_steps() const { return counted_steps_; }
+
+ private:
+  int record(const kpipe::runtime::StepStats& stats) {
+    using namespace kpipe;
+    const auto& train = config_->train;
+    const std::int64_t s = stats.step;
+    // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
+    // after train.max_skipped_steps in a row.
+    skipped_in_a_row_ = stats.skipped ? skipped_in_a_row_ + 1 : 0;
+    if (stats.skipped && rank_ == 0)
+      fmt::print(stderr, "kpipe-train: step {} skipped: loss {} grad norm {} not finite ({} in a row)\n", s + 1,
+                 stats.loss, stats.grad_norm, skipped_in_a_row_);
+    tokens_ += stats.tokens;
+    // Asynchronous schedules: the steady state's steps (no warm-up, no drain).
+    if ((s > first_step_ || train.steps == first_step_ + 1) && steady_step_(s)) {
+      busy_ += stats.busy_seconds;
+      pipeline_seconds_ += stats.pipeline_seconds;
+      optimizer_seconds_ += stats.optimizer_seconds;
+      ++counted_steps_;
+    }
+    metrics_->write_step(stats);
+    if (stats.stop_signal && !stop_signal_) stop_signal_ = stats.stop_signal;
+    if (train.max_skipped_steps > 0 && skipped_in_a_row_ >= train.max_skipped_steps) {
+      if (rank_ == 0)
+        fmt::print(stderr, "kpipe-train: stopping: {} steps in a row with a non-finite loss or gradient "
+                           "(train.max_skipped_steps = {}); exit code {}\n",
+                   skipped_in_a_row_, train.max_skipped_steps, exit_status(ExitCode::non_finite));
+      return exit_status(ExitCode::non_finite);
+    }
+    if (rank_ == 0 && (s % train.log_every == 0 || s + 1 == train.steps)) {
+      const double elapsed = seconds();
+      fmt::print(stderr, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", s + 1,
+                 train.steps, stats.loss, stats.lr, stats.grad_norm, double(tokens_) / elapsed,
+                 duration(elapsed / double(s + 1 - first_step_) * double(train.steps - s - 1)));
+    }
+    return 0;
+  }
+
+  const kpipe::Config* config_;
+  int rank_;
+  std::int64_t first_step_;  // > 0 when resumed
+  kpipe::runtime::MetricsWriter* metrics_;
+  std::function<bool(std::int64_t)> steady_step_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::int64_t tokens_ = 0;
+  double busy_ = 0, pipeline_seconds_ = 0, optimizer_seconds_ = 0;
+  int counted_steps_ = 0;
+  int skipped_in_a_row_ = 0;
+  int stop_signal_ = 0;
+};
+
 // A: what activations and messages are stored in (float, or bf16 under train.precision = bf16).
 // optimizer_note: what the lr rule of an asynchronous schedule chose or found (async_rules.hpp), said once
-// the run is set up (a refused run says only why).
+// the run is set up (a refused run says only why). set_up becomes true once every rank has agreed that the run
+// can start: errors before that are the same on every rank (agreed), errors after it may be one rank's alone.
 template <class A>
 int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::TransportKind transport, int rank,
           bool& set_up) {
@@ -154,7 +231,6 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
   };
   set_up = true;
   if (rank == 0 && !optimizer_note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", optimizer_note);
-  int skipped_in_a_row = 0;
   const auto& desc = trainer.desc();
   if (rank == 0)
     fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, vocabulary {} ({}), batch {} x {} "
@@ -162,53 +238,9 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
                desc.num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len, config.model.vocab,
                data::to_string(corpus.tokenizer.kind()), config.train.batch, config.train.microbatches, corpus.source);
 
-  const auto start = std::chrono::steady_clock::now();
-  std::int64_t tokens = 0;
-  double busy = 0, pipeline_seconds = 0, optimizer_seconds = 0;  // over the steps after the first (which allocates)
-  int counted_steps = 0;
   const bool profiling = !config.output.profile.empty();
   const int first_step = int(trainer.next_step());  // > 0 when resumed
-  int stop_signal = 0;  // agreed by every rank: it came with a step's report
-  // A step's report, when it completes: the metrics, the log line and the figures. Returns an exit code when
-  // the run must stop (0: it goes on).
-  auto record_step = [&](const runtime::StepStats& stats) {
-    const std::int64_t s = stats.step;
-    // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
-    // after train.max_skipped_steps in a row (every rank sees the same stats, so every rank stops).
-    skipped_in_a_row = stats.skipped ? skipped_in_a_row + 1 : 0;
-    if (stats.skipped && rank == 0)
-      fmt::print(stderr, "kpipe-train: step {} skipped: loss {} grad norm {} not finite ({} in a row)\n", s + 1,
-                 stats.loss, stats.grad_norm, skipped_in_a_row);
-    tokens += stats.tokens;
-    // Asynchronous schedules: the steady state's steps (no warm-up, no drain), as the simulator's figure.
-    if ((s > first_step || config.train.steps == first_step + 1) && trainer.steady_step(s)) {
-      busy += stats.busy_seconds;
-      pipeline_seconds += stats.pipeline_seconds;
-      optimizer_seconds += stats.optimizer_seconds;
-      ++counted_steps;
-    }
-    metrics.write_step(stats);
-    if (stats.stop_signal && !stop_signal) stop_signal = stats.stop_signal;
-    if (config.train.max_skipped_steps > 0 && skipped_in_a_row >= config.train.max_skipped_steps) {
-      if (rank == 0)
-        fmt::print(stderr, "kpipe-train: stopping: {} steps in a row with a non-finite loss or gradient "
-                           "(train.max_skipped_steps = {}); exit code {}\n",
-                   skipped_in_a_row, config.train.max_skipped_steps, exit_status(ExitCode::non_finite));
-      return exit_status(ExitCode::non_finite);
-    }
-    if (rank == 0 && (s % config.train.log_every == 0 || s + 1 == config.train.steps)) {
-      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      fmt::print(stderr, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", s + 1,
-                 config.train.steps, stats.loss, stats.lr, stats.grad_norm, tokens / elapsed,
-                 duration(elapsed / double(s + 1 - first_step) * double(config.train.steps - s - 1)));
-    }
-    return 0;
-  };
-  auto record_steps = [&](const std::vector<runtime::StepStats>& reports) {
-    for (const auto& stats : reports)
-      if (const int code = record_step(stats)) return code;
-    return 0;
-  };
+  StepLog log(config, rank, first_step, metrics, [&](std::int64_t step) { return trainer.steady_step(step); });
   for (int s = first_step; s < config.train.steps; ++s) {
     if (tracer) tracer->begin_step(s);
     trainer.run_step();
@@ -223,17 +255,17 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
     if (last || checkpoint_due || eval_due || timeline) trainer.settle();
     const auto reports = trainer.take_reports();
     if (timeline) timeline->record(reports.back(), trainer.executor().timeline());
-    if (const int code = record_steps(reports)) return finish(code);
+    if (const int code = log.record(reports)) return finish(code);
     bool saved = false;
     if (checkpoint_due) {
       saved = save(false);
       if (!saved && config.checkpoint.on_failure == CheckpointFailure::stop) return finish(exit_status(ExitCode::checkpoint_failed));
     }
-    if (stop_signal) {  // every rank learnt it from the same report
+    if (const int stop_signal = log.stop_signal()) {  // every rank learnt it from the same report
       // The steps run since the report that brought it are reported first, so the metrics end where the
       // checkpoint does.
       trainer.settle();
-      if (const int code = record_steps(trainer.take_reports())) return finish(code);
+      if (const int code = log.record(trainer.take_reports())) return finish(code);
       if (config.checkpoint.dir.empty()) {
         if (rank == 0) fmt::print(stderr, "kpipe-train: signal {} after step {}: no checkpoint.dir, nothing saved\n", stop_signal, s + 1);
         return finish(1);
@@ -250,8 +282,9 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
       if (rank == 0) fmt::print(stderr, "step {:>5} | validation loss {:.4f}\n", s + 1, val);
     }
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const auto report = runtime::pipeline_report(trainer.stage(), trainer.plan(), trainer.executor(), busy, pipeline_seconds);
+  const double seconds = log.seconds();
+  const auto report = runtime::pipeline_report(trainer.stage(), trainer.plan(), trainer.executor(), log.busy_seconds(),
+                                               log.pipeline_seconds());
   if (rank == 0 && config.pipeline.pipeline_size > 1) {
     std::string ranks;
     for (int k = 0; k < grid.pipeline_size; ++k)
@@ -266,8 +299,8 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
   }
   if (profiling) {
     trainer.stage().profile_layers(false);
-    runtime::write_layer_profile(trainer.stage(), config.output.profile, optimizer_seconds / std::max(counted_steps, 1),
-                                 counted_steps);
+    runtime::write_layer_profile(trainer.stage(), config.output.profile,
+                                 log.optimizer_seconds() / std::max(log.counted_steps(), 1), log.counted_steps());
     if (rank == 0) fmt::print(stderr, "kpipe-train: layer profile written: {}\n", config.output.profile);
   }
   runtime::FinalMetrics final;
@@ -283,7 +316,7 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
   final.steps = trainer.next_step();
   final.param_checksum = trainer.param_checksum();
   final.seconds = seconds;
-  final.tokens_per_s = seconds > 0 ? tokens / seconds : 0;
+  final.tokens_per_s = seconds > 0 ? double(log.tokens()) / seconds : 0;
   final.num_params = desc.num_params();
   metrics.write_final(final);
   if (rank == 0)
