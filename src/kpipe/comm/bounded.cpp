@@ -115,8 +115,8 @@ std::string list_ranks(const std::vector<int>& ranks) {
   abort_job(ExitCode::peer_lost, "kpipe: " + message + "; aborting");
 }
 
-// The bound passed in a collective that `arrivals` (rank 0: the others' arrival messages; the others: their
-// own) belong to: rank 0 names the ranks at fault and ends the job; the others give it the time to, then end it.
+// A collective ran past its bound (`arrivals`: its arrival messages; rank 0: the others', the others: their
+// own). Rank 0 names the ranks at fault and ends the job; the others give it the time to, then end it.
 [[noreturn]] void end_job_on_timeout(MPI_Comm comm, const Bound& bound, std::vector<MPI_Request>& arrivals) {
   const int rank = rank_in(comm), size = size_of(comm);
   const Tags tags = tags_of(comm);

@@ -5,9 +5,8 @@
 // then each step stages its micro-batches' tokens, the executor (executor.hpp) runs the step's share of this
 // rank's list, the step's report (its losses) is summed over the world, and the update policy
 // (update_policy.hpp: one optimizer step after the lists, or the weight versions of an asynchronous schedule)
-// closes the step. With one rank the
-// list is F0 B0 F1 B1 ...: the plain gradient-accumulation loop that every layout must match bit for bit
-// (docs/architecture.md, property 1).
+// closes the step. With one rank the list is F0 B0 F1 B1 ...: the plain gradient-accumulation loop that every
+// layout must match bit for bit (docs/architecture.md, property 1).
 #include <cstdint>
 #include <functional>
 #include <memory>
