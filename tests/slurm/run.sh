@@ -6,8 +6,9 @@
 #              BLAS threads
 #   usr1       scancel --signal=USR1 --batch mid-run: one checkpoint, exit 75, requeued, resumed from
 #              `latest`; losses and final param_checksum equal the uninterrupted run's
-#   startup    the same signal while the job starts, twice: to the batch shell as soon as the job runs,
-#              and to the ranks as soon as they have their handlers: requeued, resumed, same checksum
+#   startup    the same signal while the job starts, three times: to the batch shell as soon as the job
+#              runs, to it while srun starts the ranks (an srun that drops it), and to the ranks as soon as
+#              they have their handlers: requeued, resumed, same checksum
 #   timelimit  --time=1 --signal=B:USR1@50: Slurm's warning reaches a checkpoint before the kill; the
 #              job is requeued and resumes from it
 #   scancel    plain scancel mid-run: the job ends (CANCELLED) and is not requeued
@@ -23,7 +24,7 @@ train=$build/apps/kpipe-train
 script=${KPIPE_SLURM_SCRIPT:-$repo/scripts/slurm/train-cpu.sbatch}
 shift $(($# > 0))
 cases=("$@")
-[ ${#cases[@]} -gt 0 ] || cases=(runs cpus usr1 startup_batch startup_ranks timelimit scancel)
+[ ${#cases[@]} -gt 0 ] || cases=(runs cpus usr1 startup_batch startup_srun startup_ranks timelimit scancel)
 # The uninterrupted run is the reference for the others.
 [ "${cases[0]}" = runs ] || cases=(runs "${cases[@]}")
 [ -x "$train" ] || { echo "tests/slurm: no $train: build kpipe first"; exit 2; }
@@ -70,7 +71,7 @@ echo "tests/slurm: node kpipe-ci up with $ncpus CPUs ($SECONDS s)"
 # ---- helpers --------------------------------------------------------------------------------------------
 model=(--preset tiny --batch 8 --microbatches 4 --model.n_layers 2 --model.seq_len 16 --model.d_model 32
        --model.n_heads 2 --train.log_every 1000 --checkpoint-every 0)
-steps=1500  # several seconds: long enough for a signal to land mid-run
+steps=5000  # about 3 s on 2 CPUs: a signal lands mid-run, and so does the script's repeat (1 s)
 
 # submit NAME [sbatch options] -- [kpipe-train options]: sbatch the script from a new directory
 # $work/N-NAME (its RUN_DIR and output file go there); sets job and dir.
@@ -194,11 +195,12 @@ startup_outcome() {
     stopped=$(output | sed -n 's/.*signal 10 after step \([0-9]*\): checkpointed.*/\1/p' | head -n 1)
     echo "  kpipe-train checkpointed after step $stopped"
     expect_resumed_to_the_end "$stopped"
-  else
+  elif output_has "requeueing job $job"; then
     echo "  the signal ended the start before kpipe-train ran: $(output | grep -m1 'stopped on SIGUSR1')"
     expect_state COMPLETED 1
-    expect_output "requeueing job $job"
     [ "$(final_checksum "$dir/metrics-$job-1.jsonl")" = "$reference" ] || fail "final param_checksum differs from the reference"
+  else
+    fail "the signal was lost: the job ran to the end with neither a checkpoint on it nor a requeue"
   fi
 }
 case_startup_batch() {
@@ -207,6 +209,29 @@ case_startup_batch() {
   # batch step that has none yet (seen under load): wait for the script's first line, written after its traps
   # are set and before srun starts kpipe-train.
   wait_for 60 "running batch script" output_has "job $job run 0:" || return
+  scancel --signal=USR1 --batch "$job"
+  wait_for 240 "end of the requeued job" ended_for_good || return
+  startup_outcome
+}
+# USR1 while srun starts the ranks, which srun drops (it passes a signal on only to ranks it has started).
+# A stand-in srun drops the first USR1 and only then becomes the real one, so that the signal lands in that
+# window every time: the script must pass it on again.
+case_startup_srun() {
+  mkdir -p "$work/dropping-srun"
+  cat >"$work/dropping-srun/srun" <<EOF
+#!/bin/bash
+if [ "\${SLURM_RESTART_COUNT:-0}" -eq 0 ]; then
+  dropped=
+  trap 'dropped=1' USR1
+  : >"\$RUN_DIR/srun-starting"
+  for _ in \$(seq 300); do [ -n "\$dropped" ] && break; sleep 0.2; done
+  trap - USR1
+fi
+exec $(command -v srun) "\$@"
+EOF
+  chmod +x "$work/dropping-srun/srun"
+  PATH=$work/dropping-srun:$PATH submit startup-srun --ntasks=2 --cpus-per-task=1 -- "${model[@]}" --steps $steps || return
+  wait_for 60 "srun starting" test -e "$dir/srun-starting" || return
   scancel --signal=USR1 --batch "$job"
   wait_for 240 "end of the requeued job" ended_for_good || return
   startup_outcome
