@@ -213,7 +213,7 @@ case_startup_batch() {
   wait_for 240 "end of the requeued job" ended_for_good || return
   startup_outcome
 }
-# USR1 while srun starts the ranks, which srun drops (it passes a signal on only to ranks it has started).
+# USR1 while srun starts the ranks, where srun can lose it (it passes a signal on only to running ranks).
 # A stand-in srun drops the first USR1 and only then becomes the real one, so that the signal lands in that
 # window every time: the script must pass it on again.
 case_startup_srun() {
