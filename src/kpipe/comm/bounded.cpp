@@ -155,18 +155,23 @@ std::string list_ranks(const std::vector<int>& ranks) {
 
 }  // namespace
 
-PendingCollective::PendingCollective(MPI_Comm comm, Bound bound, const std::function<MPI_Request()>& start)
-    : comm_(comm), bound_(std::move(bound)), size_(size_of(comm)) {
+PendingCollective::PendingCollective(MPI_Comm comm, Bound bound, const std::function<MPI_Request()>& start,
+                                     std::shared_ptr<void> buffers)
+    : comm_(comm),
+      bound_(std::move(bound)),
+      size_(size_of(comm)),
+      in_flight_(std::make_unique<InFlight>(InFlight{{}, std::move(buffers)})) {
   if (size_ > 1) {
     // Rank 0 listens for everyone's arrival; the others announce theirs.
     const int rank = rank_in(comm);
     const int tag = tags_of(comm).arrived;
+    auto& tokens = in_flight_->tokens;
     arrivals_.assign(rank == 0 ? std::size_t(size_ - 1) : 1, MPI_REQUEST_NULL);
-    tokens_.assign(arrivals_.size(), 0);
+    tokens.assign(arrivals_.size(), 0);
     if (rank == 0) {
-      for (int r = 1; r < size_; ++r) MPI_Irecv(&tokens_[r - 1], 1, MPI_INT, r, tag, comm, &arrivals_[r - 1]);
+      for (int r = 1; r < size_; ++r) MPI_Irecv(&tokens[r - 1], 1, MPI_INT, r, tag, comm, &arrivals_[r - 1]);
     } else {
-      MPI_Isend(&tokens_[0], 1, MPI_INT, 0, tag, comm, &arrivals_[0]);
+      MPI_Isend(&tokens[0], 1, MPI_INT, 0, tag, comm, &arrivals_[0]);
     }
   }
   request_ = start();
@@ -177,16 +182,17 @@ PendingCollective::PendingCollective(PendingCollective&& other) noexcept
       bound_(std::move(other.bound_)),
       size_(other.size_),
       arrivals_(std::move(other.arrivals_)),
-      tokens_(std::move(other.tokens_)),  // the vector's storage moves with it: MPI's pointers stay good
+      in_flight_(std::move(other.in_flight_)),
       request_(std::exchange(other.request_, MPI_REQUEST_NULL)) {}
 
 PendingCollective& PendingCollective::operator=(PendingCollective&& other) noexcept {
   if (this != &other) {
+    abandon();
     comm_ = other.comm_;
     bound_ = std::move(other.bound_);
     size_ = other.size_;
     arrivals_ = std::move(other.arrivals_);
-    tokens_ = std::move(other.tokens_);
+    in_flight_ = std::move(other.in_flight_);
     request_ = std::exchange(other.request_, MPI_REQUEST_NULL);
   }
   return *this;

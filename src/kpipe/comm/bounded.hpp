@@ -53,52 +53,58 @@ int mpi_count(std::size_t n);
 // other ranks arrive. Several may be under way on one communicator, and other collectives may run meanwhile,
 // when every rank starts them in the same order, as MPI requires (the arrival messages then match in that
 // order too: MPI does not let messages between two ranks overtake). A nonblocking collective's request may
-// not be freed, so one still under way when its owner goes (an exception is ending the run) is left to MPI.
+// not be freed, so one still under way when its owner goes (an exception is ending the run) is left to MPI,
+// and with it the memory MPI may still write into: the arrival messages' and `buffers`, the collective's own.
 class PendingCollective {
  public:
   PendingCollective() = default;
-  PendingCollective(MPI_Comm comm, Bound bound, const std::function<MPI_Request()>& start);
+  PendingCollective(MPI_Comm comm, Bound bound, const std::function<MPI_Request()>& start,
+                    std::shared_ptr<void> buffers = nullptr);
   PendingCollective(PendingCollective&& other) noexcept;
   PendingCollective& operator=(PendingCollective&& other) noexcept;
   PendingCollective(const PendingCollective&) = delete;
   PendingCollective& operator=(const PendingCollective&) = delete;
-  ~PendingCollective() = default;
+  ~PendingCollective() { abandon(); }
 
   bool under_way() const { return request_ != MPI_REQUEST_NULL; }
   // Completes it (nothing when not under way); past the bound, ends the job as every bounded collective does.
   void wait();
 
  private:
+  // The memory MPI may write into until the collective completes.
+  struct InFlight {
+    std::vector<int> tokens;        // the arrival messages' one int each
+    std::shared_ptr<void> buffers;  // the collective's own
+  };
+  // Leaves the memory to MPI if the collective is still under way (it is freed with this object otherwise).
+  void abandon() {
+    if (under_way()) (void)in_flight_.release();
+  }
+
   MPI_Comm comm_ = MPI_COMM_NULL;
   Bound bound_;
   int size_ = 1;
   std::vector<MPI_Request> arrivals_;  // rank 0: the others' arrival messages; the others: their own
-  std::vector<int> tokens_;            // the arrival messages' one int each
+  std::unique_ptr<InFlight> in_flight_;
   MPI_Request request_ = MPI_REQUEST_NULL;
 };
 
-// An allreduce started now and completed by wait(), which returns the result. It owns its values, so that MPI
-// never writes into memory that was freed under it (when it is left under way, they are left with it).
+// An allreduce started now and completed by wait(), which returns the result. Its values are the collective's
+// buffers, so that MPI never writes into memory freed under it.
 template <class T> class PendingAllreduce {
  public:
   PendingAllreduce() = default;
   PendingAllreduce(std::vector<T> values, MPI_Op op, MPI_Comm comm, Bound bound)
-      : values_(std::make_unique<std::vector<T>>(std::move(values))),
-        collective_(comm, std::move(bound), [&] {
-          MPI_Request request;
-          MPI_Iallreduce(MPI_IN_PLACE, values_->data(), mpi_count(values_->size()), mpi_type<T>(), op, comm, &request);
-          return request;
-        }) {}
-  PendingAllreduce(PendingAllreduce&&) noexcept = default;
-  PendingAllreduce& operator=(PendingAllreduce&& other) noexcept {
-    if (collective_.under_way()) (void)values_.release();  // as the destructor
-    values_ = std::move(other.values_);
-    collective_ = std::move(other.collective_);
-    return *this;
-  }
-  ~PendingAllreduce() {
-    if (collective_.under_way()) (void)values_.release();  // MPI may still write into them
-  }
+      : values_(std::make_shared<std::vector<T>>(std::move(values))),
+        collective_(
+            comm, std::move(bound),
+            [&] {
+              MPI_Request request;
+              MPI_Iallreduce(MPI_IN_PLACE, values_->data(), mpi_count(values_->size()), mpi_type<T>(), op, comm,
+                             &request);
+              return request;
+            },
+            values_) {}
 
   bool under_way() const { return collective_.under_way(); }
   std::vector<T> wait() {
@@ -107,7 +113,7 @@ template <class T> class PendingAllreduce {
   }
 
  private:
-  std::unique_ptr<std::vector<T>> values_;
+  std::shared_ptr<std::vector<T>> values_;  // shared with collective_, which keeps them while MPI may write
   PendingCollective collective_;
 };
 
