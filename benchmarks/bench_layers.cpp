@@ -120,6 +120,7 @@ struct EmbeddingCase {
                        View2<float>("dtoken", vocab, channels), View2<float>("dposition", seq, channels)};
   View1<Token> tokens{"tokens", rows};
   View2<float> out{"out", rows, channels}, dout{"dout", rows, channels};
+  View1<std::int64_t> order{"order", rows};
   EmbeddingCase() {
     fill(emb.token, 8);
     fill(emb.position, 9);
@@ -144,11 +145,13 @@ void BM_EmbeddingBackward(benchmark::State& state) {
   ExecSpace space;
   EmbeddingCase c;
   for (auto _ : state) {
-    backward_weight(space, c.emb, c.tokens, seq, c.dout);
+    backward_weight(space, c.emb, c.tokens, seq, c.dout, c.order);
     space.fence();
   }
-  // tokens; dout read by both kernels; one dtoken row read and written per token; dposition read and written
-  report_bytes(state, sizeof(Token) * rows + word * (2 * rows * channels + 2 * rows * channels + 2 * seq * channels));
+  // tokens; the sort keys written, sorted and read; dout read by both kernels; one dtoken row read and written per
+  // distinct token (at most one per row); dposition read and written
+  report_bytes(state, sizeof(Token) * rows + 3 * sizeof(std::int64_t) * rows +
+                          word * (2 * rows * channels + 2 * rows * channels + 2 * seq * channels));
 }
 
 void BM_AdamW(benchmark::State& state) {

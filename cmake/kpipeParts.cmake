@@ -35,6 +35,12 @@ function(kpipe_add_part name)
   # way).
   target_compile_options(kpipe_${name} PRIVATE $<$<CXX_COMPILER_ID:GNU,Clang>:-fno-trapping-math>
                          $<$<CXX_COMPILER_ID:GNU,Clang>:-fno-math-errno>)
+  # -ffp-contract=off: a kernel's host and device paths (core/kernel_path.hpp) add the same terms in the same
+  # order, and must then give the same bits; GCC's default (fast) fuses a product into the following add
+  # wherever inlining shows it one, which differs between two loop shapes of the same sum. PUBLIC within this
+  # build: tests and benchmarks instantiate the same inline kernels. (On a GPU only the device path runs.)
+  target_compile_options(kpipe_${name} PUBLIC
+                         $<BUILD_INTERFACE:$<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU,Clang>>:-ffp-contract=off>>)
   kpipe_native_arch(kpipe_${name})
   set(KPIPE_PARTS ${KPIPE_PARTS} kpipe_${name} PARENT_SCOPE)
 endfunction()

@@ -55,7 +55,7 @@ TEST(Embedding, GradientsMatchFiniteDifferencesWithRepeatedTokens) {
     forward(space, emb, tokens, seq, out);
     return test::dot(out, r);
   };
-  backward_weight(space, emb, tokens, seq, r);
+  backward_weight(space, emb, tokens, seq, r, View1<std::int64_t>("order", tokens.extent(0)));
   test::expect_gradient("dtoken", emb.token, emb.dtoken, loss, vocab * channels);
   test::expect_gradient("dposition", emb.position, emb.dposition, loss, positions * channels);
   // Unused rows get exactly nothing.
@@ -73,12 +73,12 @@ TEST(Embedding, BackwardAccumulates) {
   const auto tokens = make_tokens(repeated);
   View2<double> dout("dout", repeated.size(), channels);
   test::fill_uniform(dout, 6);
-  backward_weight(space, emb, tokens, seq, dout);
+  backward_weight(space, emb, tokens, seq, dout, View1<std::int64_t>("order", tokens.extent(0)));
   auto token_once = Kokkos::create_mirror(HostSpace(), emb.dtoken);
   auto position_once = Kokkos::create_mirror(HostSpace(), emb.dposition);
   Kokkos::deep_copy(token_once, emb.dtoken);
   Kokkos::deep_copy(position_once, emb.dposition);
-  backward_weight(space, emb, tokens, seq, dout);
+  backward_weight(space, emb, tokens, seq, dout, View1<std::int64_t>("order", tokens.extent(0)));
   auto token_twice = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
   auto position_twice = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dposition);
   for (int c = 0; c < channels; ++c) {
@@ -95,7 +95,8 @@ TEST(Embedding, RejectsSequenceLengthsThatDoNotFit) {
   EXPECT_THROW(forward(space, emb, tokens, 0, out), InputError);
   EXPECT_THROW(forward(space, emb, tokens, 6, out), InputError);  // longer than the position table
   EXPECT_THROW(forward(space, emb, tokens, 5, out), InputError);  // 12 rows are not whole sequences of 5
-  EXPECT_THROW(backward_weight(space, emb, tokens, 5, out), InputError);
+  const View1<std::int64_t> order("order", tokens.extent(0));
+  EXPECT_THROW(backward_weight(space, emb, tokens, 5, out, order), InputError);
   EXPECT_NO_THROW(forward(space, emb, tokens, 3, out));
 }
 
@@ -121,7 +122,7 @@ TEST(Embedding, OutOfRangeTokenIdsGiveNanRowsAndNoGradient) {
     }
   View2<double> dout("dout", ids.size(), channels);
   Kokkos::deep_copy(dout, 1.0);
-  backward_weight(space, emb, tokens, seq, dout);
+  backward_weight(space, emb, tokens, seq, dout, View1<std::int64_t>("order", tokens.extent(0)));
   auto dtoken = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
   // Token 1 appears six times in `repeated`; rows 2, 7 and 9 (1s there) now hold bad ids.
   for (int c = 0; c < channels; ++c) EXPECT_DOUBLE_EQ(dtoken(1, c), 3.0);

@@ -207,8 +207,9 @@ TEST(KernelPaths, EmbeddingGradientAgreesBitForBit) {
   const View1<const Token> tokens = tokens_for(std::int64_t(sequences) * seq, 7);  // ids repeat
   View2<float> dout("dout", std::int64_t(sequences) * seq, c);
   test::fill_uniform(dout, 19);
-  backward_weight<float, host>(space, emb_h, tokens, seq, dout);
-  backward_weight<float, device>(space, emb_d, tokens, seq, dout);
+  const View1<std::int64_t> order("order", tokens.extent(0));
+  backward_weight<float, host>(space, emb_h, tokens, seq, dout, order);
+  backward_weight<float, device>(space, emb_d, tokens, seq, dout, order);
   expect_same_bits("Embedding dtoken", emb_h.dtoken, emb_d.dtoken);
   expect_same_bits("Embedding dposition", emb_h.dposition, emb_d.dposition);
 }
@@ -396,8 +397,9 @@ TEST(KernelPaths, Bf16ElementwiseKernelsAgreeBitForBit) {
   const View1<const Token> tokens = tokens_for(std::int64_t(sequences) * seq, 7);
   View2<bf16> edout("dout", std::int64_t(sequences) * seq, c);
   test::fill(edout, 20);
-  backward_weight<float, host>(space, emb_h, tokens, seq, edout);
-  backward_weight<float, device>(space, emb_d, tokens, seq, edout);
+  const View1<std::int64_t> order("order", tokens.extent(0));
+  backward_weight<float, host>(space, emb_h, tokens, seq, edout, order);
+  backward_weight<float, device>(space, emb_d, tokens, seq, edout, order);
   expect_same_bits("bf16 Embedding dtoken", emb_h.dtoken, emb_d.dtoken);
   expect_same_bits("bf16 Embedding dposition", emb_h.dposition, emb_d.dposition);
 }

@@ -1,5 +1,7 @@
 #include "kpipe/nn/embedding.hpp"
 
+#include <Kokkos_Sort.hpp>
+
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
@@ -32,31 +34,56 @@ void forward(const ExecSpace& space, const Embedding<T, A>& emb, const View1<con
                        });
 }
 
+// Sorts the keys in place. Each key is unique (it holds its row), so every sort gives the same order.
+static void sort_unique_keys(const ExecSpace& space, const View1<std::int64_t>& keys) {
+#if KOKKOS_VERSION >= 40000
+  Kokkos::sort(space, keys);
+#else
+  space.fence();  // Kokkos 3.4's sort takes no execution space instance: it runs on the default one
+  Kokkos::sort(keys);
+#endif
+}
+
 // dout[B*T, C] -> dtoken[V, C] +=, dposition[T_max, C] +=
 template <class T, KernelPath P, class A>
 void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
-                     In2<A> dout) {
+                     In2<A> dout, const View1<std::int64_t>& order) {
   check_sequences(tokens.extent(0), seq, emb.position.extent(0));
   const auto dtoken = emb.dtoken;
   const auto dposition = emb.dposition;
   const std::int64_t rows = dout.extent(0);
   const std::int64_t sequences = rows / seq;
-  // A token may occur on many rows: a work item owns a block of channels (one channel on a GPU, a run of
-  // neighbouring channels on a CPU, see core/elementwise.hpp) and adds the rows in order, so no two work
-  // items touch the same element and the sum is the same whatever the block (no atomics).
   const std::int64_t channels = dout.extent(1);
   const Token vocab = Token(dtoken.extent(0));
+  require(std::int64_t(order.extent(0)) >= rows, "nn::Embedding: the order scratch has {} elements, {} rows need it",
+          order.extent(0), rows);
+  // A token may occur on many rows. The rows are sorted by (token, row): key token * rows + row, and out-of-range
+  // ids after every valid one (vocab * rows + row). Then one work item per token and block of channels (one
+  // channel on a GPU, a run of neighbouring channels on a CPU, see core/elementwise.hpp) sums that token's rows
+  // in row order and adds the sum once: no two work items touch the same element, and the sum is the same
+  // whatever the block (no atomics). Its walk is the token's count in the micro-batch.
+  const View1<std::int64_t> keys(order.data(), rows);
+  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::keys", range(space, rows), KOKKOS_LAMBDA(std::int64_t i) {
+    const Token t = tokens(i);
+    keys(i) = std::int64_t(valid_token(t, vocab) ? t : vocab) * rows + i;
+  });
+  sort_unique_keys(space, keys);
   constexpr int width = column_block<P>;
-  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token", range(space, (channels + width - 1) / width),
-                       KOKKOS_LAMBDA(std::int64_t block) {
+  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token",
+                       range2(space, rows, (channels + width - 1) / width),
+                       KOKKOS_LAMBDA(std::int64_t p, std::int64_t block) {
+                         const std::int64_t t = keys(p) / rows;
+                         if (t >= vocab || (p > 0 && keys(p - 1) / rows == t)) return;  // not a token's first row
                          const std::int64_t c0 = block * width;
                          const int n = channels - c0 < width ? int(channels - c0) : width;
-                         for (std::int64_t i = 0; i < rows; ++i) {
-                           if (!valid_token(tokens(i), vocab)) continue;
-                           T* KOKKOS_RESTRICT target = &dtoken(tokens(i), c0);
-                           const A* KOKKOS_RESTRICT source = &dout(i, c0);
-                           for (int j = 0; j < n; ++j) target[j] += widen<T>(source[j]);
+                         T sum[width];
+                         for (int j = 0; j < width; ++j) sum[j] = T(0);
+                         for (std::int64_t q = p; q < rows && keys(q) / rows == t; ++q) {
+                           const A* KOKKOS_RESTRICT source = &dout(keys(q) - t * rows, c0);
+                           for (int j = 0; j < n; ++j) sum[j] += widen<T>(source[j]);
                          }
+                         T* KOKKOS_RESTRICT target = &dtoken(t, c0);
+                         for (int j = 0; j < n; ++j) target[j] += sum[j];
                        });
   // Position t is on row b*T + t of every sequence b: one thread per (t, c) sums them in order.
   Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::position", range2(space, seq, dout.extent(1)),
@@ -70,20 +97,26 @@ void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const V
 template void forward(const ExecSpace&, const Embedding<float, float>&, const View1<const Token>&, int,
                       const View2<float>&);
 template void backward_weight<float, KernelPath::host, float>(const ExecSpace&, const Embedding<float, float>&,
-                                                         const View1<const Token>&, int, In2<float>);
+                                                         const View1<const Token>&, int, In2<float>,
+                                                         const View1<std::int64_t>&);
 template void backward_weight<float, KernelPath::device, float>(const ExecSpace&, const Embedding<float, float>&,
-                                                         const View1<const Token>&, int, In2<float>);
+                                                         const View1<const Token>&, int, In2<float>,
+                                                         const View1<std::int64_t>&);
 template void forward(const ExecSpace&, const Embedding<double, double>&, const View1<const Token>&, int,
                       const View2<double>&);
 template void backward_weight<double, KernelPath::host, double>(const ExecSpace&, const Embedding<double, double>&,
-                                                         const View1<const Token>&, int, In2<double>);
+                                                         const View1<const Token>&, int, In2<double>,
+                                                         const View1<std::int64_t>&);
 template void backward_weight<double, KernelPath::device, double>(const ExecSpace&, const Embedding<double, double>&,
-                                                         const View1<const Token>&, int, In2<double>);
+                                                         const View1<const Token>&, int, In2<double>,
+                                                         const View1<std::int64_t>&);
 template void forward(const ExecSpace&, const Embedding<float, bf16>&, const View1<const Token>&, int,
                       const View2<bf16>&);
 template void backward_weight<float, KernelPath::host, bf16>(const ExecSpace&, const Embedding<float, bf16>&,
-                                                         const View1<const Token>&, int, In2<bf16>);
+                                                         const View1<const Token>&, int, In2<bf16>,
+                                                         const View1<std::int64_t>&);
 template void backward_weight<float, KernelPath::device, bf16>(const ExecSpace&, const Embedding<float, bf16>&,
-                                                         const View1<const Token>&, int, In2<bf16>);
+                                                         const View1<const Token>&, int, In2<bf16>,
+                                                         const View1<std::int64_t>&);
 
 }  // namespace kpipe::nn

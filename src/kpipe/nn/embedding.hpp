@@ -21,9 +21,11 @@ template <class T, class A = T>
 void forward(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
              const View2<A>& out);
 // dtoken[tokens[i]] += dout[i], dposition[i mod T] += dout[i], summed in a fixed order (reproducible
-// on every backend: no atomics). Rows of out-of-range ids add nothing.
+// on every backend and layout: no atomics). Rows of out-of-range ids add nothing. order is scratch of at least
+// B*T elements (overwritten): the rows sorted by (token, row), so that one work item per token and channel
+// sums that token's rows in row order.
 template <class T, KernelPath P = default_kernel_path, class A = T>
 void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
-                     In2<A> dout);
+                     In2<A> dout, const View1<std::int64_t>& order);
 
 }  // namespace kpipe::nn

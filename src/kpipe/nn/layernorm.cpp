@@ -1,5 +1,6 @@
 #include "kpipe/nn/layernorm.hpp"
 
+#include "kpipe/core/column_sums.hpp"
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/math.hpp"
 
@@ -129,31 +130,17 @@ void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x
                      In2<A> dy) {
   const auto dgamma = ln.dgamma;
   const auto dbeta = ln.dbeta;
-  const std::int64_t rows = x.extent(0), cols = x.extent(1);
-  // Column sums, rows in order: reproducible without atomics. On a GPU one thread per column (coalesced);
-  // on a CPU a block of columns per work item, walked row by row (contiguous); see core/elementwise.hpp.
-  constexpr int width = column_block<P>;
-  Kokkos::parallel_for("kpipe::nn::LayerNorm::backward_weight", range(space, (cols + width - 1) / width),
-                       KOKKOS_LAMBDA(std::int64_t block) {
-                         const std::int64_t c0 = block * width;
-                         const int n = cols - c0 < width ? int(cols - c0) : width;
-                         T sum_dy_xhat[width], sum_dy[width];
-                         for (int j = 0; j < width; ++j) sum_dy_xhat[j] = sum_dy[j] = 0;
-                         for (std::int64_t i = 0; i < rows; ++i) {
-                           const A* KOKKOS_RESTRICT g = &dy(i, c0);
-                           const A* KOKKOS_RESTRICT xi = &x(i, c0);
-                           const T mu = mean(i), r = rstd(i);
-                           for (int j = 0; j < n; ++j) {
-                             const T gj = widen<T>(g[j]);
-                             sum_dy_xhat[j] += gj * (widen<T>(xi[j]) - mu) * r;
-                             sum_dy[j] += gj;
-                           }
-                         }
-                         for (int j = 0; j < n; ++j) {
-                           dgamma(c0 + j) += sum_dy_xhat[j];
-                           dbeta(c0 + j) += sum_dy[j];
-                         }
-                       });
+  // Two-level column sums in T, in a fixed order (reproducible without atomics); see core/column_sums.hpp.
+  column_sums<T, 2, P>(
+      "kpipe::nn::LayerNorm::backward_weight", space, x.extent(0), x.extent(1),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) {
+        const T g = widen<T>(dy(i, j));
+        return ColumnTerms<T, 2>{{g * (widen<T>(x(i, j)) - mean(i)) * rstd(i), g}};
+      },
+      KOKKOS_LAMBDA(std::int64_t j, const ColumnTerms<T, 2>& s) {
+        dgamma(j) += s[0];
+        dbeta(j) += s[1];
+      });
 }
 
 // Both paths, for float (training), double (gradient checks) and float accumulating bf16 (mixed precision).

@@ -1,6 +1,7 @@
 #include "kpipe/nn/linear.hpp"
 
 #include "kpipe/core/blas.hpp"
+#include "kpipe/core/column_sums.hpp"
 #include "kpipe/core/elementwise.hpp"
 
 namespace kpipe::nn {
@@ -75,22 +76,12 @@ void backward_weight(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x
   blas::gemm(space, "T", "N", T(1), dy, x, T(1), layer.dweight, layer.products.math, layer.products.workspace);
   const auto dbias = layer.dbias;
   if (dbias.extent(0) == 0) return;
-  const std::int64_t rows = dy.extent(0), cols = dbias.extent(0);
   const View2<const A> g = dy;
-  // Column sums in T, rows in a fixed order (reproducible without atomics); see core/elementwise.hpp.
-  constexpr int width = column_block<P>;
-  Kokkos::parallel_for("kpipe::nn::Linear::backward_weight::bias", range(space, (cols + width - 1) / width),
-                       KOKKOS_LAMBDA(std::int64_t block) {
-                         const std::int64_t c0 = block * width;
-                         const int n = cols - c0 < width ? int(cols - c0) : width;
-                         T sum[width];
-                         for (int j = 0; j < width; ++j) sum[j] = 0;
-                         for (std::int64_t i = 0; i < rows; ++i) {
-                           const A* KOKKOS_RESTRICT row = &g(i, c0);
-                           for (int j = 0; j < n; ++j) sum[j] += widen<T>(row[j]);
-                         }
-                         for (int j = 0; j < n; ++j) dbias(c0 + j) += sum[j];
-                       });
+  // Two-level column sums in T, in a fixed order (reproducible without atomics); see core/column_sums.hpp.
+  column_sums<T, 1, P>(
+      "kpipe::nn::Linear::backward_weight::bias", space, dy.extent(0), dbias.extent(0),
+      KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) { return ColumnTerms<T, 1>{{widen<T>(g(i, j))}}; },
+      KOKKOS_LAMBDA(std::int64_t j, const ColumnTerms<T, 1>& s) { dbias(j) += s[0]; });
 }
 
 // Float (training), double (gradient checks), float accumulating bf16 storage (mixed precision); both paths.
