@@ -89,6 +89,16 @@ class StepLog {
   double pipeline_seconds() const { return pipeline_seconds_; }
   double optimizer_seconds() const { return optimizer_seconds_; }
   int counted_steps() const { return counted_steps_; }
+  // The median over the steps after the first (which allocates and warms up) of each step's tokens / seconds:
+  // the like-for-like figure beside a framework's median steady step. The only step's when there is one.
+  double steady_tokens_per_s() const {
+    std::vector<double> rates = steady_rates_;
+    if (rates.empty()) return first_rate_;
+    const auto middle = rates.begin() + std::ptrdiff_t(rates.size() / 2);
+    std::nth_element(rates.begin(), middle, rates.end());
+    if (rates.size() % 2 == 1) return *middle;
+    return 0.5 * (*middle + *std::max_element(rates.begin(), middle));
+  }
 
  private:
   int record(const kpipe::runtime::StepStats& stats) {
@@ -102,6 +112,12 @@ class StepLog {
       fmt::print(stderr, "kpipe-train: step {} skipped: loss {} grad norm {} not finite ({} in a row)\n", s + 1,
                  stats.loss, stats.grad_norm, skipped_in_a_row_);
     tokens_ += stats.tokens;
+    const double rate = stats.seconds > 0 ? double(stats.tokens) / stats.seconds : 0;
+    if (s > first_step_) {
+      steady_rates_.push_back(rate);
+    } else {
+      first_rate_ = rate;
+    }
     // Asynchronous schedules: the steady state's steps (no warm-up, no drain).
     if ((s > first_step_ || train.steps == first_step_ + 1) && steady_step_(s)) {
       busy_ += stats.busy_seconds;
@@ -136,6 +152,8 @@ class StepLog {
   std::int64_t tokens_ = 0;
   double busy_ = 0, pipeline_seconds_ = 0, optimizer_seconds_ = 0;
   int counted_steps_ = 0;
+  std::vector<double> steady_rates_;  // tokens / seconds of each step after the first
+  double first_rate_ = 0;
   int skipped_in_a_row_ = 0;
   int stop_signal_ = 0;
 };
@@ -317,11 +335,15 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
   final.param_checksum = trainer.param_checksum();
   final.seconds = seconds;
   final.tokens_per_s = seconds > 0 ? double(log.tokens()) / seconds : 0;
+  final.steady_tokens_per_s = log.steady_tokens_per_s();
   final.num_params = desc.num_params();
   metrics.write_final(final);
   if (rank == 0)
-    fmt::print(stderr, "done: {} steps in {} | validation loss {:.4f} | {:.0f} tok/s | param_checksum {}\n", final.steps,
-               duration(seconds), final.val_loss, final.tokens_per_s, runtime::checksum_hex(final.param_checksum));
+    fmt::print(stderr,
+               "done: {} steps in {} | validation loss {:.4f} | {:.0f} tok/s (median step after the first: {:.0f}) | "
+               "param_checksum {}\n",
+               final.steps, duration(seconds), final.val_loss, final.tokens_per_s, final.steady_tokens_per_s,
+               runtime::checksum_hex(final.param_checksum));
   return finish(0);
 }
 

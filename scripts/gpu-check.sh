@@ -8,12 +8,17 @@
 #      the bench preset on 2 ranks sharing the GPU (MPI through pinned host buffers: NCCL refuses two ranks on
 #      one GPU);
 #   3. where torch with CUDA imports, the same models in PyTorch on the same GPU at the same precisions (bf16:
-#      torch.autocast, as PyTorch users run it; benchmarks/pytorch/gpt.py);
-# then prints the figures side by side: tokens/s, model TFLOP/s (the FLOPs of benchmarks/run.py) and the share
-# of the GPU's peak at that precision (dense: fp32 without tensor cores, TF32 and BF16 tensor cores; known for
-# H100/H200 and A100, else GPU_PEAK_TFLOPS="fp32 tf32 bf16").
+#      torch.autocast, as PyTorch users run it; benchmarks/pytorch/gpt.py), eager and, where it works on the
+#      node, torch.compile'd;
+# then prints the figures side by side, like for like: kpipe's median step after the first (steady_tokens_per_s)
+# beside PyTorch's median step after the first two, kpipe's whole-run average (first step included) for
+# reference; model TFLOP/s (the FLOPs of benchmarks/run.py) and the share of the GPU's peak at that precision
+# (dense: fp32 without tensor cores, TF32 and BF16 tensor cores; known for H100/H200 and A100, else
+# GPU_PEAK_TFLOPS="fp32 tf32 bf16"); and kpipe / PyTorch eager.
+# Sizes: bench (the bench preset), wide (d_model 1024, 16 heads, 8 layers, seq_len 256, 32 sequences), long (wide
+# at seq_len 2048 with 4 sequences, bf16 only: against PyTorch's fused scaled_dot_product_attention).
 #
-#   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests] [--sizes bench,wide] [--limit SECONDS]
+#   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests] [--sizes bench,wide,long] [--limit SECONDS]
 #
 # Every program runs under a time limit (--limit, default 300 s): a hang is a failure, not a stuck node.
 #
@@ -25,7 +30,7 @@
 # Exit codes: 0 all checks passed; 1 a check failed; 2 nothing to check here (no CUDA build, no GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=build-cuda steps=30 out="" skip_tests=0 bundle=0 sizes=bench,wide limit=300
+build=build-cuda steps=30 out="" skip_tests=0 bundle=0 sizes=bench,wide,long limit=300
 while [ $# -gt 0 ]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -34,7 +39,7 @@ while [ $# -gt 0 ]; do
     --bundle) bundle=1; shift ;;
     --sizes) sizes=$2; shift 2 ;;
     --limit) limit=$2; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)"; exit 2 ;;
     *) build=$1; shift ;;
   esac
@@ -115,37 +120,54 @@ if [ $skip_tests -eq 0 ]; then
 fi
 
 # 2. and 3. Every size and precision, kpipe and PyTorch.
-declare -A model_args torch_args
+declare -A model_args torch_args precisions
 model_args[bench]="--preset bench"
 torch_args[bench]=""
+precisions[bench]="fp32 tf32 bf16"
 model_args[wide]="--preset bench --model.d_model 1024 --model.n_heads 16 --model.seq_len 256 --train.batch 32"
 torch_args[wide]="--d-model 1024 --n-heads 16 --seq-len 256 --batch 32"
-tokens_per_s() { python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1]["tokens_per_s"])' "$1"; }
+precisions[wide]="fp32 tf32 bf16"
+model_args[long]="--preset bench --model.d_model 1024 --model.n_heads 16 --model.seq_len 2048 --train.batch 4"
+torch_args[long]="--d-model 1024 --n-heads 16 --seq-len 2048 --batch 4"
+precisions[long]="bf16"
+final_field() {  # final_field METRICS KEY: the final record's KEY
+  python3 -c 'import json,sys; print([json.loads(l) for l in open(sys.argv[1])][-1][sys.argv[2]])' "$1" "$2"
+}
 have_torch=0
 python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && have_torch=1
 [ $have_torch -eq 1 ] || echo "gpu-check: torch with CUDA does not import here: the PyTorch comparison is skipped"
+torch_run() {  # torch_run TAG SIZE PRECISION [--compile]: prints PyTorch's median tokens/s, or - and fails
+  # shellcheck disable=SC2086
+  if timeout "$limit" python3 benchmarks/pytorch/gpt.py --device cuda --precision "$3" --steps "$steps" ${torch_args[$2]} \
+    "${@:4}" >"$out/torch-$1.json" 2>"$out/torch-$1.log"; then
+    python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_s"])' "$out/torch-$1.json"
+  else
+    echo "-"
+    return 1
+  fi
+}
 rows=()
 for size in ${sizes//,/ }; do
-  [ -n "${model_args[$size]:-}" ] || { echo "gpu-check: --sizes: unknown size $size (bench, wide)"; exit 2; }
-  for precision in fp32 tf32 bf16; do
-    tag="$size-$precision" kpipe="" torch=""
+  [ -n "${model_args[$size]:-}" ] || { echo "gpu-check: --sizes: unknown size $size (bench, wide, long)"; exit 2; }
+  for precision in ${precisions[$size]}; do
+    tag="$size-$precision" kpipe="-" kpipe_run="-" torch="-" compiled="-"
     # shellcheck disable=SC2086
     if "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision $precision --steps "$steps" --train.log_every 1000000 \
       --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
-      kpipe=$(tokens_per_s "$out/$tag.jsonl")
+      kpipe=$(final_field "$out/$tag.jsonl" steady_tokens_per_s)
+      kpipe_run=$(final_field "$out/$tag.jsonl" tokens_per_s)
     else
       failed=1; echo "gpu-check: kpipe $tag FAILED (log: $out/$tag.log)"; tail -3 "$out/$tag.log" | sed 's/^/gpu-check:   /'
     fi
     if [ $have_torch -eq 1 ]; then
-      # shellcheck disable=SC2086
-      if timeout "$limit" python3 benchmarks/pytorch/gpt.py --device cuda --precision $precision --steps "$steps" ${torch_args[$size]} \
-        >"$out/torch-$tag.json" 2>"$out/torch-$tag.log"; then
-        torch=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_s"])' "$out/torch-$tag.json")
-      else
+      if ! torch=$(torch_run "$tag" "$size" "$precision"); then
         failed=1; echo "gpu-check: PyTorch $tag FAILED (log: $out/torch-$tag.log)"
       fi
+      # torch.compile needs a working compiler toolchain (Triton) on the node: where it fails, its column says -.
+      compiled=$(torch_run "$tag-compiled" "$size" "$precision" --compile) ||
+        echo "gpu-check: torch.compile $tag did not run here (log: $out/torch-$tag-compiled.log)"
     fi
-    rows+=("$size $precision ${kpipe:--} ${torch:--}")
+    rows+=("$size $precision $kpipe $kpipe_run $torch $compiled")
   done
 done
 if [ -n "$mpiexec" ]; then
@@ -153,7 +175,8 @@ if [ -n "$mpiexec" ]; then
     if "${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$train" --preset bench --precision $precision --steps "$steps" --pipeline-size 2 \
       --microbatches 8 --transport auto --train.log_every 1000000 --train.eval_batches 1 \
       --metrics "$out/two-ranks-$precision.jsonl" >"$out/two-ranks-$precision.log" 2>&1; then
-      rows+=("bench,2-ranks $precision $(tokens_per_s "$out/two-ranks-$precision.jsonl") -")
+      rows+=("bench,2-ranks $precision $(final_field "$out/two-ranks-$precision.jsonl" steady_tokens_per_s) \
+$(final_field "$out/two-ranks-$precision.jsonl" tokens_per_s) - -")
       grep -h 'note:' "$out/two-ranks-$precision.log" | sed 's/^/gpu-check: /'
     else
       failed=1; echo "gpu-check: two ranks $precision FAILED (log: $out/two-ranks-$precision.log)"
@@ -163,28 +186,36 @@ else
   echo "gpu-check: no mpiexec here: the 2-rank runs are skipped"
 fi
 
-# The table: tokens/s, model TFLOP/s, share of the precision's peak.
+# The table: tokens/s, model TFLOP/s, share of the precision's peak, kpipe against PyTorch eager.
 python3 - "$peaks" "${rows[@]}" <<'EOF'
 import sys
 sys.path.insert(0, "benchmarks")
 from run import PRESETS, flops_per_token
 peaks = dict(zip(["fp32", "tf32", "bf16"], map(float, sys.argv[1].split()))) if sys.argv[1] else {}
-sizes = {"bench": PRESETS["bench"], "wide": dict(PRESETS["bench"], d_model=1024, n_heads=16, seq_len=256, batch=32)}
+wide = dict(PRESETS["bench"], d_model=1024, n_heads=16, seq_len=256, batch=32)
+sizes = {"bench": PRESETS["bench"], "wide": wide, "long": dict(wide, seq_len=2048, batch=4)}
 print(f"gpu-check: model TFLOP/s from {', '.join(f'{k} {flops_per_token(v) / 1e6:.1f}' for k, v in sizes.items())} "
       "MFLOP per token; % of the dense peak at each precision" + (f" ({sys.argv[1]} TFLOP/s)" if peaks else ""))
-print(f"{'model':16} {'precision':9} {'kpipe tok/s':>12} {'TFLOP/s':>8} {'% peak':>7} {'PyTorch tok/s':>14} {'TFLOP/s':>8} {'% peak':>7}")
+print("gpu-check: kpipe = median step after the first; run = kpipe's whole-run average; PyTorch = median step "
+      "after the first two, eager and torch.compile'd")
+print(f"{'model':14} {'precision':9} {'kpipe tok/s':>11} {'TFLOP/s':>8} {'% peak':>6} {'run tok/s':>10} "
+      f"{'PyTorch tok/s':>13} {'TFLOP/s':>8} {'% peak':>6} {'compiled':>9} {'kpipe/PyTorch':>13}")
 for row in sys.argv[2:]:
-    size, precision, kpipe, torch = row.split()
+    size, precision, kpipe, run, torch, compiled = row.split()
     per_token = flops_per_token(sizes[size.split(",")[0]])
-    cells = []
-    for value in (kpipe, torch):
+
+    def cells(value):
         if value == "-":
-            cells += ["-", "-", "-"]
-            continue
+            return ["-", "-", "-"]
         tflops = float(value) * per_token / 1e12
         share = f"{100 * tflops / peaks[precision]:.1f}" if precision in peaks else "-"
-        cells += [f"{float(value):.0f}", f"{tflops:.2f}", share]
-    print(f"{size:16} {precision:9} {cells[0]:>12} {cells[1]:>8} {cells[2]:>7} {cells[3]:>14} {cells[4]:>8} {cells[5]:>7}")
+        return [f"{float(value):.0f}", f"{tflops:.2f}", share]
+    k, t = cells(kpipe), cells(torch)
+    run = f"{float(run):.0f}" if run != "-" else "-"
+    compiled = f"{float(compiled):.0f}" if compiled != "-" else "-"
+    ratio = f"{float(kpipe) / float(torch):.2f}" if "-" not in (kpipe, torch) else "-"
+    print(f"{size:14} {precision:9} {k[0]:>11} {k[1]:>8} {k[2]:>6} {run:>10} {t[0]:>13} {t[1]:>8} {t[2]:>6} "
+          f"{compiled:>9} {ratio:>13}")
 EOF
 echo "gpu-check: logs and metrics in $out"
 exit $failed

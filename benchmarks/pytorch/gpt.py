@@ -11,10 +11,12 @@ gradients are accumulated. The numbers are not kpipe's (different RNG), the work
 
     python3 benchmarks/pytorch/gpt.py --steps 10 --microbatches 8
     python3 benchmarks/pytorch/gpt.py --device cuda --precision bf16   # autocast, as PyTorch users run it
+    python3 benchmarks/pytorch/gpt.py --device cuda --precision bf16 --compile   # torch.compile'd model
 
 --precision: fp32 (no TF32 anywhere), tf32 (TF32 matrix products, fp32 storage) or bf16 (torch.autocast to
 bfloat16 around the forward and the loss: fp32 weights and optimizer, bf16 products), on CUDA. Prints one
-JSON object: tokens/s (median over the steps after the first two), step seconds, CPU seconds.
+JSON object: tokens/s (median over the steps after the first two), step seconds, CPU seconds. --compile
+runs the model through torch.compile (its first steps compile, and are not among the timed ones).
 """
 import argparse
 import json
@@ -156,6 +158,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU (scripts/gpu-check.sh)")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (forward and backward)")
     args = ap.parse_args()
     if args.batch % args.microbatches:
         raise SystemExit(f"--microbatches = {args.microbatches}: must divide --batch = {args.batch}")
@@ -172,6 +175,7 @@ def main():
     init_(model, c)
     device = torch.device(args.device)
     model.to(device)
+    step_model = torch.compile(model) if args.compile else model
     # A step is timed from its start until the device has finished it.
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     opt = adamw(model, 1e-3)
@@ -186,7 +190,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         for xm, ym in zip(x.chunk(args.microbatches), y.chunk(args.microbatches)):
             with autocast:
-                logits = model(xm)
+                logits = step_model(xm)
                 loss = F.cross_entropy(logits.view(-1, c["vocab"]), ym.view(-1)) / args.microbatches
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -195,7 +199,7 @@ def main():
         step_seconds.append(time.perf_counter() - wall0)
         cpu_seconds.append(time.process_time() - cpu0)
     result = summary(step_seconds, cpu_seconds, args.batch * c["seq_len"], c)
-    result.update(kind="pytorch", device=args.device, precision=args.precision, ranks=1, microbatches=args.microbatches,
+    result.update(kind="pytorch-compiled" if args.compile else "pytorch", device=args.device, precision=args.precision, ranks=1, microbatches=args.microbatches,
                   num_params=sum(p.numel() for p in model.parameters()), final_loss=loss.item() * args.microbatches)
     print(json.dumps(result))
 

@@ -46,6 +46,7 @@ void MetricsWriter::write_final(const FinalMetrics& f) {
                       {"param_checksum", checksum_hex(f.param_checksum)},
                       {"seconds", number(f.seconds)},
                       {"tokens_per_s", number(f.tokens_per_s)},
+                      {"steady_tokens_per_s", number(f.steady_tokens_per_s)},
                       {"num_params", f.num_params},
                       {"measured_bubble", number(f.measured_bubble)},
                       {"simulated_bubble", number(f.simulated_bubble)}};

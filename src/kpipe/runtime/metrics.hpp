@@ -17,7 +17,8 @@ struct FinalMetrics {
   double val_loss = 0;
   std::uint64_t param_checksum = 0;
   double seconds = 0;
-  double tokens_per_s = 0;
+  double tokens_per_s = 0;         // the whole run's: every token over the run's wall time, first step included
+  double steady_tokens_per_s = 0;  // the median step's after the first (runs of one step: that step's)
   std::int64_t num_params = 0;
   double measured_bubble = 0;   // mean over pipeline ranks, steps after the first
   double simulated_bubble = 0;  // the simulator's, with this run's measured action costs
