@@ -1,0 +1,148 @@
+// The launch structure of a micro-batch, counted through Kokkos Tools callbacks: kernel launches per block and
+// pass, fences, deep copies, and allocations once the first micro-batch has run. A GPU pays a few microseconds
+// for each launch and a pipeline drain for each fence, so on a small model these, not the arithmetic, set the
+// step time; the counts are the same on every backend (the build's kernel path decides them), so a CPU build
+// shows what a GPU would pay. Budgets are stated per pass below; a change that adds launches must say why here.
+#include <gtest/gtest.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstring>
+#include <string>
+
+#include "kpipe/model/chunk.hpp"
+
+namespace kpipe::model {
+namespace {
+
+// What the callbacks count; one counter at a time (Kokkos Tools callbacks are plain function pointers).
+struct Counts {
+  int launches = 0, widenings = 0, fences = 0, copies = 0, allocations = 0;
+  Counts operator-(const Counts& o) const {
+    return {launches - o.launches, widenings - o.widenings, fences - o.fences, copies - o.copies,
+            allocations - o.allocations};
+  }
+};
+Counts counts;
+
+// Host builds give bf16 products to a float BLAS through widening and narrowing kernels (core/blas.cpp); a GPU
+// build's cuBLAS takes bf16 itself, so those are counted apart and are not the launch structure budgeted here.
+constexpr const char* widening_prefix = "kpipe::blas::gemm::";
+
+void on_kernel(const char* name, std::uint32_t, std::uint64_t*) {
+  if (std::strncmp(name, widening_prefix, std::strlen(widening_prefix)) == 0) {
+    ++counts.widenings;
+  } else {
+    ++counts.launches;
+  }
+}
+void on_fence(const char*, std::uint32_t, std::uint64_t*) { ++counts.fences; }
+void on_copy(Kokkos::Tools::SpaceHandle, const char*, const void*, Kokkos::Tools::SpaceHandle, const char*,
+             const void*, std::uint64_t) {
+  ++counts.copies;
+}
+void on_allocate(Kokkos::Tools::SpaceHandle, const char*, const void*, std::uint64_t) { ++counts.allocations; }
+
+// Installs the counting callbacks for its lifetime and puts back whatever was there before.
+class LaunchCounter {
+ public:
+  LaunchCounter() : previous_(Kokkos::Tools::Experimental::get_callbacks()) {
+    namespace tools = Kokkos::Tools::Experimental;
+    counts = {};
+    tools::set_begin_parallel_for_callback(on_kernel);
+    tools::set_begin_parallel_reduce_callback(on_kernel);
+    tools::set_begin_parallel_scan_callback(on_kernel);
+    tools::set_begin_fence_callback(on_fence);
+    tools::set_begin_deep_copy_callback(on_copy);
+    tools::set_allocate_data_callback(on_allocate);
+  }
+  ~LaunchCounter() { Kokkos::Tools::Experimental::set_callbacks(previous_); }
+  LaunchCounter(const LaunchCounter&) = delete;
+  LaunchCounter& operator=(const LaunchCounter&) = delete;
+
+ private:
+  Kokkos::Tools::Experimental::EventSet previous_;
+};
+
+ModelConfig model_of(int layers) {
+  ModelConfig c;
+  c.seq_len = 16;
+  c.d_model = 32;
+  c.n_heads = 4;
+  c.n_layers = layers;
+  return c;
+}
+
+// The counts of each pass of one micro-batch through a whole-model chunk of `layers` blocks, after a first
+// micro-batch that allocates what the chunk allocates lazily.
+struct PassCounts {
+  Counts forward, backward_input, backward_weight, loss;
+};
+
+template <class T, class A> PassCounts count_passes(int layers) {
+  const auto desc = describe(model_of(layers));
+  Chunk<T, A> chunk(desc, 0, int(desc.layers.size()), 2);
+  ExecSpace space;
+  chunk.params().initialize(space, 7);
+  const Kokkos::View<double, MemSpace> loss("loss");
+  const auto run = [&](PassCounts* out) {
+    const int slot = chunk.acquire();
+    Kokkos::deep_copy(chunk.tokens(slot), Token(3));
+    Kokkos::deep_copy(chunk.targets(slot), Token(5));
+    Counts before = counts;
+    const auto mark = [&](Counts& into) {
+      into = counts - before;
+      before = counts;
+    };
+    PassCounts passes;
+    chunk.forward(space, slot);
+    mark(passes.forward);
+    chunk.loss_sum(space, slot, loss);
+    mark(passes.loss);
+    chunk.backward_input(space, slot, T(1));
+    mark(passes.backward_input);
+    chunk.backward_weight(space, slot);
+    mark(passes.backward_weight);
+    chunk.release(slot);
+    if (out) *out = passes;
+  };
+  LaunchCounter counter;
+  run(nullptr);
+  PassCounts second;
+  run(&second);
+  space.fence();
+  return second;
+}
+
+template <class T, class A> void expect_within_budget(const char* precision) {
+  SCOPED_TRACE(precision);
+  const PassCounts one = count_passes<T, A>(1), three = count_passes<T, A>(3);
+  // Per block: the difference of a three-block and a one-block model, halved.
+  const int forward = (three.forward.launches - one.forward.launches) / 2;
+  const int input = (three.backward_input.launches - one.backward_input.launches) / 2;
+  const int weight = (three.backward_weight.launches - one.backward_weight.launches) / 2;
+  std::printf("%s: launches per block: forward %d, backward_input %d, backward_weight %d; embedding + head: "
+              "forward %d, loss %d, backward_input %d, backward_weight %d; fences %d/%d/%d/%d, copies %d/%d/%d/%d\n",
+              precision, forward, input, weight, one.forward.launches - forward, one.loss.launches,
+              one.backward_input.launches - input, one.backward_weight.launches - weight, three.forward.fences,
+              three.loss.fences, three.backward_input.fences, three.backward_weight.fences, three.forward.copies,
+              three.loss.copies, three.backward_input.copies, three.backward_weight.copies);
+  // A block's forward: two LayerNorms, two bias (+ residual) epilogues, the bias + GeLU pass, attention's
+  // kernels; its backward_input: the GeLU backward, two LayerNorm backwards, attention's kernels; its
+  // backward_weight: four bias column sums and two LayerNorm column sums, one launch each.
+  EXPECT_LE(forward, 8);
+  EXPECT_LE(input, 8);
+  EXPECT_EQ(weight, 6);
+  // Nothing is allocated once the first micro-batch has run: every buffer is the chunk's own, made up front.
+  for (const PassCounts* p : {&one, &three})
+    for (const Counts* c : {&p->forward, &p->loss, &p->backward_input, &p->backward_weight})
+      EXPECT_EQ(c->allocations, 0);
+  // No pass waits for the device: the loss stays on the device (loss_sum writes a device scalar).
+  for (const Counts* c : {&three.forward, &three.loss, &three.backward_input})
+    EXPECT_EQ(c->fences, 0);
+}
+
+TEST(LaunchBudget, Float) { expect_within_budget<float, float>("fp32"); }
+TEST(LaunchBudget, Bf16) { expect_within_budget<float, bf16>("bf16"); }
+
+}  // namespace
+}  // namespace kpipe::model
