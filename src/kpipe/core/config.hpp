@@ -1,6 +1,6 @@
 #pragma once
 // The run configuration: plain data, one struct per TOML table ([model], [train], [optim], [data],
-// [pipeline], [output]). Every field is a key, settable in the TOML file and on the command line as
+// [pipeline], [memory], [output], [checkpoint]). Every field is a key, settable in the TOML file and on the command line as
 // --table.key (see core/config_io.hpp). Defaults here are the "tiny" preset's.
 #include <fmt/format.h>
 

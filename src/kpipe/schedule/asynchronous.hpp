@@ -4,7 +4,7 @@
 // its weights while older micro-batches are still in flight; a micro-batch's backward reads the weight
 // version its forward read (weight stashing), so each stage keeps a few versions.
 //
-// The version rule (docs/architecture.md, property 6). Micro-batches k = 0, 1, 2, ... in order; m per step;
+// The version rule (docs/architecture.md, property 7). Micro-batches k = 0, 1, 2, ... in order; m per step;
 // stage s (0-based) of p; w = p-1-s; a version is numbered by the updates applied before it (0: the
 // initial weights).
 //  - pipedream: an update after every backward: the backward of micro-batch k produces version k+1 from
