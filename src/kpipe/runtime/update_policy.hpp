@@ -1,8 +1,9 @@
 #pragma once
 // How a run's weights change, as the executor and the trainer see it: where synchronous and asynchronous
 // schedules differ in what the actions read and write (the trainer and the executor still branch on the plan
-// for the step's share of the lists, token rows and when the report settles). FlushUpdates (flush_updates.hpp): the micro-batches' gradients
-// accumulate through the step's lists and one optimizer step follows them, after the replicas' sum.
+// for the step's share of the lists, token rows and when the report settles). FlushUpdates
+// (flush_updates.hpp): the micro-batches' gradients accumulate through the step's lists and one optimizer step
+// follows them, after the replicas' sum.
 // VersionedUpdates (versioned_updates.hpp): every action reads the weight version the schedule names, and
 // the lists' update actions U produce new versions. The executor calls the policy at the actions that touch
 // weights; the trainer calls it around each step.
