@@ -80,13 +80,15 @@ void column_sums(const char* label, const ExecSpace& space, std::int64_t rows, s
     using Policy = Kokkos::TeamPolicy<ExecSpace>;
     using Member = Policy::member_type;
     using Partials = Kokkos::View<T***, ExecSpace::scratch_memory_space, Kokkos::MemoryUnmanaged>;
-    const std::int64_t league = (cols + column_tile - 1) / column_tile;
+    // A copy in the kernel: the ranges take their bounds by reference, and CUDA cannot odr-use a host constexpr.
+    const int tile = column_tile;
+    const std::int64_t league = (cols + tile - 1) / tile;
     const auto kernel = KOKKOS_LAMBDA(const Member& team) {
-      const std::int64_t c0 = std::int64_t(team.league_rank()) * column_tile;
-      const Partials partial(team.team_scratch(0), groups, K, column_tile);
+      const std::int64_t c0 = std::int64_t(team.league_rank()) * tile;
+      const Partials partial(team.team_scratch(0), groups, K, tile);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](std::int64_t g) {
         const std::int64_t i0 = g * group_rows, i1 = i0 + group_rows < rows ? i0 + group_rows : rows;
-        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, column_tile), [&](int l) {
+        Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, tile), [&](int l) {
           const std::int64_t j = c0 + l;
           T acc[K];
           for (int k = 0; k < K; ++k) acc[k] = T(0);
@@ -99,7 +101,7 @@ void column_sums(const char* label, const ExecSpace& space, std::int64_t rows, s
         });
       });
       team.team_barrier();
-      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, column_tile), [&](int l) {
+      Kokkos::parallel_for(Kokkos::TeamVectorRange(team, tile), [&](int l) {
         const std::int64_t j = c0 + l;
         if (j >= cols) return;
         ColumnTerms<T, K> s;
@@ -109,7 +111,7 @@ void column_sums(const char* label, const ExecSpace& space, std::int64_t rows, s
         finish(j, s);
       });
     };
-    const auto scratch = Kokkos::PerTeam(Partials::shmem_size(groups, K, column_tile));
+    const auto scratch = Kokkos::PerTeam(Partials::shmem_size(groups, K, tile));
     if constexpr (host_memory) {
       // Every thread the backend lends one team, as for_each_team: the barrier and the split run for real.
       Policy probe(space, league, 1);
@@ -118,7 +120,7 @@ void column_sums(const char* label, const ExecSpace& space, std::int64_t rows, s
       Kokkos::parallel_for(label, Policy(space, league, size).set_scratch_size(0, scratch), kernel);
     } else {
       const int threads = int(std::min<std::int64_t>(std::max<std::int64_t>(groups, 1), 1024 / column_tile));
-      Kokkos::parallel_for(label, Policy(space, league, threads, column_tile).set_scratch_size(0, scratch), kernel);
+      Kokkos::parallel_for(label, Policy(space, league, threads, tile).set_scratch_size(0, scratch), kernel);
     }
   }
 }
