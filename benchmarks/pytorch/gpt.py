@@ -199,7 +199,8 @@ def main():
         step_seconds.append(time.perf_counter() - wall0)
         cpu_seconds.append(time.process_time() - cpu0)
     result = summary(step_seconds, cpu_seconds, args.batch * c["seq_len"], c)
-    result.update(kind="pytorch-compiled" if args.compile else "pytorch", device=args.device, precision=args.precision, ranks=1, microbatches=args.microbatches,
+    result.update(kind="pytorch-compiled" if args.compile else "pytorch", device=args.device,
+                  precision=args.precision, ranks=1, microbatches=args.microbatches,
                   num_params=sum(p.numel() for p in model.parameters()), final_loss=loss.item() * args.microbatches)
     print(json.dumps(result))
 

@@ -66,7 +66,7 @@ TEST_P(ColumnSumsShapes, BothPathsGiveTheDocumentedOrdersBits) {
     float total = 0, total_squares = 0;
     for (std::int64_t group = 0; group < g.groups; ++group) {
       float part = 0, part_squares = 0;
-      for (std::int64_t i = group * g.group_rows; i < std::min<std::int64_t>(rows, (group + 1) * g.group_rows); ++i) {
+      for (std::int64_t i = group * g.group_rows; i < g.end(group, rows); ++i) {
         const float v = hx(i, j);
         part += v;
         part_squares += v * v;

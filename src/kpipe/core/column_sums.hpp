@@ -10,8 +10,8 @@
 // groups, each thread's vector lanes the tile's columns (neighbouring loads, one 32-byte sector of floats),
 // the partials go to the team's scratch, and after a barrier one lane per column sums them. That is
 // groups x cols work items (65,536 for 8192 rows and 1024 columns), each walking group_rows rows. The host path
-// gives a work item a block of 64 neighbouring columns and walks each group's rows with the block's partial
-// sums in registers, a vectorized inner loop.
+// gives a work item a block of column_block neighbouring columns and walks each group's rows with the block's
+// partial sums in registers, a vectorized inner loop.
 #include <algorithm>
 
 #include "kpipe/core/elementwise.hpp"
@@ -20,6 +20,10 @@ namespace kpipe {
 
 struct ColumnGroups {
   std::int64_t group_rows = 0, groups = 0;
+  // Group g's rows are [g * group_rows, end(g, rows)): the last group may be shorter.
+  KOKKOS_INLINE_FUNCTION std::int64_t end(std::int64_t g, std::int64_t rows) const {
+    return (g + 1) * group_rows < rows ? (g + 1) * group_rows : rows;
+  }
 };
 
 // Rows per group: at least column_group_min_rows (a walk long enough to hide a load's latency behind the
@@ -35,9 +39,8 @@ constexpr ColumnGroups column_groups(std::int64_t rows) {
   return {group_rows, (rows + group_rows - 1) / group_rows};
 }
 
-// The device path's columns per team (its vector lanes), and the host path's columns per work item.
+// The device path's columns per team (its vector lanes); the host path's per work item are column_block's.
 inline constexpr int column_tile = 8;
-inline constexpr int column_host_block = 64;
 
 // K running sums per column (LayerNorm's gamma and beta gradients share one pass over dy).
 template <class T, int K> using ColumnTerms = Kokkos::Array<T, K>;
@@ -49,9 +52,9 @@ void column_sums(const char* label, const ExecSpace& space, std::int64_t rows, s
                  const Finish& finish) {
   if (cols <= 0) return;
   const ColumnGroups grouping = column_groups(rows);
-  const std::int64_t group_rows = grouping.group_rows, groups = grouping.groups;
+  const std::int64_t groups = grouping.groups;
   if constexpr (P == KernelPath::host) {
-    constexpr int width = column_host_block;
+    constexpr int width = column_block<KernelPath::host>;
     Kokkos::parallel_for(label, range(space, (cols + width - 1) / width), KOKKOS_LAMBDA(std::int64_t block) {
       const std::int64_t c0 = block * width;
       const int n = cols - c0 < width ? int(cols - c0) : width;
@@ -59,7 +62,7 @@ void column_sums(const char* label, const ExecSpace& space, std::int64_t rows, s
       for (int k = 0; k < K; ++k)
         for (int j = 0; j < width; ++j) total[k][j] = T(0);
       for (std::int64_t g = 0; g < groups; ++g) {
-        const std::int64_t i0 = g * group_rows, i1 = i0 + group_rows < rows ? i0 + group_rows : rows;
+        const std::int64_t i0 = g * grouping.group_rows, i1 = grouping.end(g, rows);
         for (int k = 0; k < K; ++k)
           for (int j = 0; j < width; ++j) part[k][j] = T(0);
         for (std::int64_t i = i0; i < i1; ++i)
@@ -87,7 +90,7 @@ void column_sums(const char* label, const ExecSpace& space, std::int64_t rows, s
       const std::int64_t c0 = std::int64_t(team.league_rank()) * tile;
       const Partials partial(team.team_scratch(0), groups, K, tile);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](std::int64_t g) {
-        const std::int64_t i0 = g * group_rows, i1 = i0 + group_rows < rows ? i0 + group_rows : rows;
+        const std::int64_t i0 = g * grouping.group_rows, i1 = grouping.end(g, rows);
         Kokkos::parallel_for(Kokkos::ThreadVectorRange(team, tile), [&](int l) {
           const std::int64_t j = c0 + l;
           T acc[K];

@@ -55,10 +55,10 @@ template <class R, class F> KOKKOS_INLINE_FUNCTION R lane_max(std::int64_t n, co
   return acc[0];
 }
 
-// Sums over a run of rows per column (the embedding's token gradient; column sums over all rows are
-// core/column_sums.hpp's): on host backends one work item owns column_block neighbouring columns and walks the
-// rows keeping their partial sums in registers (contiguous loads, vectorized); on devices one thread per column
-// (coalesced). The additions happen in the same order either way, so the result does not depend on the width.
+// Sums over a run of rows per column (the embedding's token gradient, and the groups of core/column_sums.hpp's
+// host path): on host backends one work item owns column_block neighbouring columns and walks the rows keeping
+// their partial sums in registers (contiguous loads, vectorized); on devices one thread per column (coalesced).
+// The additions happen in the same order either way, so the result does not depend on the width.
 template <KernelPath P = default_kernel_path> inline constexpr int column_block = P == KernelPath::host ? 64 : 1;
 
 // Calls f(begin, end) over [0, n) in blocks, as kernel `label`.

@@ -63,10 +63,11 @@ void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const V
   // in row order and adds the sum once: no two work items touch the same element, and the sum is the same
   // whatever the block (no atomics). Its walk is the token's count in the micro-batch.
   const View1<std::int64_t> keys(order.data(), rows);
-  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::keys", range(space, rows), KOKKOS_LAMBDA(std::int64_t i) {
-    const Token t = tokens(i);
-    keys(i) = std::int64_t(valid_token(t, vocab) ? t : vocab) * rows + i;
-  });
+  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::keys", range(space, rows),
+                       KOKKOS_LAMBDA(std::int64_t i) {
+                         const Token t = tokens(i);
+                         keys(i) = std::int64_t(valid_token(t, vocab) ? t : vocab) * rows + i;
+                       });
   sort_unique_keys(space, keys);
   constexpr int width = column_block<P>;
   Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token",
