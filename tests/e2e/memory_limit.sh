@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The memory limit end to end (docs/user-guide.md, "Memory"): a model that does not fit 11 MiB per rank on one
+# The memory limit end to end (docs/user-guide.md, "Memory"): a model that does not fit 9 MiB per rank on one
 # rank, nor on two without recomputation, is refused before any allocation with the predicted figures (exit
 # code 2, one line, on every layout); kpipe-sim --recommend finds a two-rank layout that fits, and the command
 # line it prints trains, with every rank's memory as predicted.
@@ -11,7 +11,7 @@ failures=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=(--model.n_layers 4 --model.d_model 64 --model.n_heads 4 --model.seq_len 256 --train.batch 16)
-limit=11MiB
+limit=9MiB
 
 refused() {
   local name=$1; shift

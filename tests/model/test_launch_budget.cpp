@@ -128,9 +128,11 @@ template <class T, class A> void expect_within_budget(const char* precision) {
               three.loss.fences, three.backward_input.fences, three.backward_weight.fences, three.forward.copies,
               three.loss.copies, three.backward_input.copies, three.backward_weight.copies);
   // A block's forward: two LayerNorms, two bias (+ residual) epilogues, the bias + GeLU pass, attention's
-  // kernels; its backward_input: the GeLU backward, two LayerNorm backwards, attention's kernels; its
-  // backward_weight: four bias column sums and two LayerNorm column sums, one launch each.
-  EXPECT_LE(forward, 8);
+  // three kernels (q|k|v to head-major, the softmax of each block of query rows, the heads back: one block at
+  // the tiny model's 64 tokens); its backward_input: the GeLU backward, two LayerNorm backwards, attention's
+  // three; its backward_weight: four bias column sums and two LayerNorm column sums, one launch each.
+  // Attention's products are vendor calls (cuBLAS strided-batched on GPUs), not Kokkos launches.
+  EXPECT_LE(forward, 10);
   EXPECT_LE(input, 8);
   EXPECT_EQ(weight, 6);
   // Nothing is allocated once the first micro-batch has run: every buffer is the chunk's own, made up front.
@@ -141,9 +143,9 @@ template <class T, class A> void expect_within_budget(const char* precision) {
   // kernels' memory is a device's: a host BLAS runs on the calling thread, outside Kokkos, so the products fence
   // the space first (core/blas.cpp, and Kokkos Kernels' host wrappers; Kokkos 4 reports those fences to tools),
   // which cuBLAS, queued on the space's stream, does not.
-  if constexpr (!host_memory)
-    for (const Counts* c : {&three.forward, &three.loss, &three.backward_input})
-      EXPECT_EQ(c->fences, 0);
+  if constexpr (!host_memory) {
+    for (const Counts* c : {&three.forward, &three.loss, &three.backward_input}) EXPECT_EQ(c->fences, 0);
+  }
 }
 
 TEST(LaunchBudget, Float) { expect_within_budget<float, float>("fp32"); }

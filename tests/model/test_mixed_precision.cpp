@@ -201,6 +201,23 @@ TEST(MixedPrecision, ChunkAllocatesWhatChunkBytesPredicts) {
   }
 }
 
+// Attention keeps per query row two statistics, not the T x T probabilities, and its work buffers hold one block
+// of query rows: a middle chunk's slot, backward buffers and workspaces grow linearly with the sequence (the
+// tiny model at 512 and 2048 tokens; at 2048, [B, H, T, T] would be 64 MiB a block per sequence in float).
+TEST(MixedPrecision, AttentionMemoryIsLinearInTheSequenceLength) {
+  ModelConfig c;
+  c.n_layers = 4;
+  c.seq_len = 512;
+  const auto short_bytes = chunk_bytes<float, bf16>(describe(c), 1, 3, 4);
+  c.seq_len = 2048;
+  const auto long_bytes = chunk_bytes<float, bf16>(describe(c), 1, 3, 4);
+  EXPECT_EQ(long_bytes.slot, 4 * short_bytes.slot);
+  EXPECT_EQ(long_bytes.backward_set, 4 * short_bytes.backward_set);
+  // Workspaces also hold fixed-size terms (the host products' widened operands of a block): at most linear.
+  EXPECT_LE(long_bytes.workspace, 4 * short_bytes.workspace);
+  EXPECT_GT(long_bytes.workspace, 3 * short_bytes.workspace);
+}
+
 // bf16 halves what a micro-batch keeps and sends, not the logits (float: the head's slot keeps them whole).
 TEST(MixedPrecision, Bf16HalvesActivationsAndMessages) {
   ModelConfig c;
@@ -208,8 +225,10 @@ TEST(MixedPrecision, Bf16HalvesActivationsAndMessages) {
   const auto desc = describe(c);
   const auto fp32 = chunk_bytes<float, float>(desc, 1, 3, 4), bf16_bytes = chunk_bytes<float, bf16>(desc, 1, 3, 4);
   EXPECT_EQ(2 * bf16_bytes.message, fp32.message);
-  // A middle chunk's slot: activations in A, LayerNorm statistics (4 per row per block) in float.
-  const std::int64_t rows = 4 * c.seq_len, statistics = 2 * 4 * rows * std::int64_t(sizeof(float));
+  // A middle chunk's slot (two blocks): activations in A; in float, the LayerNorm statistics (4 per row) and the
+  // softmax's (2 per row and head).
+  const std::int64_t rows = 4 * c.seq_len;
+  const std::int64_t statistics = 2 * (4 + 2 * c.n_heads) * rows * std::int64_t(sizeof(float));
   EXPECT_EQ(2 * (bf16_bytes.slot - statistics), fp32.slot - statistics);
   EXPECT_EQ(2 * bf16_bytes.backward_set, fp32.backward_set);
 }

@@ -22,6 +22,13 @@ namespace kpipe::blas::detail {
 
 void refuse_tf32(const char* why) { throw std::invalid_argument(fmt::format("blas::gemm: {}", why)); }
 
+void refuse_batch(std::int64_t m, std::int64_t k, std::int64_t kb, std::int64_t n, std::int64_t c_rows,
+                  std::int64_t c_cols, std::int64_t a_count, std::int64_t b_count, std::int64_t c_count) {
+  throw std::invalid_argument(fmt::format("blas::gemm_strided_batched: op(A) is {} x {}, op(B) {} x {}, C {} x {}; "
+                                          "counts {}, {}, {}",
+                                          m, k, kb, n, c_rows, c_cols, a_count, b_count, c_count));
+}
+
 namespace {
 
 // op(A) is m x k, op(B) k x n, C m x n.
@@ -64,6 +71,35 @@ void gemm_ex(const ExecSpace& space, bool trans_a, bool trans_b, const Shape& s,
                    compute, CUBLAS_GEMM_DEFAULT);
   check(cublasSetStream(blas.handle, nullptr), "cublasSetStream");
   check(status, "cublasGemmEx");
+}
+
+// The batched product, with gemm_ex's column-major reading (B's storage first) and the same handle protocol.
+void gemm_strided_batched_vendor(const ExecSpace& space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                                 std::int64_t k, const void* alpha, const BatchedOperand& a, const BatchedOperand& b,
+                                 const void* beta, void* c, std::int64_t ldc, std::int64_t stride_c,
+                                 std::int64_t count, BatchedTypes types) {
+  cudaDataType in = CUDA_R_32F, out = CUDA_R_32F;
+  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
+  switch (types) {
+    case BatchedTypes::f32: break;
+    case BatchedTypes::f32_tf32: compute = CUBLAS_COMPUTE_32F_FAST_TF32; break;
+    case BatchedTypes::f64: in = out = CUDA_R_64F, compute = CUBLAS_COMPUTE_64F; break;
+    case BatchedTypes::bf16_to_f32: in = CUDA_R_16BF; break;
+    case BatchedTypes::bf16_to_bf16: in = out = CUDA_R_16BF; break;
+  }
+  auto& blas = KokkosBlas::Impl::CudaBlasSingleton::singleton();
+  auto check = [](cublasStatus_t status, const char* call) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error(
+          fmt::format("blas::gemm_strided_batched: {} failed: cuBLAS status {}", call, int(status)));
+  };
+  check(cublasSetStream(blas.handle, space.cuda_stream()), "cublasSetStream");
+  const cublasStatus_t status = cublasGemmStridedBatchedEx(
+      blas.handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, int(n), int(m), int(k),
+      alpha, b.data, in, int(b.ld), (long long)b.stride, a.data, in, int(a.ld), (long long)a.stride, beta, c, out,
+      int(ldc), (long long)stride_c, int(count), compute, CUBLAS_GEMM_DEFAULT);
+  check(cublasSetStream(blas.handle, nullptr), "cublasSetStream");
+  check(status, "cublasGemmStridedBatchedEx");
 }
 
 void gemm_bf16(const ExecSpace& space, bool trans_a, bool trans_b, float alpha, const Matrix<const bf16>& a,

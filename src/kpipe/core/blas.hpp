@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <type_traits>
+#include <utility>
 
 #include "kpipe/build_config.hpp"
 #include "kpipe/core/bfloat16.hpp"
@@ -77,6 +78,21 @@ void gemm_tf32(const ExecSpace& space, bool trans_a, bool trans_b, float alpha, 
                const Matrix<const float>& b, float beta, const Matrix<float>& c);
 
 [[noreturn]] void refuse_tf32(const char* why);  // std::invalid_argument
+[[noreturn]] void refuse_batch(std::int64_t m, std::int64_t k, std::int64_t kb, std::int64_t n, std::int64_t c_rows,
+                               std::int64_t c_cols, std::int64_t a_count, std::int64_t b_count, std::int64_t c_count);
+
+// The element types and compute of one batched vendor product (CUDA builds; blas.cpp maps them to cuBLAS').
+enum class BatchedTypes { f32, f32_tf32, f64, bf16_to_f32, bf16_to_bf16 };
+struct BatchedOperand {
+  const void* data;
+  std::int64_t ld, stride;
+};
+// C_i = alpha op(A_i) op(B_i) + beta C_i for i < count, op(A_i) m x k: one cublasGemmStridedBatchedEx on the
+// space's stream. alpha and beta point at doubles for f64, floats otherwise.
+void gemm_strided_batched_vendor(const ExecSpace& space, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                                 std::int64_t k, const void* alpha, const BatchedOperand& a, const BatchedOperand& b,
+                                 const void* beta, void* c, std::int64_t ldc, std::int64_t stride_c,
+                                 std::int64_t count, BatchedTypes types);
 
 inline bool transposed(const char* op) { return op[0] == 'T' || op[0] == 't'; }
 
@@ -119,6 +135,59 @@ void gemm(const ExecSpace& space, const char* trans_a, const char* trans_b,
     KokkosBlas::gemm(trans_a, trans_b, alpha, a, b, beta, c);
 #endif
   }
+}
+
+// `count` row-major matrices of one shape, matrix i being rows x cols from data + i * stride, rows ld apart:
+// e.g. one block of rows of every head of a [B*H, T, x] tensor.
+template <class E> struct StridedBatch {
+  E* data = nullptr;
+  std::int64_t rows = 0, cols = 0, ld = 0, stride = 0, count = 0;
+  StridedBatch<const E> as_const() const { return {data, rows, cols, ld, stride, count}; }
+};
+
+// C_i = alpha op(A_i) op(B_i) + beta C_i for every i < count, with gemm's element types, math and workspace
+// rules. CUDA builds: one cuBLAS strided-batched call on the space's stream (tensor cores for bf16 and tf32).
+// Host builds: gemm on each matrix in turn (the host BLAS already spreads one product over the cores).
+// Either way matrix i's sums are those of gemm on matrix i alone, whatever the count.
+template <class In, class Out>
+void gemm_strided_batched(const ExecSpace& space, const char* trans_a, const char* trans_b, scalar_t<Out> alpha,
+                          const StridedBatch<const In>& a, const StridedBatch<const In>& b, scalar_t<Out> beta,
+                          const StridedBatch<Out>& c, Math math = Math::exact, const View1<float>& workspace = {}) {
+  const bool ta = detail::transposed(trans_a), tb = detail::transposed(trans_b);
+  const std::int64_t m = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols;
+  const std::int64_t kb = tb ? b.cols : b.rows, n = tb ? b.rows : b.cols;
+  if (k != kb || c.rows != m || c.cols != n || a.count != c.count || b.count != c.count)
+    detail::refuse_batch(m, k, kb, n, c.rows, c.cols, a.count, b.count, c.count);
+  if (c.count == 0 || m == 0 || n == 0) return;
+#if defined(KOKKOS_ENABLE_CUDA)
+  (void)workspace;
+  using detail::BatchedTypes;
+  BatchedTypes types;
+  if constexpr (std::is_same_v<In, bf16>) {
+    types = std::is_same_v<Out, bf16> ? BatchedTypes::bf16_to_bf16 : BatchedTypes::bf16_to_f32;
+  } else if constexpr (std::is_same_v<In, double>) {
+    types = BatchedTypes::f64;
+  } else {
+    types = math == Math::tf32 ? BatchedTypes::f32_tf32 : BatchedTypes::f32;
+  }
+  const scalar_t<Out> alpha_value = alpha, beta_value = beta;
+  const detail::BatchedOperand a_operand{a.data, a.ld, a.stride}, b_operand{b.data, b.ld, b.stride};
+  detail::gemm_strided_batched_vendor(space, ta, tb, m, n, k, &alpha_value, a_operand, b_operand, &beta_value,
+                                      c.data, c.ld, c.stride, c.count, types);
+#else
+  // A matrix as gemm takes it: its rows, each ld long, of which the first cols are the matrix (LayoutRight
+  // with a leading dimension, which sends gemm to the vendor BLAS).
+  auto matrix = [](auto* data, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+    using E = std::remove_pointer_t<decltype(data)>;
+    const Kokkos::View<E**, Kokkos::LayoutRight, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> whole(
+        data, rows, rows > 1 ? ld : cols);
+    return Kokkos::subview(whole, Kokkos::ALL, std::pair<std::int64_t, std::int64_t>(0, cols));
+  };
+  for (std::int64_t i = 0; i < c.count; ++i)
+    gemm(space, trans_a, trans_b, alpha, matrix(a.data + i * a.stride, a.rows, a.cols, a.ld),
+         matrix(b.data + i * b.stride, b.rows, b.cols, b.ld), beta,
+         matrix(c.data + i * c.stride, c.rows, c.cols, c.ld), math, workspace);
+#endif
 }
 
 }  // namespace kpipe::blas

@@ -1,9 +1,9 @@
 #pragma once
 // Which shape a kernel takes. A kernel with a split has two:
 //  - the host path: one thread per row or per block of elements, inner loops over raw pointers written for
-//    the vectorizer, attention's products as vendor BLAS calls per head;
-//  - the device path: a team of threads per row, one thread per element (coalesced), attention as a few
-//    batched kernels instead of thousands of small launches.
+//    the vectorizer;
+//  - the device path: a team of threads per row, one thread per element (coalesced).
+// (Attention's products are strided-batched vendor products on both paths; only its softmax kernels split.)
 // Kernels take the host path where kpipe's memory is host memory (Serial, OpenMP) and the device path on
 // GPUs. A build configured with KPIPE_DEVICE_PATH_ON_HOST=ON takes the device path on host backends too, so
 // that a CPU runs (and CI tests) the code a GPU runs. Each split kernel takes the path as a template

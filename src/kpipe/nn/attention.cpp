@@ -16,46 +16,46 @@ namespace kpipe::nn {
 // lambdas in anonymous namespaces (CUDA).
 namespace attention_detail {
 
-// The causal T x T products are computed in blocks of this many query rows (or key columns): a block
-// of rows r0..r1-1 only needs keys 0..r1-1, so the products skip most of the masked upper triangle
-// (about (n+1)/2n of the full work with n blocks) at the price of n calls per head instead of one.
-constexpr int causal_block = 64;
-static_assert(causal_block % simd_lanes == 0, "the softmax sweeps whole vectors inside a causal block");
+using Team = Kokkos::TeamPolicy<ExecSpace>::member_type;
+using blas::StridedBatch;
 
-// Row i of a causal T x T block holds n = i + 1 live entries; the host softmax sweeps run over whole vectors,
-// up to the next multiple of simd_lanes (or the row's end), which causal_scores has filled.
-KOKKOS_INLINE_FUNCTION std::int64_t whole_vectors(std::int64_t n, std::int64_t seq) {
-  return math::min<std::int64_t>(seq, (n + simd_lanes - 1) / simd_lanes * simd_lanes);
+static_assert(attention_block_rows % simd_lanes == 0, "the host softmax sweeps whole vectors inside a block");
+
+// Row i of a causal block holds n = i + 1 live entries; the host softmax sweeps run over whole vectors, up to the
+// next multiple of simd_lanes (or the block's last key), which the scores product has filled.
+KOKKOS_INLINE_FUNCTION std::int64_t whole_vectors(std::int64_t n, std::int64_t keys) {
+  return math::min<std::int64_t>(keys, (n + simd_lanes - 1) / simd_lanes * simd_lanes);
 }
 
-using Range = std::pair<std::int64_t, std::int64_t>;
+// exp(scale * s - max): the one expression the forward and the backward both evaluate, so that a recomputed
+// probability has the bits of the forward's.
+template <KernelPath P, class T> KOKKOS_INLINE_FUNCTION T exponential(T s, T scale, T max) {
+  if constexpr (P == KernelPath::host) {
+    return math::fast_exp(scale * s - max);
+  } else {
+    return math::exp(scale * s - max);
+  }
+}
 
-// One head of a [B, H, T, x] tensor as a [T, x] matrix. Subviews of a LayoutRight view that keep the
-// last index a range stay LayoutRight (with a leading dimension), which is what sends gemm to the vendor
-// BLAS (OpenBLAS, cuBLAS) instead of Kokkos Kernels' generic fallback.
-template <class T> auto head(const View4<T>& x, std::int64_t b, std::int64_t h) {
-  return Kokkos::subview(x, b, h, Kokkos::ALL, Kokkos::ALL);
+// Query rows r0..r1-1: a block of the T x T products, which reads keys 0..r1-1.
+struct RowBlock {
+  std::int64_t r0, r1;
+  std::int64_t rows() const { return r1 - r0; }
+};
+
+// Rows r0..r1-1 of every head of a head-major [B*H, T, hd] tensor, as one strided batch.
+template <class E> StridedBatch<E> head_rows(const View3<E>& x, std::int64_t r0, std::int64_t r1) {
+  const std::int64_t t = x.extent(1), hd = x.extent(2);
+  return {x.data() + r0 * hd, r1 - r0, hd, hd, t * hd, std::int64_t(x.extent(0))};
 }
-template <class M> auto rows(const M& m, std::int64_t r0, std::int64_t r1) {
-  return Kokkos::subview(m, Range(r0, r1), Kokkos::ALL);
+template <class E> StridedBatch<const E> head_rows_const(const View3<E>& x, std::int64_t r0, std::int64_t r1) {
+  return head_rows(x, r0, r1).as_const();
 }
-template <class M> auto block(const M& m, std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
-  return Kokkos::subview(m, Range(r0, r1), Range(c0, c1));
+// A block's rows x keys matrices of a [B*H, rows per block, T] buffer.
+template <class E> StridedBatch<E> block_matrices(const View3<E>& x, const RowBlock& block) {
+  const std::int64_t ld = x.extent(2);
+  return {x.data(), block.rows(), block.r1, ld, std::int64_t(x.extent(1)) * ld, std::int64_t(x.extent(0))};
 }
-// Sequence b's columns c0..c0+width-1 of a [B*T, x] activation, e.g. one head's slice of out or dqkv:
-// gemm reads and writes them in place (leading dimension x), with no copy into a per-head layout.
-template <class M> auto sequence_columns(const M& m, const AttentionShape& shape, int b, std::int64_t c0, int width) {
-  const std::int64_t r0 = std::int64_t(b) * shape.seq;
-  return block(m, r0, r0 + shape.seq, c0, c0 + width);
-}
-static_assert(std::is_same_v<typename decltype(head(View4<float>(), 0, 0))::array_layout, Kokkos::LayoutRight>,
-              "a head of a LayoutRight [B, H, T, x] view must be LayoutRight for the BLAS path");
-static_assert(std::is_same_v<typename decltype(block(head(View4<float>(), 0, 0), 0, 1, 0, 1))::array_layout,
-                             Kokkos::LayoutRight>,
-              "a block of a head must stay LayoutRight for the BLAS path");
-static_assert(std::is_same_v<typename decltype(block(View2<const float>(), 0, 1, 0, 1))::array_layout,
-                             Kokkos::LayoutRight>,
-              "a block of an activation must stay LayoutRight for the BLAS path");
 
 inline void require_positive(const AttentionShape& shape) {
   require(shape.batch > 0, "attention: batch must be positive, got {}", shape.batch);
@@ -70,34 +70,41 @@ template <class V> void require_extents(const char* name, const V& view, std::in
 }
 
 template <class V>
-void require_extents(const char* name, const V& view, const AttentionShape& shape, std::int64_t last) {
-  require(std::int64_t(view.extent(0)) == shape.batch && std::int64_t(view.extent(1)) == shape.heads &&
-              std::int64_t(view.extent(2)) == shape.seq && std::int64_t(view.extent(3)) == last,
-          "attention: {} must be [{}, {}, {}, {}], got [{}, {}, {}, {}]", name, shape.batch, shape.heads,
-          shape.seq, last, view.extent(0), view.extent(1), view.extent(2), view.extent(3));
+void require_extents(const char* name, const V& view, std::int64_t e0, std::int64_t e1, std::int64_t e2) {
+  require(std::int64_t(view.extent(0)) == e0 && std::int64_t(view.extent(1)) == e1 &&
+              std::int64_t(view.extent(2)) == e2,
+          "attention: {} must be [{}, {}, {}], got [{}, {}, {}]", name, e0, e1, e2, view.extent(0), view.extent(1),
+          view.extent(2));
 }
 
 template <class T, class A>
-void require_buffers(const AttentionShape& shape, const AttentionStash<A>& stash, const AttentionWork<T, A>& work) {
+void require_buffers(const AttentionShape& shape, const AttentionStash<T, A>& stash, const AttentionWork<T, A>& work) {
   require_positive(shape);
+  const std::int64_t bh = shape.heads_in_batch(), t = shape.seq, hd = shape.head_dim, rows = block_rows(shape);
   require_extents("stash.qkv", stash.qkv, shape.rows(), 3 * std::int64_t(shape.channels()));
-  require_extents("stash.probs", stash.probs, shape, shape.seq);
-  require_extents("work.dprobs", work.dprobs, shape, shape.seq);
-  if constexpr (mixed_precision<T, A>) require_extents("work.dscores", work.dscores, shape, shape.seq);
-}
-
-// Where forward's raw scores go: into the probabilities, softmaxed in place, when A is T; into the T buffer
-// otherwise (the softmax reads them in T and writes the probabilities rounded to A).
-template <class T, class A> View4<T> scores_of(const AttentionStash<A>& stash, const AttentionWork<T, A>& work) {
+  require_extents("stash.softmax", stash.softmax, bh, t, 2);
+  for (const auto* heads : {&work.q, &work.k, &work.v, &work.o, &work.dq})
+    require_extents("work's head-major copies", *heads, bh, t, hd);
+  require_extents("work.dk", work.dk, bh, t, hd);
+  require_extents("work.dv", work.dv, bh, t, hd);
+  require_extents("work.scores", work.scores, bh, rows, t);
+  require_extents("work.dprobs", work.dprobs, bh, rows, t);
   if constexpr (mixed_precision<T, A>) {
-    return work.dprobs;
-  } else {
-    return stash.probs;
+    require_extents("work.probs", work.probs, bh, rows, t);
+    require_extents("work.dscores", work.dscores, bh, rows, t);
   }
 }
 
-// Where dL/d(q k^T) goes: over dL/dprobs in place when A is T; into the A buffer otherwise.
-template <class T, class A> View4<A> dscores_of(const AttentionWork<T, A>& work) {
+// A block's probabilities: over its scores in place when A is T, into the A buffer otherwise.
+template <class T, class A> View3<A> probs_of(const AttentionWork<T, A>& work) {
+  if constexpr (mixed_precision<T, A>) {
+    return work.probs;
+  } else {
+    return work.scores;
+  }
+}
+// A block's dL/d(q k^T): over dL/dprobs in place when A is T, into the A buffer otherwise.
+template <class T, class A> View3<A> dscores_of(const AttentionWork<T, A>& work) {
   if constexpr (mixed_precision<T, A>) {
     return work.dscores;
   } else {
@@ -105,315 +112,283 @@ template <class T, class A> View4<A> dscores_of(const AttentionWork<T, A>& work)
   }
 }
 
-using Team = Kokkos::TeamPolicy<ExecSpace>::member_type;
+// ---- Between the packed [B*T, x] activations and the head-major copies ----
 
-// Head h of sequence b of part 0 (q), 1 (k) or 2 (v) of a [B*T, 3C] q | k | v activation, as a [T, hd]
-// LayoutRight matrix with leading dimension 3C: gemm reads it where the projection wrote it.
-template <class M> auto qkv_head(const M& qkv, const AttentionShape& shape, int part, int b, int h) {
-  return sequence_columns(qkv, shape, b, std::int64_t(part) * shape.channels() + std::int64_t(h) * shape.head_dim,
-                          shape.head_dim);
+// f(item, d) for every element d < hd of `items` rows of hd elements: the host path walks a row per work item
+// (a vectorized loop), the device path an element per thread (coalesced).
+template <KernelPath P, class F>
+void for_each_head_element(const char* label, const ExecSpace& space, std::int64_t items, int hd, const F& f) {
+  if constexpr (P == KernelPath::host) {
+    Kokkos::parallel_for(label, range(space, items), KOKKOS_LAMBDA(std::int64_t item) {
+      for (int d = 0; d < hd; ++d) f(item, d);
+    });
+  } else {
+    Kokkos::parallel_for(label, range(space, items * hd), KOKKOS_LAMBDA(std::int64_t e) {
+      f(e / hd, int(e % hd));
+    });
+  }
 }
 
-// ---- Host path: per-head products through the vendor BLAS, softmax one thread per row ----
+// Where row n of a packed activation and head h meet in a head-major tensor: element (b*H + h, t, 0).
+KOKKOS_INLINE_FUNCTION std::int64_t head_major_row(std::int64_t n, int h, int heads, int seq) {
+  return (n / seq * heads + h) * seq + n % seq;
+}
 
-// scores[B, H, T, T] -> probs[B, H, T, T]: raw scores q k^T on and below the diagonal in, causal softmax of
-// scale * scores out, with exact zeros above the diagonal (whatever was there before). When A is T, scores
-// and probs are the same buffer (in place); otherwise the exponentials overwrite the scores and the
-// probabilities are rounded to A once. One thread per row, three sweeps (max, sum of exponentials,
-// normalize), each a vectorized loop over the row's first i + 1 entries.
+// qkv[B*T, 3C] -> q, k, v head-major; with dout[B*T, C] (backward) also dout -> o.
+template <KernelPath P, class A>
+void gather_heads(const ExecSpace& space, const AttentionShape& shape, const View2<const A>& qkv,
+                  const View2<const A>& dout, const View3<A>& q, const View3<A>& k, const View3<A>& v,
+                  const View3<A>& o) {
+  const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim, parts = dout.data() != nullptr ? 4 : 3;
+  const std::int64_t channels = shape.channels();
+  A* const targets[4] = {q.data(), k.data(), v.data(), o.data()};
+  for_each_head_element<P>(
+      "kpipe::nn::Attention::gather_heads", space, shape.rows() * parts * heads, hd,
+      KOKKOS_LAMBDA(std::int64_t item, int d) {
+        const std::int64_t n = item / (parts * heads);
+        const int part = int(item % (parts * heads)) / heads, h = int(item % heads);
+        const std::int64_t column = std::int64_t(h) * hd + d;
+        const A x = part < 3 ? qkv(n, part * channels + column) : dout(n, column);
+        targets[part][head_major_row(n, h, heads, seq) * hd + d] = x;
+      });
+}
+
+// o head-major -> out[B*T, C]
+template <KernelPath P, class A>
+void scatter_output(const ExecSpace& space, const AttentionShape& shape, const View3<A>& o, const View2<A>& out) {
+  const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim;
+  const A* const from = o.data();
+  for_each_head_element<P>(
+      "kpipe::nn::Attention::forward::scatter_heads", space, shape.rows() * heads, hd,
+      KOKKOS_LAMBDA(std::int64_t item, int d) {
+        const std::int64_t n = item / heads;
+        const int h = int(item % heads);
+        out(n, std::int64_t(h) * hd + d) = from[head_major_row(n, h, heads, seq) * hd + d];
+      });
+}
+
+// dq (A), dk and dv (T) head-major -> dqkv[B*T, 3C], dk and dv rounded to A once.
+template <KernelPath P, class T, class A>
+void scatter_gradients(const ExecSpace& space, const AttentionShape& shape, const AttentionWork<T, A>& work,
+                       const View2<A>& dqkv) {
+  const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim;
+  const std::int64_t channels = shape.channels();
+  const A* const dq = work.dq.data();
+  const T* const dk = work.dk.data();
+  const T* const dv = work.dv.data();
+  for_each_head_element<P>(
+      "kpipe::nn::Attention::backward_input::scatter_heads", space, shape.rows() * 3 * heads, hd,
+      KOKKOS_LAMBDA(std::int64_t item, int d) {
+        const std::int64_t n = item / (3 * heads);
+        const int part = int(item % (3 * heads)) / heads, h = int(item % heads);
+        const std::int64_t from = head_major_row(n, h, heads, seq) * hd + d;
+        const A x = part == 0 ? dq[from] : narrow<A>(part == 1 ? dk[from] : dv[from]);
+        dqkv(n, part * channels + std::int64_t(h) * hd + d) = x;
+      });
+}
+
+// ---- The softmax of a block and its backward ----
+// Row r of a block is head r / rows of the batch, query r0 + r % rows; its live keys are 0..i, the block's
+// keys 0..r1-1. Entries above the diagonal get exact zeros, since the products after read every key of the block.
+
+struct BlockRow {
+  std::int64_t head, row;  // head of the batch (b*H + h), row of the block
+  std::int64_t i;          // query position
+  KOKKOS_INLINE_FUNCTION BlockRow(std::int64_t r, std::int64_t rows, std::int64_t r0)
+      : head(r / rows), row(r % rows), i(r0 + r % rows) {}
+};
+
+// scores (raw q k^T) -> probs (the causal softmax of scale * scores, in place when A is T) and the row's
+// statistics. Host path: a thread per row, three vectorized sweeps (max, exponentials and their sum, scaling).
 template <class T, class A>
-void causal_softmax(const ExecSpace& space, const View4<T>& scores, const View4<A>& probs, T scale) {
-  const int seq = probs.extent(2);
-  T* const base = scores.data();
-  A* const probs_base = probs.data();
+void softmax_rows_host(const ExecSpace& space, const View3<T>& scores, const View3<A>& probs,
+                       const View3<T>& softmax, const RowBlock& block, T scale) {
+  const std::int64_t rows = block.rows(), r0 = block.r0, keys = block.r1;
   Kokkos::parallel_for(
-      "kpipe::nn::Attention::forward::causal_softmax",
-      range(space, std::int64_t(probs.extent(0)) * probs.extent(1) * seq), KOKKOS_LAMBDA(std::int64_t r) {
-        T* KOKKOS_RESTRICT p = base + r * seq;
-        // Captured here, not first inside the if constexpr below (which CUDA's extended lambdas refuse).
-        A* const row_probs = probs_base + r * seq;  // p itself when A is T
-        const std::int64_t n = r % seq + 1;
-        // Whole vectors up to `padded`: masked lanes count as nothing, and the exponential sweep writes
-        // them the zeros they get anyway.
-        const std::int64_t padded = whole_vectors(n, seq);
-        // max(scale * x) = scale * max(x), scale > 0
-        const T row_max = lane_max<T>(padded, [&](std::int64_t j) { return j < n ? p[j] : p[0]; }) * scale;
+      "kpipe::nn::Attention::forward::softmax", range(space, scores.extent(0) * rows), KOKKOS_LAMBDA(std::int64_t r) {
+        const BlockRow at(r, rows, r0);
+        T* KOKKOS_RESTRICT s = &scores(at.head, at.row, 0);
+        // Taken here, not first inside the if constexpr below (which CUDA's extended lambdas refuse).
+        A* const row_probs = &probs(at.head, at.row, 0);  // s itself when A is T
+        const std::int64_t n = at.i + 1, padded = whole_vectors(n, keys);
+        // max(scale * x) = scale * max(x), scale > 0. Masked lanes count as nothing.
+        const T row_max = lane_max<T>(padded, [&](std::int64_t j) { return j < n ? s[j] : s[0]; }) * scale;
         const T sum = lane_sum<T>(padded, [&](std::int64_t j) {
-          const T e = j < n ? math::fast_exp(scale * p[j] - row_max) : T(0);
-          p[j] = e;
+          const T e = j < n ? exponential<KernelPath::host>(s[j], scale, row_max) : T(0);
+          s[j] = e;
           return e;
         });
         const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
+        softmax(at.head, at.i, 0) = row_max;
+        softmax(at.head, at.i, 1) = inv_sum;
         if constexpr (mixed_precision<T, A>) {
-          A* KOKKOS_RESTRICT out = row_probs;
-          for (std::int64_t j = 0; j < padded; ++j) out[j] = narrow<A>(p[j] * inv_sum);
-          for (std::int64_t j = padded; j < seq; ++j) out[j] = narrow<A>(T(0));
+          A* KOKKOS_RESTRICT p = row_probs;
+          for (std::int64_t j = 0; j < padded; ++j) p[j] = narrow<A>(s[j] * inv_sum);
+          for (std::int64_t j = padded; j < keys; ++j) p[j] = narrow<A>(T(0));
         } else {
-          (void)row_probs;  // the same buffer as p
-          for (std::int64_t j = 0; j < padded; ++j) p[j] *= inv_sum;
-          for (std::int64_t j = padded; j < seq; ++j) p[j] = T(0);
+          (void)row_probs;
+          for (std::int64_t j = 0; j < padded; ++j) s[j] *= inv_sum;
+          for (std::int64_t j = padded; j < keys; ++j) s[j] = T(0);
         }
       });
 }
 
-// (probs, grad = dL/dprobs)[B, H, T, T] -> dscores = dL/d(q k^T), on and below the diagonal
-// scale * P_ij (grad_ij - sum_k grad_ik P_ik), with exact zeros above it. When A is T, dscores is grad (in
-// place); otherwise the result, computed in T, is rounded to A once.
+// The same, device path: a team per row, each thread a strided share of the row (coalesced), the shares combined
+// in a fixed order.
 template <class T, class A>
-void causal_softmax_backward(const ExecSpace& space, const View4<A>& probs, const View4<T>& grad,
-                             const View4<A>& dscores, T scale) {
-  const int seq = probs.extent(2);
-  const A* const probs_base = probs.data();
-  T* const grad_base = grad.data();
-  A* const dscores_base = dscores.data();
+void softmax_rows_device(const ExecSpace& space, const View3<T>& scores, const View3<A>& probs,
+                         const View3<T>& softmax, const RowBlock& block, T scale) {
+  const std::int64_t rows = block.rows(), r0 = block.r0;
+  const int keys = int(block.r1);
+  for_each_team(
+      "kpipe::nn::Attention::forward::softmax", space, scores.extent(0) * rows, KOKKOS_LAMBDA(const Team& team) {
+        const BlockRow at(team.league_rank(), rows, r0);
+        const int i = int(at.i), lanes = team.team_size();
+        T* const s = &scores(at.head, at.row, 0);
+        A* const p = &probs(at.head, at.row, 0);
+        T row_max = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lanes),
+            [&](int lane, T& team_max) {
+              // max(scale * x) = scale * max(x) exactly, scale being positive.
+              if (lane <= i) team_max = math::max(team_max, strided_max(s, lane, i, lanes) * scale);
+            },
+            Kokkos::Max<T>(row_max));
+        T sum = 0;
+        Kokkos::parallel_reduce(
+            Kokkos::TeamThreadRange(team, lanes),
+            [&](int lane, T& team_sum) {
+              T partial = 0;
+              for (int j = lane; j <= i; j += lanes) {
+                const T e = exponential<KernelPath::device>(s[j], scale, row_max);
+                s[j] = e;
+                partial += e;
+              }
+              team_sum += partial;
+            },
+            sum);
+        const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
+        team.team_barrier();           // the next sweep splits the row among the threads differently
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, keys),
+                             [&](int j) { p[j] = j <= i ? narrow<A>(s[j] * inv_sum) : narrow<A>(T(0)); });
+        Kokkos::single(Kokkos::PerTeam(team), [&]() {
+          softmax(at.head, at.i, 0) = row_max;
+          softmax(at.head, at.i, 1) = inv_sum;
+        });
+      });
+}
+
+// (scores = raw q k^T, grad = dL/dprobs) -> probs (recomputed from the statistics, the forward's bits; in place
+// over scores when A is T) and dscores = dL/d(q k^T) = scale P_ij (grad_ij - sum_k grad_ik P_ik) (in place over
+// grad when A is T), both with exact zeros above the diagonal. Host path: a thread per row, vectorized sweeps.
+template <class T, class A>
+void softmax_backward_rows_host(const ExecSpace& space, const View3<T>& scores, const View3<T>& grad,
+                                const View3<A>& probs, const View3<A>& dscores, const View3<const T>& softmax,
+                                const RowBlock& block, T scale) {
+  const std::int64_t rows = block.rows(), r0 = block.r0, keys = block.r1;
   Kokkos::parallel_for(
-      "kpipe::nn::Attention::backward_input::causal_softmax",
-      range(space, std::int64_t(probs.extent(0)) * probs.extent(1) * seq), KOKKOS_LAMBDA(std::int64_t r) {
-        const A* KOKKOS_RESTRICT p = probs_base + r * seq;
-        T* KOKKOS_RESTRICT g = grad_base + r * seq;
-        // Captured here, not first inside the if constexpr below (which CUDA's extended lambdas refuse).
-        A* const row_dscores = dscores_base + r * seq;  // g itself when A is T
-        const T s = scale;
-        // probs are exact zeros in [n, padded) (the forward wrote them), so whole vectors up to padded
-        // add nothing to the dot product and give zeros there.
-        const std::int64_t n = r % seq + 1;
-        const std::int64_t padded = whole_vectors(n, seq);
+      "kpipe::nn::Attention::backward_input::softmax", range(space, scores.extent(0) * rows),
+      KOKKOS_LAMBDA(std::int64_t r) {
+        const BlockRow at(r, rows, r0);
+        const T* const s = &scores(at.head, at.row, 0);
+        A* const p = &probs(at.head, at.row, 0);  // s itself when A is T
+        T* const g = &grad(at.head, at.row, 0);
+        A* const ds = &dscores(at.head, at.row, 0);  // g itself when A is T
+        const T row_max = softmax(at.head, at.i, 0), inv_sum = softmax(at.head, at.i, 1);
+        const std::int64_t n = at.i + 1, padded = whole_vectors(n, keys);
+        for (std::int64_t j = 0; j < keys; ++j)
+          p[j] = narrow<A>(j < n ? exponential<KernelPath::host>(s[j], scale, row_max) * inv_sum : T(0));
         const T dot = lane_sum<T>(padded, [&](std::int64_t j) { return j < n ? g[j] * widen<T>(p[j]) : T(0); });
-        if constexpr (mixed_precision<T, A>) {
-          A* KOKKOS_RESTRICT ds = row_dscores;
-          for (std::int64_t j = 0; j < padded; ++j)
-            ds[j] = narrow<A>(j < n ? s * widen<T>(p[j]) * (g[j] - dot) : T(0));
-          for (std::int64_t j = padded; j < seq; ++j) ds[j] = narrow<A>(T(0));
-        } else {
-          (void)row_dscores;  // the same buffer as g
-          for (std::int64_t j = 0; j < padded; ++j) g[j] = j < n ? s * p[j] * (g[j] - dot) : T(0);
-          for (std::int64_t j = padded; j < seq; ++j) g[j] = T(0);
-        }
+        for (std::int64_t j = 0; j < keys; ++j) ds[j] = narrow<A>(j < n ? scale * widen<T>(p[j]) * (g[j] - dot) : T(0));
       });
 }
 
-// The products below only ever read entries on or below the diagonal blocks of probs and dscores, and
-// the entries above the diagonal inside a diagonal block are exact zeros (the kernels above write them),
-// so skipping the blocks beyond leaves every result unchanged.
-
-// The products' alpha and beta for an output holding M's elements.
-template <class M> using scalar_of = blas::scalar_t<typename M::non_const_value_type>;
-
-// scores[r0:r1, 0:r1] = q[r0:r1] k[0:r1]^T for every row block.
-template <class Q, class K, class P>
-void causal_scores(const ExecSpace& space, const Q& q, const K& k, const P& scores, const View1<float>& workspace) {
-  using S = scalar_of<P>;
-  const std::int64_t seq = scores.extent(0);
-  for (std::int64_t r0 = 0; r0 < seq; r0 += causal_block) {
-    const std::int64_t r1 = std::min(seq, r0 + causal_block);
-    blas::gemm(space, "N", "T", S(1), rows(q, r0, r1), rows(k, 0, r1), S(0), block(scores, r0, r1, 0, r1),
-               blas::Math::exact, workspace);
-  }
-}
-
-// out[r0:r1] = probs[r0:r1, 0:r1] x[0:r1] for every row block (probs lower triangular).
-template <class P, class X, class O>
-void lower_times(const ExecSpace& space, const P& probs, const X& x, const O& out, const View1<float>& workspace) {
-  using S = scalar_of<O>;
-  const std::int64_t seq = probs.extent(0);
-  for (std::int64_t r0 = 0; r0 < seq; r0 += causal_block) {
-    const std::int64_t r1 = std::min(seq, r0 + causal_block);
-    blas::gemm(space, "N", "N", S(1), block(probs, r0, r1, 0, r1), rows(x, 0, r1), S(0), rows(out, r0, r1),
-               blas::Math::exact, workspace);
-  }
-}
-
-// out[c0:c1] = probs[c0:T, c0:c1]^T x[c0:T] for every column block (probs lower triangular).
-template <class P, class X, class O>
-void lower_transposed_times(const ExecSpace& space, const P& probs, const X& x, const O& out,
-                            const View1<float>& workspace) {
-  using S = scalar_of<O>;
-  const std::int64_t seq = probs.extent(0);
-  for (std::int64_t c0 = 0; c0 < seq; c0 += causal_block) {
-    const std::int64_t c1 = std::min(seq, c0 + causal_block);
-    blas::gemm(space, "T", "N", S(1), block(probs, c0, seq, c0, c1), rows(x, c0, seq), S(0), rows(out, c0, c1),
-               blas::Math::exact, workspace);
-  }
-}
-
-// ---- Device path: a few batched kernels instead of B * H * (T / causal_block) products per pass ----
-//
-// A GPU would spend a micro-batch's attention launching thousands of small gemms from a host loop. Here each
-// pass is one launch over every (sequence, head, row):
-//   forward:   a team per query row i:  scores q_i . k_j for j <= i, causal softmax in place, out_i = P_i V;
-//   backward:  a team per query row i:  dP_ij = dO_i . v_j, dS_i = softmax backward, dq_i = dS_i K;
-//              a team per key row j:    dv_j = sum_{i >= j} P_ij dO_i, dk_j = sum_{i >= j} dS_ij q_i.
-// The causal mask is the loop bound, so nothing above the diagonal is computed. Every output element is one
-// thread's sum over a fixed range in a fixed order, and every team reduction combines lanes in a fixed
-// order: the same inputs give the same bits on every run. (Each team reads its keys from global memory
-// through the cache; a tiled kernel that stages blocks of K and V in team scratch is the next step once it
-// can be measured on a GPU.)
-
-// Row r of the [B, H, T, T] tensors: sequence b, head h, query (or key) position i.
-struct HeadRow {
-  int b, h, i;
-  KOKKOS_INLINE_FUNCTION HeadRow(std::int64_t r, int heads, int seq)
-      : b(int(r / (std::int64_t(heads) * seq))), h(int((r / seq) % heads)), i(int(r % seq)) {}
-};
-
-// Row s[0, seq) of query i's raw scores on and below the diagonal -> row p[0, seq) of its causal softmax of
-// scale * scores, exact zeros above the diagonal; the exponentials overwrite s. When A is T, p is s (in
-// place); otherwise each probability is rounded to A once. Each thread sweeps a strided share j = lane,
-// lane + lanes, ... of the row in a register of its own (coalesced), then the team combines the shares.
+// The same, device path: a team per row.
 template <class T, class A>
-KOKKOS_INLINE_FUNCTION void team_causal_softmax(const Team& team, T* s, A* p, int i, int seq, T scale) {
-  const int lanes = team.team_size();
-  T row_max = 0;
-  Kokkos::parallel_reduce(
-      Kokkos::TeamThreadRange(team, lanes),
-      [&](int lane, T& team_max) {
-        // max(scale * x) = scale * max(x) exactly, scale being positive.
-        if (lane <= i) team_max = math::max(team_max, strided_max(s, lane, i, lanes) * scale);
-      },
-      Kokkos::Max<T>(row_max));
-  T sum = 0;
-  Kokkos::parallel_reduce(
-      Kokkos::TeamThreadRange(team, lanes),
-      [&](int lane, T& team_sum) {
-        T partial = 0;
-        for (int j = lane; j <= i; j += lanes) {
-          const T e = math::exp(scale * s[j] - row_max);
-          s[j] = e;
-          partial += e;
-        }
-        team_sum += partial;
-      },
-      sum);
-  const T inv_sum = T(1) / sum;  // sum >= 1: the maximum contributes exp(0)
-  team.team_barrier();           // the next sweep splits the row among the threads differently
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq),
-                       [&](int j) { p[j] = j <= i ? narrow<A>(s[j] * inv_sum) : narrow<A>(T(0)); });
-}
-
-// qkv[B*T, 3C] -> probs[B, H, T, T] (the stash), out[B*T, C]; the raw scores go through `scores` (probs
-// itself when A is T).
-template <class T, class A>
-void forward_rows(const ExecSpace& space, const AttentionShape& shape, const View2<const A>& qkv,
-                  const View4<T>& scores, const View4<A>& probs, const View2<A>& out) {
-  const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim;
-  const std::int64_t channels = shape.channels();
-  const T scale = T(1) / math::sqrt(T(hd));
+void softmax_backward_rows_device(const ExecSpace& space, const View3<T>& scores, const View3<T>& grad,
+                                  const View3<A>& probs, const View3<A>& dscores, const View3<const T>& softmax,
+                                  const RowBlock& block, T scale) {
+  const std::int64_t rows = block.rows(), r0 = block.r0;
+  const int keys = int(block.r1);
   for_each_team(
-      "kpipe::nn::Attention::forward::rows", space, std::int64_t(shape.batch) * heads * seq,
+      "kpipe::nn::Attention::backward_input::softmax", space, scores.extent(0) * rows,
       KOKKOS_LAMBDA(const Team& team) {
-        const HeadRow r(team.league_rank(), heads, seq);
-        const std::int64_t row0 = std::int64_t(r.b) * seq;  // sequence b's first row of qkv and out
-        const std::int64_t q0 = std::int64_t(r.h) * hd, k0 = channels + q0, v0 = 2 * channels + q0;
-        const A* const q = &qkv(row0 + r.i, q0);
-        T* const s = &scores(r.b, r.h, r.i, 0);
-        A* const p = &probs(r.b, r.h, r.i, 0);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r.i + 1), [&](int j) {
-          const A* const k = &qkv(row0 + j, k0);
-          T dot = 0;
-          for (int d = 0; d < hd; ++d) dot += widen<T>(q[d]) * widen<T>(k[d]);
-          s[j] = dot;
+        const BlockRow at(team.league_rank(), rows, r0);
+        const int i = int(at.i), lanes = team.team_size();
+        const T* const s = &scores(at.head, at.row, 0);
+        A* const p = &probs(at.head, at.row, 0);
+        T* const g = &grad(at.head, at.row, 0);
+        A* const ds = &dscores(at.head, at.row, 0);
+        const T row_max = softmax(at.head, at.i, 0), inv_sum = softmax(at.head, at.i, 1);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, keys), [&](int j) {
+          p[j] = j <= i ? narrow<A>(exponential<KernelPath::device>(s[j], scale, row_max) * inv_sum)
+                        : narrow<A>(T(0));
         });
         team.team_barrier();
-        team_causal_softmax(team, s, p, r.i, seq, scale);
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
-          T sum = 0;
-          for (int j = 0; j <= r.i; ++j) sum += widen<T>(p[j]) * widen<T>(qkv(row0 + j, v0 + d));
-          out(row0 + r.i, q0 + d) = narrow<A>(sum);
-        });
-      });
-}
-
-// (qkv, probs, dout[B*T, C]) -> dprobs[B, H, T, T] = dL/dprobs, dscores[B, H, T, T] = dL/d(q k^T) (dprobs
-// itself when A is T), dqkv[B*T, 3C]
-template <class T, class A>
-void backward_rows(const ExecSpace& space, const AttentionShape& shape, const View2<const A>& qkv,
-                   const View4<const A>& probs, const View2<const A>& dout, const View4<T>& dprobs,
-                   const View4<A>& dscores, const View2<A>& dqkv) {
-  const int heads = shape.heads, seq = shape.seq, hd = shape.head_dim;
-  const std::int64_t channels = shape.channels();
-  const T scale = T(1) / math::sqrt(T(hd));
-  const std::int64_t rows = std::int64_t(shape.batch) * heads * seq;
-  // Query rows: dP_i = dO_i V^T, then dS_i (softmax backward, in place), then dq_i = dS_i K.
-  for_each_team(
-      "kpipe::nn::Attention::backward_input::rows", space, rows, KOKKOS_LAMBDA(const Team& team) {
-        const HeadRow r(team.league_rank(), heads, seq);
-        const std::int64_t row0 = std::int64_t(r.b) * seq;
-        const std::int64_t q0 = std::int64_t(r.h) * hd, k0 = channels + q0, v0 = 2 * channels + q0;
-        const A* const dy = &dout(row0 + r.i, q0);
-        const A* const p = &probs(r.b, r.h, r.i, 0);
-        T* const g = &dprobs(r.b, r.h, r.i, 0);
-        A* const ds = &dscores(r.b, r.h, r.i, 0);
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, r.i + 1), [&](int j) {
-          const A* const v = &qkv(row0 + j, v0);
-          T s = 0;
-          for (int d = 0; d < hd; ++d) s += widen<T>(dy[d]) * widen<T>(v[d]);
-          g[j] = s;
-        });
-        team.team_barrier();
-        const int lanes = team.team_size();
         T dot = 0;
         Kokkos::parallel_reduce(
             Kokkos::TeamThreadRange(team, lanes),
             [&](int lane, T& team_dot) {
-              T s = 0;
-              for (int j = lane; j <= r.i; j += lanes) s += g[j] * widen<T>(p[j]);
-              team_dot += s;
+              T partial = 0;
+              for (int j = lane; j <= i; j += lanes) partial += g[j] * widen<T>(p[j]);
+              team_dot += partial;
             },
             dot);
         team.team_barrier();  // every read of g before the first write (ds is g when A is T)
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, seq), [&](int j) {
-          ds[j] = j <= r.i ? narrow<A>(scale * widen<T>(p[j]) * (g[j] - dot)) : narrow<A>(T(0));
-        });
-        team.team_barrier();
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
-          T s = 0;
-          for (int j = 0; j <= r.i; ++j) s += widen<T>(ds[j]) * widen<T>(qkv(row0 + j, k0 + d));
-          dqkv(row0 + r.i, q0 + d) = narrow<A>(s);
-        });
-      });
-  // Key rows, once every dS is complete (the next launch on the same space): dv_j = P[:, j]^T dO and
-  // dk_j = dS[:, j]^T Q over the query rows i >= j.
-  const View4<const A> ds = dscores;
-  for_each_team(
-      "kpipe::nn::Attention::backward_input::columns", space, rows, KOKKOS_LAMBDA(const Team& team) {
-        const HeadRow r(team.league_rank(), heads, seq);  // r.i is the key position here
-        const std::int64_t row0 = std::int64_t(r.b) * seq;
-        const std::int64_t q0 = std::int64_t(r.h) * hd, k0 = channels + q0, v0 = 2 * channels + q0;
-        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, hd), [&](int d) {
-          T dv = 0, dk = 0;
-          for (int i = r.i; i < seq; ++i) {
-            dv += widen<T>(probs(r.b, r.h, i, r.i)) * widen<T>(dout(row0 + i, q0 + d));
-            dk += widen<T>(ds(r.b, r.h, i, r.i)) * widen<T>(qkv(row0 + i, q0 + d));
-          }
-          dqkv(row0 + r.i, v0 + d) = narrow<A>(dv);
-          dqkv(row0 + r.i, k0 + d) = narrow<A>(dk);
+        Kokkos::parallel_for(Kokkos::TeamThreadRange(team, keys), [&](int j) {
+          ds[j] = j <= i ? narrow<A>(scale * widen<T>(p[j]) * (g[j] - dot)) : narrow<A>(T(0));
         });
       });
 }
 
+template <KernelPath P, class T, class A>
+void softmax_rows(const ExecSpace& space, const View3<T>& scores, const View3<A>& probs, const View3<T>& softmax,
+                  const RowBlock& block, T scale) {
+  if constexpr (P == KernelPath::host) {
+    softmax_rows_host(space, scores, probs, softmax, block, scale);
+  } else {
+    softmax_rows_device(space, scores, probs, softmax, block, scale);
+  }
+}
+
+template <KernelPath P, class T, class A>
+void softmax_backward_rows(const ExecSpace& space, const View3<T>& scores, const View3<T>& grad,
+                           const View3<A>& probs, const View3<A>& dscores, const View3<const T>& softmax,
+                           const RowBlock& block, T scale) {
+  if constexpr (P == KernelPath::host) {
+    softmax_backward_rows_host(space, scores, grad, probs, dscores, softmax, block, scale);
+  } else {
+    softmax_backward_rows_device(space, scores, grad, probs, dscores, softmax, block, scale);
+  }
+}
+
+template <class T> T softmax_scale(const AttentionShape& shape) { return T(1) / math::sqrt(T(shape.head_dim)); }
+
 }  // namespace attention_detail
 
-template <class A> AttentionStash<A> allocate_stash(const AttentionShape& shape, bool qkv, bool probs) {
+template <class T, class A> AttentionStash<T, A> allocate_stash(const AttentionShape& shape, bool qkv, bool softmax) {
   attention_detail::require_positive(shape);
-  const int b = shape.batch, h = shape.heads, t = shape.seq, d = shape.head_dim;
-  AttentionStash<A> stash;
-  if (qkv) stash.qkv = View2<A>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(h) * d);
-  if (probs) stash.probs = View4<A>(uninitialized("kpipe::nn::Attention::probs"), b, h, t, t);
+  AttentionStash<T, A> stash;
+  if (qkv)
+    stash.qkv = View2<A>(uninitialized("kpipe::nn::Attention::qkv"), shape.rows(), 3 * std::int64_t(shape.channels()));
+  if (softmax)
+    stash.softmax = View3<T>(uninitialized("kpipe::nn::Attention::softmax"), shape.heads_in_batch(), shape.seq, 2);
   return stash;
 }
 
 template <class T, class A> AttentionWorkElements attention_work_elements(const AttentionShape& shape) {
-  const std::int64_t square = std::int64_t(shape.batch) * shape.heads * shape.seq * shape.seq;
+  const std::int64_t heads = shape.heads_in_batch() * shape.seq * shape.head_dim;  // one head-major tensor
+  const std::int64_t block = shape.heads_in_batch() * block_rows(shape) * shape.seq;
   AttentionWorkElements e;
-  e.t = square;
+  e.a = 5 * heads;              // q, k, v, o, dq
+  e.t = 2 * heads + 2 * block;  // dk, dv, scores, dprobs
   if constexpr (mixed_precision<T, A>) {
-    e.a = square;
-    // The host path's products: blocks of at most causal_block query rows (or key columns) of one head;
-    // scores and dP in T (causal_scores), out, dq, dk and dv in A (lower_times, lower_transposed_times).
-    const std::int64_t rows = std::min<std::int64_t>(attention_detail::causal_block, shape.seq);
-    e.workspace = std::max(blas::workspace_elements<A, T>(rows, shape.seq, shape.head_dim),
-                           blas::workspace_elements<A, A>(rows, shape.head_dim, shape.seq));
+    e.a += 2 * block;  // probs, dscores
+    // The host path's products, one matrix at a time: scores and dP (rows x T by T x hd), out and dq
+    // (rows x hd by hd x T... their sums over the keys), dk and dv (T x hd over the block's rows).
+    const std::int64_t rows = block_rows(shape), t = shape.seq, hd = shape.head_dim;
+    e.workspace = std::max({blas::workspace_elements<A, T>(rows, t, hd), blas::workspace_elements<A, A>(rows, hd, t),
+                            blas::workspace_elements<A, T>(t, hd, rows)});
   }
   return e;
 }
@@ -421,139 +396,148 @@ template <class T, class A> AttentionWorkElements attention_work_elements(const 
 template <class T, class A> AttentionWork<T, A> allocate_work(const AttentionShape& shape) {
   attention_detail::require_positive(shape);
   const AttentionWorkElements e = attention_work_elements<T, A>(shape);
+  const std::int64_t bh = shape.heads_in_batch(), t = shape.seq, hd = shape.head_dim, rows = block_rows(shape);
+  auto heads = [&](const char* label) { return View3<A>(uninitialized(label), bh, t, hd); };
   AttentionWork<T, A> work;
-  work.dprobs = View4<T>(uninitialized("kpipe::nn::Attention::dprobs"), shape.batch, shape.heads, shape.seq, shape.seq);
-  if (e.a > 0)
-    work.dscores =
-        View4<A>(uninitialized("kpipe::nn::Attention::dscores"), shape.batch, shape.heads, shape.seq, shape.seq);
+  work.q = heads("kpipe::nn::Attention::q");
+  work.k = heads("kpipe::nn::Attention::k");
+  work.v = heads("kpipe::nn::Attention::v");
+  work.o = heads("kpipe::nn::Attention::o");
+  work.dq = heads("kpipe::nn::Attention::dq");
+  work.dk = View3<T>(uninitialized("kpipe::nn::Attention::dk"), bh, t, hd);
+  work.dv = View3<T>(uninitialized("kpipe::nn::Attention::dv"), bh, t, hd);
+  work.scores = View3<T>(uninitialized("kpipe::nn::Attention::scores"), bh, rows, t);
+  work.dprobs = View3<T>(uninitialized("kpipe::nn::Attention::dprobs"), bh, rows, t);
+  if constexpr (mixed_precision<T, A>) {
+    work.probs = View3<A>(uninitialized("kpipe::nn::Attention::probs"), bh, rows, t);
+    work.dscores = View3<A>(uninitialized("kpipe::nn::Attention::dscores"), bh, rows, t);
+  }
   if (e.workspace > 0) work.workspace = View1<float>(uninitialized("kpipe::nn::Attention::workspace"), e.workspace);
   return work;
 }
 
+// Per block of query rows: S = Q K^T, the softmax, O = P V.
 template <class T, KernelPath P, class A>
-void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<A> qkv, const AttentionStash<A>& stash,
-                       const AttentionWork<T, A>& work, const View2<A>& out) {
+void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<A> qkv,
+                       const AttentionStash<T, A>& stash, const AttentionWork<T, A>& work, const View2<A>& out) {
   using namespace attention_detail;
   require_buffers(shape, stash, work);
   require_extents("qkv", qkv, shape.rows(), 3 * std::int64_t(shape.channels()));
   require_extents("out", out, shape.rows(), shape.channels());
-
-  const int hd = shape.head_dim;
   if (qkv.data() != stash.qkv.data()) Kokkos::deep_copy(space, stash.qkv, qkv);
-  const View2<const A> x = stash.qkv;
-  const View4<T> scores = scores_of(stash, work);
-  if constexpr (P == KernelPath::device) {
-    forward_rows(space, shape, x, scores, stash.probs, out);
-  } else {  // host path: per-head products through the host BLAS
-    const View1<float>& ws = work.workspace;
-    for (int b = 0; b < shape.batch; ++b)
-      for (int h = 0; h < shape.heads; ++h)
-        causal_scores(space, qkv_head(x, shape, 0, b, h), qkv_head(x, shape, 1, b, h), head(scores, b, h), ws);
-    causal_softmax(space, scores, stash.probs, T(1) / math::sqrt(T(hd)));
-    for (int b = 0; b < shape.batch; ++b)
-      for (int h = 0; h < shape.heads; ++h)  // head h's output straight into its columns of out
-        lower_times(space, head(stash.probs, b, h), qkv_head(x, shape, 2, b, h),
-                    sequence_columns(out, shape, b, h * hd, hd), ws);
+  gather_heads<P, A>(space, shape, stash.qkv, {}, work.q, work.k, work.v, work.o);
+  const T scale = softmax_scale<T>(shape);
+  const View3<A> probs = probs_of(work);
+  const View1<float>& ws = work.workspace;
+  for (std::int64_t r0 = 0; r0 < shape.seq; r0 += block_rows(shape)) {
+    const RowBlock block{r0, std::min<std::int64_t>(shape.seq, r0 + block_rows(shape))};
+    blas::gemm_strided_batched<A, T>(space, "N", "T", 1, head_rows_const(work.q, block.r0, block.r1),
+                                     head_rows_const(work.k, 0, block.r1), 0, block_matrices(work.scores, block),
+                                     blas::Math::exact, ws);
+    softmax_rows<P>(space, work.scores, probs, stash.softmax, block, scale);
+    blas::gemm_strided_batched<A, A>(space, "N", "N", 1, block_matrices(probs, block).as_const(),
+                                     head_rows_const(work.v, 0, block.r1), 0, head_rows(work.o, block.r0, block.r1),
+                                     blas::Math::exact, ws);
   }
+  scatter_output<P>(space, shape, work.o, out);
 }
 
+// Per block of query rows, the last first: S = Q K^T and dP = dO V^T, the probabilities recomputed and the
+// softmax's backward, dQ = dS K, and dK += dS^T Q, dV += P^T dO over the block's keys. The last block reaches
+// every key, so it writes dK and dV whole (beta 0) and the blocks before it add to them in a fixed order.
 template <class T, KernelPath P, class A>
-void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<A>& stash,
+void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<T, A>& stash,
                               const AttentionWork<T, A>& work, In2<A> dout, const View2<A>& dqkv) {
   using namespace attention_detail;
   require_buffers(shape, stash, work);
   require_extents("dout", dout, shape.rows(), shape.channels());
   require_extents("dqkv", dqkv, shape.rows(), 3 * std::int64_t(shape.channels()));
-
-  const int hd = shape.head_dim;
-  const std::int64_t channels = shape.channels();
-  const View2<const A> dy = dout;
-  const View2<const A> x = stash.qkv;
-  const View4<A> dscores = dscores_of(work);  // dL/d(q k^T): over dprobs in place when A is T
-  if constexpr (P == KernelPath::device) {
-    backward_rows(space, shape, x, View4<const A>(stash.probs), dy, work.dprobs, dscores, dqkv);
-  } else {  // host path: per-head products through the host BLAS
-    const View1<float>& ws = work.workspace;
-    // dO of head h is its columns of dout; dq, dk, dv of head h go straight into their columns of dqkv.
-    for (int b = 0; b < shape.batch; ++b)
-      for (int h = 0; h < shape.heads; ++h) {
-        const auto dheads = sequence_columns(dy, shape, b, h * hd, hd);
-        causal_scores(space, dheads, qkv_head(x, shape, 2, b, h), head(work.dprobs, b, h), ws);  // dP = dO v^T
-        lower_transposed_times(space, head(stash.probs, b, h), dheads,
-                               sequence_columns(dqkv, shape, b, 2 * channels + h * hd, hd), ws);  // dv = P^T dO
-      }
-    causal_softmax_backward(space, stash.probs, work.dprobs, dscores, T(1) / math::sqrt(T(hd)));
-    for (int b = 0; b < shape.batch; ++b)
-      for (int h = 0; h < shape.heads; ++h) {
-        lower_times(space, head(dscores, b, h), qkv_head(x, shape, 1, b, h),
-                    sequence_columns(dqkv, shape, b, h * hd, hd), ws);  // dq = dS k
-        lower_transposed_times(space, head(dscores, b, h), qkv_head(x, shape, 0, b, h),
-                               sequence_columns(dqkv, shape, b, channels + h * hd, hd), ws);  // dk = dS^T q
-      }
+  gather_heads<P, A>(space, shape, stash.qkv, dout, work.q, work.k, work.v, work.o);
+  const T scale = softmax_scale<T>(shape);
+  const View3<A> probs = probs_of(work), dscores = dscores_of(work);
+  const View1<float>& ws = work.workspace;
+  const std::int64_t rows = block_rows(shape), last = (shape.seq - 1) / rows * rows;
+  for (std::int64_t r0 = last; r0 >= 0; r0 -= rows) {
+    const RowBlock block{r0, std::min<std::int64_t>(shape.seq, r0 + rows)};
+    const T beta = r0 == last ? T(0) : T(1);
+    blas::gemm_strided_batched<A, T>(space, "N", "T", 1, head_rows_const(work.q, block.r0, block.r1),
+                                     head_rows_const(work.k, 0, block.r1), 0, block_matrices(work.scores, block),
+                                     blas::Math::exact, ws);
+    blas::gemm_strided_batched<A, T>(space, "N", "T", 1, head_rows_const(work.o, block.r0, block.r1),
+                                     head_rows_const(work.v, 0, block.r1), 0, block_matrices(work.dprobs, block),
+                                     blas::Math::exact, ws);
+    softmax_backward_rows<P>(space, work.scores, work.dprobs, probs, dscores, View3<const T>(stash.softmax), block,
+                             scale);
+    const StridedBatch<const A> p = block_matrices(probs, block).as_const();
+    const StridedBatch<const A> ds = block_matrices(dscores, block).as_const();
+    blas::gemm_strided_batched<A, A>(space, "N", "N", 1, ds, head_rows_const(work.k, 0, block.r1), 0,
+                                     head_rows(work.dq, block.r0, block.r1), blas::Math::exact, ws);
+    blas::gemm_strided_batched<A, T>(space, "T", "N", 1, ds, head_rows_const(work.q, block.r0, block.r1), beta,
+                                     head_rows(work.dk, 0, block.r1), blas::Math::exact, ws);
+    blas::gemm_strided_batched<A, T>(space, "T", "N", 1, p, head_rows_const(work.o, block.r0, block.r1), beta,
+                                     head_rows(work.dv, 0, block.r1), blas::Math::exact, ws);
   }
+  scatter_gradients<P>(space, shape, work, dqkv);
 }
 
 double attention_forward_flops(const AttentionShape& shape) {
-  const double heads = double(shape.batch) * shape.heads;
+  const double heads = double(shape.heads_in_batch());
   return heads * (blas::gemm_flops(shape.seq, shape.seq, shape.head_dim) +
                   blas::gemm_flops(shape.seq, shape.head_dim, shape.seq));
 }
 
 // Float (training), double (gradient checks), float accumulating bf16 storage (mixed precision); both paths.
-template AttentionStash<float> allocate_stash<float>(const AttentionShape&, bool, bool);
-template AttentionStash<double> allocate_stash<double>(const AttentionShape&, bool, bool);
-template AttentionStash<bf16> allocate_stash<bf16>(const AttentionShape&, bool, bool);
+template AttentionStash<float, float> allocate_stash<float, float>(const AttentionShape&, bool, bool);
+template AttentionStash<double, double> allocate_stash<double, double>(const AttentionShape&, bool, bool);
+template AttentionStash<float, bf16> allocate_stash<float, bf16>(const AttentionShape&, bool, bool);
 template AttentionWork<float, float> allocate_work<float, float>(const AttentionShape&);
-template AttentionWorkElements attention_work_elements<float, float>(const AttentionShape&);
-template void attention_forward<float, KernelPath::host, float>(const ExecSpace&, const AttentionShape&, In2<float>,
-                                                                const AttentionStash<float>&,
-                                                                const AttentionWork<float, float>&,
-                                                                const View2<float>&);
-template void attention_backward_input<float, KernelPath::host, float>(const ExecSpace&, const AttentionShape&,
-                                                                       const AttentionStash<float>&,
-                                                                       const AttentionWork<float, float>&, In2<float>,
-                                                                       const View2<float>&);
-template void attention_forward<float, KernelPath::device, float>(const ExecSpace&, const AttentionShape&, In2<float>,
-                                                                  const AttentionStash<float>&,
-                                                                  const AttentionWork<float, float>&,
-                                                                  const View2<float>&);
-template void attention_backward_input<float, KernelPath::device, float>(const ExecSpace&, const AttentionShape&,
-                                                                         const AttentionStash<float>&,
-                                                                         const AttentionWork<float, float>&, In2<float>,
-                                                                         const View2<float>&);
 template AttentionWork<double, double> allocate_work<double, double>(const AttentionShape&);
-template AttentionWorkElements attention_work_elements<double, double>(const AttentionShape&);
-template void attention_forward<double, KernelPath::host, double>(const ExecSpace&, const AttentionShape&, In2<double>,
-                                                                  const AttentionStash<double>&,
-                                                                  const AttentionWork<double, double>&,
-                                                                  const View2<double>&);
-template void attention_backward_input<double, KernelPath::host, double>(const ExecSpace&, const AttentionShape&,
-                                                                         const AttentionStash<double>&,
-                                                                         const AttentionWork<double, double>&,
-                                                                         In2<double>, const View2<double>&);
-template void attention_forward<double, KernelPath::device, double>(const ExecSpace&, const AttentionShape&,
-                                                                    In2<double>, const AttentionStash<double>&,
-                                                                    const AttentionWork<double, double>&,
-                                                                    const View2<double>&);
-template void attention_backward_input<double, KernelPath::device, double>(const ExecSpace&, const AttentionShape&,
-                                                                           const AttentionStash<double>&,
-                                                                           const AttentionWork<double, double>&,
-                                                                           In2<double>, const View2<double>&);
 template AttentionWork<float, bf16> allocate_work<float, bf16>(const AttentionShape&);
+template AttentionWorkElements attention_work_elements<float, float>(const AttentionShape&);
+template AttentionWorkElements attention_work_elements<double, double>(const AttentionShape&);
 template AttentionWorkElements attention_work_elements<float, bf16>(const AttentionShape&);
+template void attention_forward<float, KernelPath::host, float>(const ExecSpace&, const AttentionShape&, In2<float>,
+                                                          const AttentionStash<float, float>&,
+                                                          const AttentionWork<float, float>&, const View2<float>&);
+template void attention_backward_input<float, KernelPath::host, float>(const ExecSpace&, const AttentionShape&,
+                                                                 const AttentionStash<float, float>&,
+                                                                 const AttentionWork<float, float>&, In2<float>,
+                                                                 const View2<float>&);
+template void attention_forward<float, KernelPath::device, float>(const ExecSpace&, const AttentionShape&, In2<float>,
+                                                          const AttentionStash<float, float>&,
+                                                          const AttentionWork<float, float>&, const View2<float>&);
+template void attention_backward_input<float, KernelPath::device, float>(const ExecSpace&, const AttentionShape&,
+                                                                 const AttentionStash<float, float>&,
+                                                                 const AttentionWork<float, float>&, In2<float>,
+                                                                 const View2<float>&);
+template void attention_forward<double, KernelPath::host, double>(const ExecSpace&, const AttentionShape&, In2<double>,
+                                                          const AttentionStash<double, double>&,
+                                                          const AttentionWork<double, double>&, const View2<double>&);
+template void attention_backward_input<double, KernelPath::host, double>(const ExecSpace&, const AttentionShape&,
+                                                                 const AttentionStash<double, double>&,
+                                                                 const AttentionWork<double, double>&, In2<double>,
+                                                                 const View2<double>&);
+template void attention_forward<double, KernelPath::device, double>(const ExecSpace&, const AttentionShape&,
+                                                          In2<double>,
+                                                          const AttentionStash<double, double>&,
+                                                          const AttentionWork<double, double>&, const View2<double>&);
+template void attention_backward_input<double, KernelPath::device, double>(const ExecSpace&, const AttentionShape&,
+                                                                 const AttentionStash<double, double>&,
+                                                                 const AttentionWork<double, double>&, In2<double>,
+                                                                 const View2<double>&);
 template void attention_forward<float, KernelPath::host, bf16>(const ExecSpace&, const AttentionShape&, In2<bf16>,
-                                                               const AttentionStash<bf16>&,
-                                                               const AttentionWork<float, bf16>&, const View2<bf16>&);
+                                                          const AttentionStash<float, bf16>&,
+                                                          const AttentionWork<float, bf16>&, const View2<bf16>&);
 template void attention_backward_input<float, KernelPath::host, bf16>(const ExecSpace&, const AttentionShape&,
-                                                                      const AttentionStash<bf16>&,
-                                                                      const AttentionWork<float, bf16>&, In2<bf16>,
-                                                                      const View2<bf16>&);
+                                                                 const AttentionStash<float, bf16>&,
+                                                                 const AttentionWork<float, bf16>&, In2<bf16>,
+                                                                 const View2<bf16>&);
 template void attention_forward<float, KernelPath::device, bf16>(const ExecSpace&, const AttentionShape&, In2<bf16>,
-                                                                 const AttentionStash<bf16>&,
-                                                                 const AttentionWork<float, bf16>&, const View2<bf16>&);
+                                                          const AttentionStash<float, bf16>&,
+                                                          const AttentionWork<float, bf16>&, const View2<bf16>&);
 template void attention_backward_input<float, KernelPath::device, bf16>(const ExecSpace&, const AttentionShape&,
-                                                                        const AttentionStash<bf16>&,
-                                                                        const AttentionWork<float, bf16>&, In2<bf16>,
-                                                                        const View2<bf16>&);
+                                                                 const AttentionStash<float, bf16>&,
+                                                                 const AttentionWork<float, bf16>&, In2<bf16>,
+                                                                 const View2<bf16>&);
 
 }  // namespace kpipe::nn

@@ -19,7 +19,7 @@ unsigned kept_fields(Recompute mode) {
   using namespace stash_field;
   switch (mode) {
     case Recompute::none: return all;
-    case Recompute::attention: return all & ~(probs | att);
+    case Recompute::attention: return all & ~(softmax | att);
     case Recompute::mlp: return all & ~(f | g);
     case Recompute::block: return out;
   }
@@ -29,23 +29,22 @@ unsigned kept_fields(Recompute mode) {
 unsigned weight_fields(Recompute mode) {
   using namespace stash_field;
   // backward_weight reads h1 (qkv), att (proj), x2 and ln2's statistics (ln2), h2 (fc), g (fc_proj), and ln1's
-  // statistics with the block input (ln1); q|k|v, the probabilities and f serve backward_input alone.
+  // statistics with the block input (ln1); q|k|v, the softmax statistics and f serve backward_input alone.
   return (ln1 | att | x2 | ln2 | g) & ~kept_fields(mode);
 }
 
 namespace {
-// Elements of the given stash fields stored in A (activations) and in T (LayerNorm statistics).
+// Elements of the given stash fields stored in A (activations) and in T (LayerNorm and softmax statistics).
 struct StashElements {
   std::int64_t a = 0, t = 0;
 };
 StashElements stash_element_counts(unsigned fields, const AttentionShape& shape, int hidden) {
   using namespace stash_field;
   const std::int64_t n = shape.rows(), c = shape.channels(), h = hidden;
-  const std::int64_t probs_elems = std::int64_t(shape.batch) * shape.heads * shape.seq * shape.seq;
   StashElements e;
   if (fields & ln1) e.a += n * c, e.t += 2 * n;
   if (fields & qkv) e.a += 3 * n * c;
-  if (fields & probs) e.a += probs_elems;
+  if (fields & softmax) e.t += attention_softmax_elements(shape);
   if (fields & att) e.a += n * c;
   if (fields & x2) e.a += n * c;
   if (fields & ln2) e.a += n * c, e.t += 2 * n;
@@ -92,7 +91,8 @@ std::int64_t grads_elements(const AttentionShape& shape, int hidden) {
 }
 
 std::int64_t work_elements(const AttentionShape& shape) {
-  return shape.rows() * shape.channels() + std::int64_t(shape.batch) * shape.heads * shape.seq * shape.seq;
+  const AttentionWorkElements attn = attention_work_elements<double, double>(shape);
+  return shape.rows() * shape.channels() + attn.t + attn.a;
 }
 
 template <class T, class A> BlockStash<T, A> allocate_stash(const Block<T, A>& b, unsigned fields) {
@@ -105,10 +105,7 @@ template <class T, class A> BlockStash<T, A> allocate_stash(const Block<T, A>& b
     s.mean1 = vector<T>("kpipe::nn::Block::mean1", n);
     s.rstd1 = vector<T>("kpipe::nn::Block::rstd1", n);
   }
-  if (fields & (qkv | probs)) {
-    const AttentionStash<A> a = allocate_stash<A>(b.shape, (fields & qkv) != 0, (fields & probs) != 0);
-    s.attn = a;
-  }
+  if (fields & (qkv | softmax)) s.attn = allocate_stash<T, A>(b.shape, (fields & qkv) != 0, (fields & softmax) != 0);
   if (fields & att) s.att = matrix<A>("kpipe::nn::Block::att", n, c);
   if (fields & x2) s.x2 = matrix<A>("kpipe::nn::Block::x2", n, c);
   if (fields & ln2) {
@@ -128,7 +125,7 @@ template <class T, class A> BlockStash<T, A> overlay(const BlockStash<T, A>& a, 
   s.mean1 = pick(a.mean1, b.mean1);
   s.rstd1 = pick(a.rstd1, b.rstd1);
   s.attn.qkv = pick(a.attn.qkv, b.attn.qkv);
-  s.attn.probs = pick(a.attn.probs, b.attn.probs);
+  s.attn.softmax = pick(a.attn.softmax, b.attn.softmax);
   s.att = pick(a.att, b.att);
   s.x2 = pick(a.x2, b.x2);
   s.h2 = pick(a.h2, b.h2);
@@ -159,7 +156,7 @@ template <class T, class A> BlockWork<T, A> allocate_work(const Block<T, A>& b) 
 
 namespace block_detail {
 
-// x -> h1, q|k|v, probabilities, att, x2 = x + proj(att)
+// x -> h1, q|k|v, softmax statistics, att, x2 = x + proj(att)
 template <class T, class A>
 void attention_half(const ExecSpace& space, const Block<T, A>& b, In2<A> x, const BlockStash<T, A>& s,
                     const BlockWork<T, A>& w) {

@@ -26,7 +26,7 @@ template <class T, class A = T> struct Block {
 template <class T, class A = T> struct BlockStash {
   View2<A> h1;            // [N, C] ln1(x)
   View1<T> mean1, rstd1;  // [N]
-  AttentionStash<A> attn;
+  AttentionStash<T, A> attn;
   View2<A> att;           // [N, C] heads' output, input of proj
   View2<A> x2;            // [N, C] x + proj(att)
   View2<A> h2;            // [N, C] ln2(x2)
@@ -55,7 +55,7 @@ template <class T, class A = T> struct BlockWork {
 // backward. What is not kept is written to a scratch buffer during the forward and computed again, with
 // the same kernels on the same inputs (so to the same bits), at the start of the block's backward_input.
 //   none       keep everything
-//   attention  drop the attention core's output and probabilities [B, H, T, T]; recompute them from q|k|v
+//   attention  drop the attention core's output [N, C] and softmax statistics; recompute them from q|k|v
 //   mlp        drop the MLP's two [N, F] tensors; recompute them from ln2's output
 //   block      keep only the block's output (the next layer's input); recompute the rest from the input
 // (The key memory.recompute: kpipe::Recompute, core/config.hpp.)
@@ -65,7 +65,7 @@ using kpipe::Recompute;
 namespace stash_field {
 constexpr unsigned ln1 = 1u << 0;    // h1, mean1, rstd1
 constexpr unsigned qkv = 1u << 1;    // attn.qkv
-constexpr unsigned probs = 1u << 2;  // attn.probs
+constexpr unsigned softmax = 1u << 2;  // attn.softmax
 constexpr unsigned att = 1u << 3;
 constexpr unsigned x2 = 1u << 4;
 constexpr unsigned ln2 = 1u << 5;    // h2, mean2, rstd2
