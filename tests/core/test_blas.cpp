@@ -106,6 +106,80 @@ TEST(Blas, Bf16ProductsIntoBf16AreRoundedOnce) {
 }
 
 // beta = 0 ignores what C held, NaN included (the outputs of kpipe's products are uninitialized buffers).
+// A strided batch: `count` matrices rows x cols, rows ld apart, matrix i at offset i * stride of one allocation
+// (ld and stride past the matrices, as a block of rows of every head is), with uniform values in [-1, 1).
+template <class E> struct Batch {
+  View1<E> storage;
+  blas::StridedBatch<E> batch;
+  std::vector<double> values;  // storage's values, exactly
+  Batch(std::int64_t count, std::int64_t rows, std::int64_t cols, std::uint64_t seed)
+      : storage("batch", count * (rows * (cols + 2) + 5)), batch{nullptr, rows, cols, cols + 2, rows * (cols + 2) + 5,
+                                                                  count} {
+    batch.data = storage.data();
+    std::mt19937_64 gen(seed);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    auto host = Kokkos::create_mirror_view(storage);
+    for (std::size_t i = 0; i < host.extent(0); ++i) host(i) = E(dist(gen));
+    Kokkos::deep_copy(storage, host);
+    for (std::size_t i = 0; i < host.extent(0); ++i) values.push_back(double(float(host(i))));
+  }
+  double at(std::int64_t m, std::int64_t i, std::int64_t j) const {
+    return values[std::size_t(m * batch.stride + i * batch.ld + j)];
+  }
+};
+
+// C_i = op(A_i) op(B_i) + beta C_i for every matrix of a batch, against double sums, within float's bound; the
+// gaps between matrices and past each row stay as they were.
+template <class In> void check_batched(bool trans_a, bool trans_b, float beta) {
+  const std::int64_t count = 3, m = 6, n = 5, k = 67;
+  const Batch<In> a(count, trans_a ? k : m, trans_a ? m : k, 11), b(count, trans_b ? n : k, trans_b ? k : n, 12);
+  Batch<float> c(count, m, n, 13);
+  const std::vector<double> before = c.values;
+  View1<float> workspace("workspace", blas::workspace_elements<In, float>(m, n, k));
+  blas::gemm_strided_batched<In, float>(ExecSpace(), trans_a ? "T" : "N", trans_b ? "T" : "N", 1.0f,
+                                        a.batch.as_const(), b.batch.as_const(), beta, c.batch, blas::Math::exact,
+                                        workspace);
+  auto after = Kokkos::create_mirror_view_and_copy(HostSpace(), c.storage);
+  std::vector<bool> inside(before.size(), false);
+  for (std::int64_t x = 0; x < count; ++x)
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t j = 0; j < n; ++j) {
+        double sum = beta * c.at(x, i, j), magnitude = std::abs(sum);
+        for (std::int64_t l = 0; l < k; ++l) {
+          const double term = (trans_a ? a.at(x, l, i) : a.at(x, i, l)) * (trans_b ? b.at(x, j, l) : b.at(x, l, j));
+          sum += term;
+          magnitude += std::abs(term);
+        }
+        const std::size_t e = std::size_t(x * c.batch.stride + i * c.batch.ld + j);
+        inside[e] = true;
+        EXPECT_NEAR(after(e), sum, 2 * (k + 1) * float_roundoff * magnitude) << "matrix " << x << " (" << i << ", "
+                                                                             << j << ")";
+      }
+  for (std::size_t e = 0; e < before.size(); ++e)
+    if (!inside[e]) ASSERT_EQ(double(after(e)), before[e]) << "element " << e << " is outside every matrix";
+}
+
+TEST(Blas, StridedBatchedProductsAreEachMatrixsProduct) {
+  for (const bool trans_a : {false, true})
+    for (const bool trans_b : {false, true}) {
+      check_batched<float>(trans_a, trans_b, 0.0f);
+      check_batched<float>(trans_a, trans_b, 1.0f);
+      check_batched<bf16>(trans_a, trans_b, 0.0f);
+      check_batched<bf16>(trans_a, trans_b, 1.0f);
+    }
+}
+
+TEST(Blas, StridedBatchedProductsRefuseMismatchedBatches) {
+  const Batch<float> a(2, 4, 3, 1), b(2, 3, 5, 2), other(3, 3, 5, 2);
+  Batch<float> c(2, 4, 5, 3);
+  auto product = [&](const char* trans_b, const Batch<float>& right) {
+    blas::gemm_strided_batched<float, float>(ExecSpace(), "N", trans_b, 1.0f, a.batch.as_const(),
+                                             right.batch.as_const(), 0.0f, c.batch);
+  };
+  EXPECT_THROW(product("N", other), std::invalid_argument);  // three matrices against two
+  EXPECT_THROW(product("T", b), std::invalid_argument);      // 4 x 3 by 5 x 3
+}
+
 TEST(Blas, BetaZeroIgnoresTheOldOutput) {
   const Strided a(4, 9, 5), b(9, 3, 6);
   View2<bf16> c(uninitialized("c"), 4, 3);

@@ -148,7 +148,7 @@ template <class E> struct StridedBatch {
 // C_i = alpha op(A_i) op(B_i) + beta C_i for every i < count, with gemm's element types, math and workspace
 // rules. CUDA builds: one cuBLAS strided-batched call on the space's stream (tensor cores for bf16 and tf32).
 // Host builds: gemm on each matrix in turn (the host BLAS already spreads one product over the cores).
-// Either way matrix i's sums are those of gemm on matrix i alone, whatever the count.
+// Either way a product's bits depend on its shapes and inputs only, so the same call gives the same bits.
 template <class In, class Out>
 void gemm_strided_batched(const ExecSpace& space, const char* trans_a, const char* trans_b, scalar_t<Out> alpha,
                           const StridedBatch<const In>& a, const StridedBatch<const In>& b, scalar_t<Out> beta,
