@@ -120,7 +120,7 @@ struct EmbeddingCase {
                        View2<float>("dtoken", vocab, channels), View2<float>("dposition", seq, channels)};
   View1<Token> tokens{"tokens", rows};
   View2<float> out{"out", rows, channels}, dout{"dout", rows, channels};
-  View1<std::int64_t> order{"order", rows};
+  EmbeddingScratch<float> order = allocate_scratch<float>(rows, channels);
   EmbeddingCase() {
     fill(emb.token, 8);
     fill(emb.position, 9);

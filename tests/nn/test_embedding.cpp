@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -55,7 +56,7 @@ TEST(Embedding, GradientsMatchFiniteDifferencesWithRepeatedTokens) {
     forward(space, emb, tokens, seq, out);
     return test::dot(out, r);
   };
-  backward_weight(space, emb, tokens, seq, r, View1<std::int64_t>("order", tokens.extent(0)));
+  backward_weight(space, emb, tokens, seq, r, allocate_scratch<double>(tokens.extent(0), channels));
   test::expect_gradient("dtoken", emb.token, emb.dtoken, loss, vocab * channels);
   test::expect_gradient("dposition", emb.position, emb.dposition, loss, positions * channels);
   // Unused rows get exactly nothing.
@@ -73,18 +74,57 @@ TEST(Embedding, BackwardAccumulates) {
   const auto tokens = make_tokens(repeated);
   View2<double> dout("dout", repeated.size(), channels);
   test::fill_uniform(dout, 6);
-  backward_weight(space, emb, tokens, seq, dout, View1<std::int64_t>("order", tokens.extent(0)));
+  backward_weight(space, emb, tokens, seq, dout, allocate_scratch<double>(tokens.extent(0), channels));
   auto token_once = Kokkos::create_mirror(HostSpace(), emb.dtoken);
   auto position_once = Kokkos::create_mirror(HostSpace(), emb.dposition);
   Kokkos::deep_copy(token_once, emb.dtoken);
   Kokkos::deep_copy(position_once, emb.dposition);
-  backward_weight(space, emb, tokens, seq, dout, View1<std::int64_t>("order", tokens.extent(0)));
+  backward_weight(space, emb, tokens, seq, dout, allocate_scratch<double>(tokens.extent(0), channels));
   auto token_twice = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
   auto position_twice = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dposition);
   for (int c = 0; c < channels; ++c) {
     for (int v = 0; v < vocab; ++v) EXPECT_DOUBLE_EQ(token_twice(v, c), 2 * token_once(v, c));
     for (int t = 0; t < positions; ++t) EXPECT_DOUBLE_EQ(position_twice(t, c), 2 * position_once(t, c));
   }
+}
+
+// A token on more rows than a piece: its sum is its pieces' sums in order, the pieces being its rows among the
+// rows sorted by (token, row), cut at every multiple of embedding_piece_rows sorted positions. Both paths give the
+// bits of that order, computed here by plain loops.
+template <KernelPath P> void expect_pieces_in_the_documented_order() {
+  ExecSpace space;
+  constexpr int seq_len = 50, sequences = 9, width = 5, table = 4;
+  const std::int64_t rows = std::int64_t(seq_len) * sequences;
+  std::vector<Token> ids(rows);
+  for (std::int64_t i = 0; i < rows; ++i) ids[i] = i % 7 == 3 ? Token(i % table) : Token(2);  // token 2: most rows
+  auto emb = make_embedding<float>(table, seq_len, width);
+  const auto tokens = make_tokens(ids);
+  View2<float> dout("dout", rows, width);
+  test::fill_uniform(dout, 8);
+  backward_weight<float, P>(space, emb, tokens, seq_len, dout, allocate_scratch<float>(rows, width));
+  auto d = Kokkos::create_mirror_view_and_copy(HostSpace(), dout);
+  auto got = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
+  std::vector<std::int64_t> sorted(rows);  // the rows by (token, row)
+  for (std::int64_t i = 0; i < rows; ++i) sorted[i] = i;
+  std::stable_sort(sorted.begin(), sorted.end(), [&](std::int64_t a, std::int64_t b) { return ids[a] < ids[b]; });
+  ASSERT_GT(std::count(ids.begin(), ids.end(), Token(2)), 2 * embedding_piece_rows);
+  for (int c = 0; c < width; ++c) {
+    std::vector<float> sum(table, 0.0f), piece(table, 0.0f);
+    for (std::int64_t p = 0; p < rows; ++p) {
+      const Token t = ids[sorted[p]];
+      const bool starts = p == 0 || p % embedding_piece_rows == 0 || ids[sorted[p - 1]] != t;
+      if (starts && p > 0) sum[ids[sorted[p - 1]]] += piece[ids[sorted[p - 1]]];  // the previous piece ends
+      if (starts) piece[t] = 0.0f;
+      piece[t] += d(sorted[p], c);
+    }
+    sum[ids[sorted[rows - 1]]] += piece[ids[sorted[rows - 1]]];
+    for (int t = 0; t < table; ++t) EXPECT_EQ(got(t, c), sum[t]) << "token " << t << " channel " << c;
+  }
+}
+
+TEST(Embedding, FrequentTokensSumInPiecesInTheDocumentedOrder) {
+  expect_pieces_in_the_documented_order<KernelPath::device>();
+  if constexpr (path_available(KernelPath::host)) expect_pieces_in_the_documented_order<KernelPath::host>();
 }
 
 TEST(Embedding, RejectsSequenceLengthsThatDoNotFit) {
@@ -95,7 +135,7 @@ TEST(Embedding, RejectsSequenceLengthsThatDoNotFit) {
   EXPECT_THROW(forward(space, emb, tokens, 0, out), InputError);
   EXPECT_THROW(forward(space, emb, tokens, 6, out), InputError);  // longer than the position table
   EXPECT_THROW(forward(space, emb, tokens, 5, out), InputError);  // 12 rows are not whole sequences of 5
-  const View1<std::int64_t> order("order", tokens.extent(0));
+  const auto order = allocate_scratch<float>(tokens.extent(0), channels);
   EXPECT_THROW(backward_weight(space, emb, tokens, 5, out, order), InputError);
   EXPECT_NO_THROW(forward(space, emb, tokens, 3, out));
 }
@@ -122,7 +162,7 @@ TEST(Embedding, OutOfRangeTokenIdsGiveNanRowsAndNoGradient) {
     }
   View2<double> dout("dout", ids.size(), channels);
   Kokkos::deep_copy(dout, 1.0);
-  backward_weight(space, emb, tokens, seq, dout, View1<std::int64_t>("order", tokens.extent(0)));
+  backward_weight(space, emb, tokens, seq, dout, allocate_scratch<double>(tokens.extent(0), channels));
   auto dtoken = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
   // Token 1 appears six times in `repeated`; rows 2, 7 and 9 (1s there) now hold bad ids.
   for (int c = 0; c < channels; ++c) EXPECT_DOUBLE_EQ(dtoken(1, c), 3.0);

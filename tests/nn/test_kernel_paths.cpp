@@ -207,7 +207,7 @@ TEST(KernelPaths, EmbeddingGradientAgreesBitForBit) {
   const View1<const Token> tokens = tokens_for(std::int64_t(sequences) * seq, 7);  // ids repeat
   View2<float> dout("dout", std::int64_t(sequences) * seq, c);
   test::fill_uniform(dout, 19);
-  const View1<std::int64_t> order("order", tokens.extent(0));
+  const auto order = allocate_scratch<float>(tokens.extent(0), c);
   backward_weight<float, host>(space, emb_h, tokens, seq, dout, order);
   backward_weight<float, device>(space, emb_d, tokens, seq, dout, order);
   expect_same_bits("Embedding dtoken", emb_h.dtoken, emb_d.dtoken);
@@ -397,7 +397,7 @@ TEST(KernelPaths, Bf16ElementwiseKernelsAgreeBitForBit) {
   const View1<const Token> tokens = tokens_for(std::int64_t(sequences) * seq, 7);
   View2<bf16> edout("dout", std::int64_t(sequences) * seq, c);
   test::fill(edout, 20);
-  const View1<std::int64_t> order("order", tokens.extent(0));
+  const auto order = allocate_scratch<float>(tokens.extent(0), c);
   backward_weight<float, host>(space, emb_h, tokens, seq, edout, order);
   backward_weight<float, device>(space, emb_d, tokens, seq, edout, order);
   expect_same_bits("bf16 Embedding dtoken", emb_h.dtoken, emb_d.dtoken);

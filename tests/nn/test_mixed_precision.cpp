@@ -246,8 +246,8 @@ TEST(MixedPrecision, EmbeddingWithinItsRoundingBound) {
     }
   const auto out_ref = host_values(out64);
   expect_within("Embedding forward", host_values(out), out_ref, rounded_once(out_ref), m_out);
-  backward_weight(space, lo, tokens, seq, dout, View1<std::int64_t>("order", tokens.extent(0)));
-  backward_weight(space, hi, tokens, seq, dout64, View1<std::int64_t>("order", tokens.extent(0)));
+  backward_weight(space, lo, tokens, seq, dout, allocate_scratch<float>(tokens.extent(0), c));
+  backward_weight(space, hi, tokens, seq, dout64, allocate_scratch<double>(tokens.extent(0), c));
   const auto dtok_ref = host_values(hi.dtoken), dpos_ref = host_values(hi.dposition);
   expect_within("Embedding dtoken", host_values(lo.dtoken), dtok_ref, zeros_like(dtok_ref), m_dtok);
   expect_within("Embedding dposition", host_values(lo.dposition), dpos_ref, zeros_like(dpos_ref), m_dpos);

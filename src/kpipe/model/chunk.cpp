@@ -61,7 +61,7 @@ Chunk<T, A>::Chunk(const ModelDesc& desc, int first, int last, int sequences, nn
   connect_layers();
   if (embedding_) {
     memory::Scope scope(memory::Category::workspaces);
-    embedding_order_ = View1<std::int64_t>(uninitialized("kpipe::nn::Embedding::order"), rows_);
+    embedding_scratch_ = nn::allocate_scratch<T>(rows_, desc.config.d_model);
   }
   if (!blocks_.empty()) {
     memory::Scope scope(memory::Category::workspaces);
@@ -320,7 +320,7 @@ template <class T, class A> void Chunk<T, A>::backward_weight(const ExecSpace& s
   }
   if (first())
     timed(space, 0, 2, [&] {
-      nn::backward_weight(space, *embedding_, s.tokens, desc_->config.seq_len, grad_out(s, g, 0), embedding_order_);
+      nn::backward_weight(space, *embedding_, s.tokens, desc_->config.seq_len, grad_out(s, g, 0), embedding_scratch_);
     });
   backward_holder_[backward_of_slot_[slot]] = -1;  // free; its contents stay readable until it is taken again
   Kokkos::Profiling::popRegion();
@@ -403,13 +403,13 @@ ChunkBytes chunk_bytes(const ModelDesc& desc, int first, int last, int sequences
   if (has_last) m.backward_set += nn::head_grads_elements<T, A>(n, width, vocab) * a;
   m.backward_set += std::int64_t(last - first - 1) * n * width * a;
   // Scratch (the constructor): the blocks' work and recomputation buffers, the products' scratch, the
-  // embedding's row order.
+  // embedding's row order and pieces.
   if (blocks > 0) {
     const unsigned dropped = nn::stash_field::all & ~nn::kept_fields(recompute);
     m.workspace = nn::work_bytes<T, A>(shape) + (dropped ? nn::stash_bytes<T, A>(dropped, shape, hidden) : 0);
   }
   m.workspace += chunk_products_size<T, A>(desc, first, last, sequences).bytes(sizeof(T));
-  if (has_first) m.workspace += n * std::int64_t(sizeof(std::int64_t));  // the embedding's row order
+  if (has_first) m.workspace += nn::scratch_bytes<T>(n, width);  // the embedding's row order and pieces
   return m;
 }
 

@@ -131,7 +131,7 @@ template <class T, class A = T> class Chunk {
   nn::Recompute recompute_;
   nn::Products<T> products_;  // the layers' product scratch (mixed precision), shared by all of them
   std::optional<nn::BlockWork<T, A>> work_;
-  View1<std::int64_t> embedding_order_;  // the embedding's backward_weight scratch: [rows], first chunk only
+  nn::EmbeddingScratch<T> embedding_scratch_;  // the embedding's backward_weight scratch: first chunk only
   nn::BlockStash<T, A> scratch_;  // one block's dropped fields: forward writes them here, recompute too
   std::vector<std::unique_ptr<Slot>> slots_;
   std::vector<bool> busy_;

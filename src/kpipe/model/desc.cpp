@@ -89,7 +89,9 @@ ModelDesc describe(const ModelConfig& c) {
     const double attention = 2.0 * 2.0 * t * t * C;
     const double elementwise = t * (10.0 * C + 8.0 * F) + 5.0 * t * t * c.n_heads;
     l.forward_flops = linear + attention + elementwise;
-    l.backward_input_flops = linear + 2.5 * attention + 2 * elementwise;  // q k^T again: five products to two
+    // Model FLOPs: the backward's second q k^T (attention keeps no probabilities) is not counted, as PyTorch's
+    // figures do not count recomputation.
+    l.backward_input_flops = linear + 2 * attention + 2 * elementwise;
     l.backward_weight_flops = linear;
     // x, ln1 out, q, k, v, attn out, x2, ln2 out, fc out, gelu out; means and rstds; the softmax's statistics.
     l.stash_elems = T * (C * 8 + 2 * F) + 4 * T + 2 * std::int64_t(c.n_heads) * T;

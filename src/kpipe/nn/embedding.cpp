@@ -44,10 +44,19 @@ static void sort_unique_keys(const ExecSpace& space, const View1<std::int64_t>& 
 #endif
 }
 
+template <class T> EmbeddingScratch<T> allocate_scratch(std::int64_t rows, std::int64_t channels) {
+  return {View1<std::int64_t>(uninitialized("kpipe::nn::Embedding::order"), rows),
+          View2<T>(uninitialized("kpipe::nn::Embedding::pieces"), rows, channels)};
+}
+
+template <class T> std::int64_t scratch_bytes(std::int64_t rows, std::int64_t channels) {
+  return rows * std::int64_t(sizeof(std::int64_t)) + rows * channels * std::int64_t(sizeof(T));
+}
+
 // dout[B*T, C] -> dtoken[V, C] +=, dposition[T_max, C] +=
 template <class T, KernelPath P, class A>
 void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
-                     In2<A> dout, const View1<std::int64_t>& order) {
+                     In2<A> dout, const EmbeddingScratch<T>& scratch) {
   check_sequences(tokens.extent(0), seq, emb.position.extent(0));
   const auto dtoken = emb.dtoken;
   const auto dposition = emb.dposition;
@@ -55,14 +64,18 @@ void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const V
   const std::int64_t sequences = rows / seq;
   const std::int64_t channels = dout.extent(1);
   const Token vocab = Token(dtoken.extent(0));
-  require(std::int64_t(order.extent(0)) >= rows, "nn::Embedding: the order scratch has {} elements, {} rows need it",
-          order.extent(0), rows);
+  require(std::int64_t(scratch.order.extent(0)) >= rows && std::int64_t(scratch.pieces.extent(0)) >= rows &&
+              std::int64_t(scratch.pieces.extent(1)) == channels,
+          "nn::Embedding: the scratch is [{}] and [{}, {}], {} rows of {} channels need it", scratch.order.extent(0),
+          scratch.pieces.extent(0), scratch.pieces.extent(1), rows, channels);
   // A token may occur on many rows. The rows are sorted by (token, row): key token * rows + row, and out-of-range
-  // ids after every valid one (vocab * rows + row). Then one work item per token and block of channels (one
-  // channel on a GPU, a run of neighbouring channels on a CPU, see core/elementwise.hpp) sums that token's rows
-  // in row order and adds the sum once: no two work items touch the same element, and the sum is the same
-  // whatever the block (no atomics). Its walk is the token's count in the micro-batch.
-  const View1<std::int64_t> keys(order.data(), rows);
+  // ids after every valid one (vocab * rows + row). The sorted positions are cut at every token change and every
+  // multiple of `piece`: one work item per piece and block of channels (one channel on a GPU, a run of neighbouring
+  // channels on a CPU, see core/elementwise.hpp) sums the piece's rows in order, then one per token and block adds
+  // its pieces in order to the gradient. No two work items write the same element (no atomics), the sums are the
+  // same whatever the block, and no item walks more than `piece` rows or pieces.
+  const View1<std::int64_t> keys(scratch.order.data(), rows);
+  const View2<T> pieces = scratch.pieces;
   Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::keys", range(space, rows),
                        KOKKOS_LAMBDA(std::int64_t i) {
                          const Token t = tokens(i);
@@ -70,19 +83,33 @@ void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const V
                        });
   sort_unique_keys(space, keys);
   constexpr int width = column_block<P>;
-  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token",
-                       range2(space, rows, (channels + width - 1) / width),
+  constexpr std::int64_t piece = embedding_piece_rows;
+  const std::int64_t blocks = (channels + width - 1) / width;
+  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::pieces", range2(space, rows, blocks),
+                       KOKKOS_LAMBDA(std::int64_t p, std::int64_t block) {
+                         const std::int64_t t = keys(p) / rows;
+                         if (t >= vocab || (p % piece != 0 && keys(p - 1) / rows == t)) return;  // inside a piece
+                         const std::int64_t c0 = block * width, end = math::min(rows, (p / piece + 1) * piece);
+                         const int n = channels - c0 < width ? int(channels - c0) : width;
+                         T sum[width];
+                         for (int j = 0; j < width; ++j) sum[j] = T(0);
+                         for (std::int64_t q = p; q < end && keys(q) / rows == t; ++q) {
+                           const A* KOKKOS_RESTRICT source = &dout(keys(q) - t * rows, c0);
+                           for (int j = 0; j < n; ++j) sum[j] += widen<T>(source[j]);
+                         }
+                         T* KOKKOS_RESTRICT target = &pieces(p, c0);
+                         for (int j = 0; j < n; ++j) target[j] = sum[j];
+                       });
+  Kokkos::parallel_for("kpipe::nn::Embedding::backward_weight::token", range2(space, rows, blocks),
                        KOKKOS_LAMBDA(std::int64_t p, std::int64_t block) {
                          const std::int64_t t = keys(p) / rows;
                          if (t >= vocab || (p > 0 && keys(p - 1) / rows == t)) return;  // not a token's first row
                          const std::int64_t c0 = block * width;
                          const int n = channels - c0 < width ? int(channels - c0) : width;
                          T sum[width];
-                         for (int j = 0; j < width; ++j) sum[j] = T(0);
-                         for (std::int64_t q = p; q < rows && keys(q) / rows == t; ++q) {
-                           const A* KOKKOS_RESTRICT source = &dout(keys(q) - t * rows, c0);
-                           for (int j = 0; j < n; ++j) sum[j] += widen<T>(source[j]);
-                         }
+                         for (int j = 0; j < n; ++j) sum[j] = pieces(p, c0 + j);
+                         for (std::int64_t q = (p / piece + 1) * piece; q < rows && keys(q) / rows == t; q += piece)
+                           for (int j = 0; j < n; ++j) sum[j] += pieces(q, c0 + j);
                          T* KOKKOS_RESTRICT target = &dtoken(t, c0);
                          for (int j = 0; j < n; ++j) target[j] += sum[j];
                        });
@@ -99,25 +126,30 @@ template void forward(const ExecSpace&, const Embedding<float, float>&, const Vi
                       const View2<float>&);
 template void backward_weight<float, KernelPath::host, float>(const ExecSpace&, const Embedding<float, float>&,
                                                          const View1<const Token>&, int, In2<float>,
-                                                         const View1<std::int64_t>&);
+                                                         const EmbeddingScratch<float>&);
 template void backward_weight<float, KernelPath::device, float>(const ExecSpace&, const Embedding<float, float>&,
                                                          const View1<const Token>&, int, In2<float>,
-                                                         const View1<std::int64_t>&);
+                                                         const EmbeddingScratch<float>&);
 template void forward(const ExecSpace&, const Embedding<double, double>&, const View1<const Token>&, int,
                       const View2<double>&);
 template void backward_weight<double, KernelPath::host, double>(const ExecSpace&, const Embedding<double, double>&,
                                                          const View1<const Token>&, int, In2<double>,
-                                                         const View1<std::int64_t>&);
+                                                         const EmbeddingScratch<double>&);
 template void backward_weight<double, KernelPath::device, double>(const ExecSpace&, const Embedding<double, double>&,
                                                          const View1<const Token>&, int, In2<double>,
-                                                         const View1<std::int64_t>&);
+                                                         const EmbeddingScratch<double>&);
 template void forward(const ExecSpace&, const Embedding<float, bf16>&, const View1<const Token>&, int,
                       const View2<bf16>&);
 template void backward_weight<float, KernelPath::host, bf16>(const ExecSpace&, const Embedding<float, bf16>&,
                                                          const View1<const Token>&, int, In2<bf16>,
-                                                         const View1<std::int64_t>&);
+                                                         const EmbeddingScratch<float>&);
 template void backward_weight<float, KernelPath::device, bf16>(const ExecSpace&, const Embedding<float, bf16>&,
                                                          const View1<const Token>&, int, In2<bf16>,
-                                                         const View1<std::int64_t>&);
+                                                         const EmbeddingScratch<float>&);
+
+template EmbeddingScratch<float> allocate_scratch<float>(std::int64_t, std::int64_t);
+template EmbeddingScratch<double> allocate_scratch<double>(std::int64_t, std::int64_t);
+template std::int64_t scratch_bytes<float>(std::int64_t, std::int64_t);
+template std::int64_t scratch_bytes<double>(std::int64_t, std::int64_t);
 
 }  // namespace kpipe::nn

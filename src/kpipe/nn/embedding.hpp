@@ -20,12 +20,23 @@ template <class T, class A = T> struct Embedding {
 template <class T, class A = T>
 void forward(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
              const View2<A>& out);
-// dtoken[tokens[i]] += dout[i], dposition[i mod T] += dout[i], summed in a fixed order (reproducible
-// on every backend and layout: no atomics). Rows of out-of-range ids add nothing. order is scratch of at least
-// B*T elements (overwritten): the rows sorted by (token, row), so that one work item per token and channel
-// sums that token's rows in row order.
+// The token gradient sums each token's rows in pieces of at most this many: the rows sorted by (token, row) are
+// cut at every multiple of embedding_piece_rows positions, so no work item walks more rows than that, however
+// frequent its token, and a token's sum is its pieces' sums in order.
+inline constexpr int embedding_piece_rows = 128;
+
+// backward_weight's scratch, overwritten by every call.
+template <class T> struct EmbeddingScratch {
+  View1<std::int64_t> order;  // [B*T]: the rows sorted by (token, row)
+  View2<T> pieces;            // [B*T, C]: at a piece's first sorted position, the sum of its rows
+};
+template <class T> EmbeddingScratch<T> allocate_scratch(std::int64_t rows, std::int64_t channels);
+template <class T> std::int64_t scratch_bytes(std::int64_t rows, std::int64_t channels);
+
+// dtoken[tokens[i]] += dout[i], dposition[i mod T] += dout[i], summed in a fixed order (reproducible on every
+// backend and layout: no atomics). Rows of out-of-range ids add nothing.
 template <class T, KernelPath P = default_kernel_path, class A = T>
 void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
-                     In2<A> dout, const View1<std::int64_t>& order);
+                     In2<A> dout, const EmbeddingScratch<T>& scratch);
 
 }  // namespace kpipe::nn
