@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <stdexcept>
 #include <utility>
-#include <thread>
 
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/clock.hpp"
@@ -84,8 +83,6 @@ template <class T, class A> void Trainer<T, A>::run_step() {
   require(!asynchronous || step_ < config_.train.steps,
           "train.steps = {}: an asynchronous run cannot go past its last step (it drains the pipeline there)",
           config_.train.steps);
-  if (step_ == first_step_ && grid_.world_rank == options_.stall_rank)
-    std::this_thread::sleep_for(std::chrono::duration<double>(options_.stall_seconds));
   // This step's share of the list: all of it, or (asynchronous) the step of the validated lists that
   // step_source() names, shifted to this step (schedule/asynchronous.hpp).
   std::size_t begin = 0, end = program_.actions.size();

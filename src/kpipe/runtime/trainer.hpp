@@ -34,9 +34,6 @@ struct TrainerOptions {
   // How the stages exchange data; none: pipeline.transport resolved without looking at the node
   // (placement.hpp's default_transport). Tests run NCCL's path on host builds with mpi_stream_ordered.
   std::optional<comm::TransportKind> transport;
-  // Fault injection for tests of timeouts: world rank `stall_rank` sleeps `stall_seconds` before its first step.
-  int stall_rank = -1;
-  double stall_seconds = 0;
   // The stop signal this rank has received (signals.hpp: received_stop_signal), read as each step's lists end
   // and passed on with the step's report; none: no signal is ever passed on.
   std::function<int()> stop_signal;
