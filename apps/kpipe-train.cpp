@@ -45,17 +45,13 @@ std::string duration(double seconds) {
 }
 
 // Fault injection for kpipe's own tests, from the environment of kpipe-train (the library reads none):
-// KPIPE_TEST_STALL="<world rank>:<seconds>" makes that rank sleep before its first step, and
 // KPIPE_TEST_PAUSE_IN_CHECKPOINT="<step>:<seconds>" pauses every writer of that step's checkpoint half-way.
 struct FaultInjection {
-  int stall_rank = -1;
-  double stall_seconds = 0;
   kpipe::io::CheckpointDir::Pause pause;
 };
 
 FaultInjection fault_injection() {
   FaultInjection f;
-  if (const char* stall = std::getenv("KPIPE_TEST_STALL")) std::sscanf(stall, "%d:%lf", &f.stall_rank, &f.stall_seconds);
   if (const char* pause = std::getenv("KPIPE_TEST_PAUSE_IN_CHECKPOINT")) {
     long long step = -1;
     if (std::sscanf(pause, "%lld:%lf", &step, &f.pause.seconds) == 2) f.pause.step = step;
@@ -192,8 +188,6 @@ int train(kpipe::Config config, const std::string& optimizer_note, kpipe::comm::
   comm::agree(grid.world, {timeout, "setting up the trainer, the trace and the timeline"}, [&] {
     runtime::TrainerOptions options;
     options.transport = transport;
-    options.stall_rank = faults.stall_rank;
-    options.stall_seconds = faults.stall_seconds;
     options.stop_signal = runtime::received_stop_signal;
     trainer_owner = std::make_unique<runtime::Trainer<float, A>>(config, corpus, grid, options);
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.

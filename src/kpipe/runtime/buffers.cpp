@@ -7,19 +7,12 @@ namespace kpipe::runtime {
 template <class T, class A>
 Buffers<T, A>::Buffers(std::vector<model::Chunk<T, A>*> chunks, int microbatches)
     : chunks_(std::move(chunks)), microbatches_(microbatches) {
-  begin_step();
-}
-
-template <class T, class A> void Buffers<T, A>::begin_step() {
   const std::size_t n = chunks_.size();
   slot_.assign(n, std::vector<int>(microbatches_, -1));
   for (auto& arrived : arrived_) arrived.assign(n, std::vector<View2<A>>(microbatches_));
-  sends_.clear();
 }
 
-template <class T, class A> void Buffers<T, A>::begin_async_step() {
-  // Micro-batches in flight keep their slots and received buffers; the previous step's sends were all
-  // delivered by its end.
+template <class T, class A> void Buffers<T, A>::begin_run() {
   std::vector<Send> active;
   for (auto& s : sends_)
     if (s.transfer.active() || s.detached.data() != nullptr) active.push_back(std::move(s));
@@ -76,14 +69,17 @@ comm::Transfer& Buffers<T, A>::add_send(const schedule::Action& action, bool gra
 // Only the schedule decides when a buffer comes back, never how fast a peer happened to be, so the number
 // of buffers allocated is the same on every run.
 template <class T, class A>
-void Buffers<T, A>::reclaim(std::size_t done, const std::function<void(comm::Transfer&, const schedule::Action&)>& wait) {
+const schedule::Action* Buffers<T, A>::reclaim(std::size_t done, comm::Transport& transport, const ExecSpace& space,
+                                               double timeout_s) {
   for (auto& s : sends_) {
-    if (s.transfer.active() && s.delivered_after <= done) wait(s.transfer, s.action);
+    if (s.transfer.active() && s.delivered_after <= done && !transport.wait(space, s.transfer, timeout_s))
+      return &s.action;
     if (!s.transfer.active() && s.detached.data() != nullptr) {
       spares_.push_back(s.detached);
       s.detached = View2<A>();
     }
   }
+  return nullptr;
 }
 
 // A slot never waits for the network, and the pool stays as small as the stash (the spares are one [N, C]

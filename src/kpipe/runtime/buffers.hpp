@@ -5,7 +5,6 @@
 // plan_buffers() predicts from the list alone what this allocates (memory/plan.hpp; tested against the
 // allocations Kokkos reports). Receives and sends themselves are the trainer's; it asks here for buffers.
 #include <cstddef>
-#include <functional>
 #include <vector>
 
 #include "kpipe/comm/transport.hpp"
@@ -16,13 +15,13 @@ namespace kpipe::runtime {
 
 template <class T, class A = T> class Buffers {
  public:
-  // The rank's chunks (they outlive this) and the micro-batches per step. Asynchronous schedules number
-  // micro-batches over many steps: they give the tag period (schedule.hpp), and micro-batches are known
-  // modulo it (more than are ever in flight at once).
+  // The rank's chunks (they outlive this), and how many micro-batches are told apart: micro-batches are known
+  // modulo it (more than are ever in flight at once; lists numbered over many steps give their tag period).
   Buffers(std::vector<model::Chunk<T, A>*> chunks, int microbatches);
 
-  void begin_step();  // every buffer is back from the previous step (end_step)
-  void begin_async_step();  // micro-batches in flight stay; the previous step's delivered sends are dropped
+  // Before a run: the sends earlier runs delivered are dropped. Micro-batches still in flight (lists that run
+  // on across a step boundary) keep their slots and received buffers; a list that ended left none.
+  void begin_run();
 
   // The slot of (chunk, micro-batch): -1 before its forward; take_slot gives it one from the chunk's pool.
   int slot(int chunk, int microbatch) const { return slot_[chunk][microbatch % microbatches_]; }
@@ -38,9 +37,10 @@ template <class T, class A = T> class Buffers {
   // A send (`action`) of the slot's output (activation) or input gradient starts: where the transport's
   // Transfer goes.
   comm::Transfer& add_send(const schedule::Action& action, bool gradient, std::size_t delivered_after);
-  // After position `done`: waits (through `wait`, which returns at once there, and is told which send it
-  // waits for) on the sends delivered by then, and their detached buffers become spares.
-  void reclaim(std::size_t done, const std::function<void(comm::Transfer&, const schedule::Action&)>& wait);
+  // After position `done`: waits on the sends delivered by then (through `transport`, each at most timeout_s), and
+  // their detached buffers become spares. Returns the send that did not complete in time, if one did not.
+  const schedule::Action* reclaim(std::size_t done, comm::Transport& transport, const ExecSpace& space,
+                                  double timeout_s);
   // The micro-batch is done on the chunk: its slot goes back to the pool, a send still reading from it
   // taking its buffer along (a spare takes its place in the slot).
   void retire(int chunk, int microbatch);

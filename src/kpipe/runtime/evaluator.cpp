@@ -40,23 +40,18 @@ template <class T, class A> double Evaluator<T, A>::evaluate(std::int64_t step) 
   const std::int64_t microbatches = windows / mb, d = grid.data_parallel;
   const std::int64_t local = (microbatches - grid.replica + d - 1) / d;
   const auto first_window = [&](std::int64_t j) { return (j * d + grid.replica) * mb; };
-  const auto chunks = stage_->chunk_pointers();
-  const bool holds_tokens = std::any_of(chunks.begin(), chunks.end(), [](const auto* c) { return c->first() || c->last(); });
   double loss_sum = 0;
-  std::vector<double> sums(losses_.extent(0));
   for (std::int64_t done = 0; done < local;) {
     const int n = int(std::min<std::int64_t>(plan_->local_microbatches, local - done));
-    if (holds_tokens)
-      for (int k = 0; k < n; ++k)
-        data::fill_validation_windows(corpus_->validation, first_window(done + k), mb, seq, tokens_->inputs(k),
-                                      tokens_->targets(k));
+    // List micro-batch k is this replica's validation micro-batch done + k.
+    const auto draw = [&](std::int64_t k, Token* inputs, Token* targets) {
+      data::fill_validation_windows(corpus_->validation, first_window(done + k), mb, seq, inputs, targets);
+    };
+    RowPerMicrobatch<decltype(draw)> tokens(*tokens_, losses_, draw);
     const Program& list = program(n);
-    const ListData data{tokens_, [](std::int64_t k) { return int(k); }, [](std::int64_t k) { return int(k); },
-                        losses_};
-    executor_->run(list, 0, list.actions.size(), {}, nullptr, data, step);
-    Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(sums.data(), sums.size()),
-                      losses_);
-    for (int k = 0; k < n; ++k) loss_sum += sums[k];  // in window order, as on one rank
+    executor_->run(list, whole(list), nullptr, tokens, step);
+    const std::vector<double> losses = tokens.read_losses();
+    for (int k = 0; k < n; ++k) loss_sum += losses[k];  // in window order, as on one rank
     done += n;
   }
   loss_sum = comm::allreduce(loss_sum, MPI_SUM, grid.world,

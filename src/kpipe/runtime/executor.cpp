@@ -1,11 +1,11 @@
 #include "kpipe/runtime/executor.hpp"
 
+#include <algorithm>
 #include <limits>
 #include <utility>
 
 #include "kpipe/core/clock.hpp"
 #include "kpipe/runtime/peer_lost.hpp"
-#include "kpipe/schedule/asynchronous.hpp"
 
 namespace kpipe::runtime {
 
@@ -14,27 +14,16 @@ using schedule::Op;
 
 namespace {
 
-
 constexpr std::size_t all_sends = std::numeric_limits<std::size_t>::max();
 
 }  // namespace
-
-int microbatch_period(const schedule::Schedule& lists) {
-  return lists.asynchronous() ? schedule::tag_period(lists) : lists.microbatches;
-}
-
-Program program_of(const schedule::Schedule& lists, int rank, int tag_base, std::string activity) {
-  Program p{lists, lists.actions.at(rank), {}, tag_base, std::move(activity)};
-  p.buffers = schedule::plan_buffers(lists, rank, p.actions);
-  return p;
-}
 
 // Where one run stands on this rank (the buffers are the Buffers' business).
 template <class T, class A> struct Executor<T, A>::Run {
   const Program* program = nullptr;
   Offset offset;
   UpdatePolicy<T>* updates = nullptr;
-  const ListData* data = nullptr;
+  TokenSource* tokens = nullptr;
   std::int64_t step = 0;
   std::vector<comm::Transfer> recv;  // per position
   std::vector<bool> posted;          // per position
@@ -51,64 +40,55 @@ Executor<T, A>::Executor(StageModel<T, A>& stage, int period)
 
 template <class T, class A> Executor<T, A>::~Executor() = default;
 
-Action instance_of(const Program& program, std::size_t i, const Offset& offset) {
-  Action a = offset.steps == 0 ? program.actions[i] : schedule::shifted(program.actions[i], program.lists, offset.steps, 0);
-  // A resumed run's lists number micro-batches and versions from the resume; versions below the run's first
-  // are the initial weights (the rule's max(0, ...)).
-  if ((offset.microbatch == 0 && offset.version == 0) || a.op == Op::step) return a;
-  a.microbatch += int(offset.microbatch);
-  if (a.op == Op::update) a.version += offset.version;
-  else if (schedule::is_compute(a.op)) a.version = std::max(0, a.version + offset.version);
-  return a;
-}
-
 template <class T, class A> void Executor<T, A>::lost(const Run& run, const Action& a, std::size_t position) const {
   peer_lost(stage_->grid(), {run.program->activity, run.step, position}, a, stage_->chunks(),
             stage_->config().pipeline.recv_timeout_s);
 }
 
 template <class T, class A>
-double Executor<T, A>::run(const Program& program, std::size_t begin, std::size_t end, const Offset& offset,
-                        UpdatePolicy<T>* updates, const ListData& data, std::int64_t step) {
+double Executor<T, A>::run(const Program& program, const ListRange& range, UpdatePolicy<T>* updates,
+                           TokenSource& tokens, std::int64_t step) {
   auto& transport = stage_->transport();
-  const double timeout = stage_->config().pipeline.recv_timeout_s;
   Run run;
   run.program = &program;
-  run.offset = offset;
+  run.offset = range.offset;
   run.updates = updates;
-  run.data = &data;
+  run.tokens = &tokens;
   run.step = step;
   run.start = seconds_now();
   timeline_.clear();
   clock_.start(space_);
-  if (program.lists.asynchronous()) buffers_.begin_async_step();
-  else buffers_.begin_step();
+  buffers_.begin_run();
   run.recv.assign(program.actions.size(), comm::Transfer{});
   run.posted.assign(program.actions.size(), false);
-  Kokkos::deep_copy(space_, data.losses, 0.0);  // micro-batches whose loss is elsewhere count 0
-  for (std::size_t i = begin; i < end; ++i) execute(run, i);
-  if (!program.lists.asynchronous())
-    buffers_.reclaim(program.actions.size(), [&](comm::Transfer& transfer, const Action& send) {
-      if (!transport.wait(space_, transfer, timeout)) lost(run, send, end);
-    });
-  // Stream-ordered transfers: the host learns here, with a bound, that the stream got through them. (An
-  // asynchronous step's too: the plan's stream-order pass receives every message within the step that sends
-  // it, so none is left waiting across the step boundary, where every rank's host enters collectives.)
-  if (transport.stream_ordered() && !transport.synchronize(space_, timeout)) lost(run, Action{Op::step, 0, 0, -1}, end);
+  Kokkos::deep_copy(space_, tokens.losses(), 0.0);  // micro-batches whose loss is elsewhere count 0
+  for (std::size_t i = range.begin; i < range.end; ++i) execute(run, i);
+  // The list's end delivers every send. (A step boundary S delivers its step's last sends when the next run
+  // begins: execute() stops there.)
+  if (range.end == program.actions.size()) wait_for_sends(run, all_sends, range.end);
+  // Stream-ordered transfers: the host learns here, with a bound, that the stream got through them. (A run
+  // that ends at S too: the plan's stream-order pass receives every message within the step that sends it, so
+  // none is left waiting across the step boundary, where every rank's host enters collectives.)
+  const double timeout = stage_->config().pipeline.recv_timeout_s;
+  if (transport.stream_ordered() && !transport.synchronize(space_, timeout))
+    lost(run, Action{Op::step, 0, 0, -1}, range.end);
   read_action_times(run);  // waits for the stream to finish the run's last compute action
   ++runs_;
   return run.busy;
 }
 
 template <class T, class A> void Executor<T, A>::finish_sends(const Program& program, std::int64_t step) {
-  auto& transport = stage_->transport();
   Run run;
   run.program = &program;
   run.step = step;
-  buffers_.reclaim(all_sends, [&](comm::Transfer& transfer, const Action& send) {
-    if (!transport.wait(space_, transfer, stage_->config().pipeline.recv_timeout_s))
-      lost(run, send, program.actions.size());
-  });
+  wait_for_sends(run, all_sends, program.actions.size());
+}
+
+// Waits on the sends delivered by position `done`; a timeout names position `position`.
+template <class T, class A>
+void Executor<T, A>::wait_for_sends(const Run& run, std::size_t done, std::size_t position) {
+  const double timeout = stage_->config().pipeline.recv_timeout_s;
+  if (const Action* late = buffers_.reclaim(done, stage_->transport(), space_, timeout)) lost(run, *late, position);
 }
 
 // A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which the
@@ -172,7 +152,7 @@ template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i
       run.busy += seconds_now() - start;  // work, as F and B are (the simulator charges it as `step`)
       break;
     }
-    case Op::step: return;  // the run's end (asynchronous lists: a step boundary)
+    case Op::step: return;  // a step boundary: the sends it delivers are the next run's to wait on
   }
   if (message && (i + 1 == list.size() || !schedule::is_comm(list[i + 1].op))) transport.end_group();
   if (message) {  // host time of posting (and, for receives, of waiting)
@@ -184,9 +164,7 @@ template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i
     timeline_.push_back({a, start - run.start, seconds_now() - run.start, std::int64_t(grads.span() * sizeof(T))});
   }
   if (observer_ && schedule::is_compute(a.op)) observer_(a, buffers_.slot(a.chunk, a.microbatch));
-  buffers_.reclaim(i, [&](comm::Transfer& transfer, const Action& send) {
-    if (!transport.wait(space_, transfer, timeout)) lost(run, send, i);
-  });
+  wait_for_sends(run, i, i);
   for (const int chunk : plan.retire[i]) buffers_.retire(chunk, a.microbatch);
 }
 
@@ -198,6 +176,9 @@ template <class T, class A> void Executor<T, A>::compute(Run& run, const Action&
   const int vstage = stage_->virtual_stage(c);
   // The previous virtual stage's chunk when it is on this rank too (the data is handed over in place).
   const int local_prev = vstage > 0 && lists.rank_of(vstage - 1) == rank ? lists.chunk_of(vstage - 1) : -1;
+  // A forward's tokens are drawn on the host before its span begins.
+  const bool reads_tokens = a.op == Op::forward && (chunk.first() || chunk.last());
+  const int row = reads_tokens ? run.tokens->stage(mb) : -1;
   const std::size_t timed = clock_.begin(space_);
   if (run.updates && a.op != Op::backward_weight) run.updates->before_compute(a);
   switch (a.op) {
@@ -206,10 +187,10 @@ template <class T, class A> void Executor<T, A>::compute(Run& run, const Action&
       buffers_.move_in_activation(c, mb);
       if (local_prev >= 0)  // the previous virtual stage's output, kept in its slot, is our input
         Kokkos::deep_copy(space_, chunk.input(slot), stage_->chunk(local_prev).output(buffers_.slot(local_prev, mb)));
-      if (chunk.first() || chunk.last()) run.data->tokens->load(space_, chunk, slot, run.data->row(mb));
+      if (reads_tokens) run.tokens->staging().load(space_, chunk, slot, row);
       chunk.forward(space_, slot);
       if (chunk.last())  // left on the device: read once at the run's end
-        chunk.loss_sum(space_, slot, Kokkos::subview(run.data->losses, run.data->loss_slot(mb)));
+        chunk.loss_sum(space_, slot, Kokkos::subview(run.tokens->losses(), run.tokens->loss_slot(mb)));
       peak_stash_ = std::max(peak_stash_, ++stash_);
       if (lists.forward_only) --stash_;  // nothing is kept for a backward
       break;

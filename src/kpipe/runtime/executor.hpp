@@ -9,56 +9,18 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <memory>
-#include <string>
 #include <vector>
 
 #include "kpipe/runtime/action_clock.hpp"
 #include "kpipe/runtime/buffers.hpp"
+#include "kpipe/runtime/program.hpp"
 #include "kpipe/runtime/stage_model.hpp"
 #include "kpipe/runtime/step_stats.hpp"
 #include "kpipe/runtime/token_staging.hpp"
 #include "kpipe/runtime/update_policy.hpp"
-#include "kpipe/schedule/buffers.hpp"
 #include "kpipe/schedule/schedule.hpp"
 
 namespace kpipe::runtime {
-
-// A list ready to run on this rank: its actions, the schedule they come from (the layout, the message tags),
-// where its buffers come and go, and an offset of its message tags, so that lists that may be under way at once
-// (the last sends of an asynchronous step and an evaluation) never share a tag.
-struct Program {
-  schedule::Schedule lists;
-  std::vector<schedule::Action> actions;
-  schedule::BufferPlan buffers;
-  int tag_base = 0;
-  std::string activity = "step";  // names the program in a timeout's message
-};
-// Rank `rank`'s part of `lists`.
-Program program_of(const schedule::Schedule& lists, int rank, int tag_base, std::string activity);
-// How a list's micro-batches are told apart: a step's own (a synchronous list), or modulo the tag period of an
-// asynchronous one (its micro-batches are numbered over many steps).
-int microbatch_period(const schedule::Schedule& lists);
-
-// Which instance of a list a run is: asynchronous lists run shifted by whole steps, and the lists of a resumed
-// run number their micro-batches and versions from the resume.
-struct Offset {
-  int steps = 0;
-  std::int64_t microbatch = 0;
-  int version = 0;
-};
-
-// Position `position` of `program` as instance `offset` runs it.
-schedule::Action instance_of(const Program& program, std::size_t position, const Offset& offset);
-
-// Where a run's forwards read their tokens and leave their losses.
-struct ListData {
-  TokenStaging* tokens = nullptr;
-  std::function<int(std::int64_t microbatch)> row;  // the staging row of a micro-batch's windows
-  std::function<int(std::int64_t microbatch)> loss_slot;
-  Kokkos::View<double*, MemSpace> losses;           // per loss slot, left on the device until the run's end
-};
 
 template <class T, class A = T> class Executor {
  public:
@@ -67,17 +29,17 @@ template <class T, class A = T> class Executor {
   Executor(StageModel<T, A>& stage, int microbatch_period);
   ~Executor();
 
-  // Runs positions [begin, end) of `program` as instance `offset`. `updates`: the weights' policy (nullptr
-  // for forward-only lists). `step` names the run in messages. Returns the compute time on this rank (F, B, I,
-  // W and updates). The sends of a run whose list keeps micro-batches in flight (asynchronous steps) are
-  // waited on when the next run begins; every other list ends with all of them delivered.
-  double run(const Program& program, std::size_t begin, std::size_t end, const Offset& offset,
-             UpdatePolicy<T>* updates, const ListData& data, std::int64_t step);
-  // Waits for every send of earlier runs still under way: an asynchronous step's last activations, which the
-  // next stage receives in its next step, are waited on when the next step begins (not at the step's end:
-  // between steps every rank may enter collectives that the receiving rank must reach before it posts the
-  // receive), and at the run's last step. `program` and `step` name a timeout.
-  void finish_sends(const Program& program, std::int64_t step);  // waits for every send still under way (an asynchronous run's last step)
+  // Runs `range` of `program`. `updates`: the weights' policy (nullptr for forward-only lists); `tokens`: where
+  // its forwards read tokens and leave losses. `step` names the run in messages. Returns the compute time on
+  // this rank (F, B, I, W and updates). A run that reaches the list's end returns with every send delivered;
+  // one that ends at a step boundary S leaves the sends the list delivers there under way (finish_sends).
+  double run(const Program& program, const ListRange& range, UpdatePolicy<T>* updates, TokenSource& tokens,
+             std::int64_t step);
+  // Waits for every send of earlier runs still under way: a step's last activations, which the next stage
+  // receives in its next step, are waited on when the next step begins, not at the step's end (between steps
+  // every rank may enter collectives that the receiving rank must reach before it posts the receive).
+  // `program` and `step` name a timeout.
+  void finish_sends(const Program& program, std::int64_t step);
 
   void set_observer(ActionObserver observer) { observer_ = std::move(observer); }
   // Every action of the last run on this rank, in the order run.
@@ -94,6 +56,7 @@ template <class T, class A = T> class Executor {
   void execute(Run& run, std::size_t position);
   void compute(Run& run, const schedule::Action& a);
   void read_action_times(Run& run);
+  void wait_for_sends(const Run& run, std::size_t done, std::size_t position);
   [[noreturn]] void lost(const Run& run, const schedule::Action& a, std::size_t position) const;
 
   StageModel<T, A>* stage_;

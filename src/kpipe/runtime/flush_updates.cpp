@@ -35,7 +35,7 @@ template <class T, class A> void FlushUpdates<T, A>::run(const schedule::Action&
   }
 }
 
-template <class T, class A> void FlushUpdates<T, A>::finish(std::int64_t step, const std::vector<double>&, StepStats& stats) {
+template <class T, class A> void FlushUpdates<T, A>::finish(std::int64_t step, const StepReport&, StepStats& stats) {
   std::vector<View1<T>> grads;
   for (int c = 0; c < stage_->chunks(); ++c) grads.push_back(stage_->chunk(c).params().grads());
   reduction_->finish(space_, grads, step);

@@ -18,6 +18,16 @@ template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T
   FlushUpdates(StageModel<T, A>& stage, const RunPlan& plan);
   ~FlushUpdates() override;
 
+  // Every step runs the whole list, one token row per micro-batch, and completes its report (the optimizer step
+  // needs the loss); its lists are every step's, so a resume changes nothing here.
+  int token_rows() const override { return plan_->local_microbatches; }
+  int microbatch_period() const override { return plan_->lists().microbatches; }
+  ListRange step_range(std::int64_t) const override { return {0, plan_->actions.size(), {}}; }
+  bool steady_step(std::int64_t) const override { return true; }
+  bool report_completes_in_step() const override { return true; }
+  bool plans_lists_at_resume(std::int64_t) const override { return false; }
+  void resume(std::int64_t, const std::vector<std::vector<std::vector<T>>>&) override {}
+
   Windows windows(std::int64_t step, std::int64_t microbatch) const override {
     return {step, plan_->global_microbatch(int(microbatch)) * plan_->sequences_per_microbatch};
   }
@@ -27,8 +37,8 @@ template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T
   void before_compute(const schedule::Action&) override {}
   void after_backward(const schedule::Action&) override {}
   void run(const schedule::Action& action) override;
-  void contribute(std::vector<double>&, StepStats&) const override {}
-  void finish(std::int64_t step, const std::vector<double>& sums, StepStats& stats) override;
+  void contribute(StepReport&, StepStats&) const override {}
+  void finish(std::int64_t step, const StepReport& report, StepStats& stats) override;
 
  private:
   void optimizer_step(std::int64_t step, StepStats& stats);

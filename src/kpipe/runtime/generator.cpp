@@ -48,12 +48,14 @@ Token Generator<T, A>::next(const std::vector<Token>& context, const SamplingOpt
   // The window: the last seq tokens at positions 0..L-1, then padding (id 0) that no real position sees; the
   // targets are not used.
   length_ = std::int64_t(std::min(context.size(), std::size_t(seq)));
-  std::fill(tokens_.inputs(0), tokens_.inputs(0) + seq, Token(0));
-  std::copy(context.end() - std::ptrdiff_t(length_), context.end(), tokens_.inputs(0));
-  std::fill(tokens_.targets(0), tokens_.targets(0) + seq, Token(0));
-  const ListData data{&tokens_, [](std::int64_t) { return 0; }, [](std::int64_t) { return 0; }, losses_};
+  const auto draw = [&](std::int64_t, Token* inputs, Token* targets) {
+    std::fill(inputs, inputs + seq, Token(0));
+    std::copy(context.end() - std::ptrdiff_t(length_), context.end(), inputs);
+    std::fill(targets, targets + seq, Token(0));
+  };
+  RowPerMicrobatch<decltype(draw)> tokens(tokens_, losses_, draw);
   // The run ends once every transfer is through (bounded, on a stream-ordered transport too).
-  executor_.run(program_, 0, program_.actions.size(), {}, nullptr, data, position);
+  executor_.run(program_, whole(program_), nullptr, tokens, position);
   const int last_rank = program_.lists.rank_of(program_.lists.virtual_stages() - 1);
   Token token = 0;
   if (grid.stage == last_rank) {

@@ -37,6 +37,8 @@ template <class T, class A = T> class StageModel {
   int virtual_stage(int c) const { return vstages_.at(c); }
   // Stage-to-stage transfers on the pipeline communicator (what pipeline.transport resolved to).
   comm::Transport& transport() { return *transport_; }
+  // The transport becomes wrap(transport), a decorator around it (tests delay or stall a rank's messages).
+  template <class Wrap> void wrap_transport(Wrap&& wrap) { transport_ = wrap(std::move(transport_)); }
 
   // Asynchronous schedules: each chunk's weight versions (synchronous ones keep none: versioned() is false).
   bool versioned() const { return !versions_.empty(); }

@@ -10,6 +10,13 @@ TokenStaging::TokenStaging(int rows, std::int64_t tokens_per_row) {
   targets_ = decltype(targets_)(uninitialized("kpipe::runtime::TokenStaging::targets"), rows, tokens_per_row);
 }
 
+std::vector<double> TokenSource::read_losses() const {
+  std::vector<double> host(losses_.extent(0));
+  Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(), host.size()),
+                    losses_);
+  return host;
+}
+
 template <class T, class A>
 void TokenStaging::load(const ExecSpace& space, model::Chunk<T, A>& chunk, int slot, int row) const {
   if (chunk.first()) Kokkos::deep_copy(space, chunk.tokens(slot), Kokkos::subview(inputs_, row, Kokkos::ALL));

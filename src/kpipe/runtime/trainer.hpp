@@ -2,11 +2,12 @@
 // Training with pipeline parallelism, top to bottom: the plan (every replica's lists after every pass, the
 // partition; runtime/run_plan.hpp) is made and every rank's memory held against memory.limit_per_rank before
 // anything is allocated; the stage model (this rank's chunks and weight versions; stage_model.hpp) is built;
-// then each step stages its micro-batches' tokens, the executor (executor.hpp) runs the step's share of this
-// rank's list, the step's report (its losses) is summed over the world, and the update policy
-// (update_policy.hpp: one optimizer step after the lists, or the weight versions of an asynchronous schedule)
-// closes the step. With one rank the list is F0 B0 F1 B1 ...: the plain gradient-accumulation loop that every
-// layout must match bit for bit (docs/architecture.md, property 1).
+// then each step runs, top to bottom: the update policy (update_policy.hpp: one optimizer step after the lists,
+// or the weight versions of an asynchronous schedule) names the step's part of this rank's list, the executor
+// (executor.hpp) runs it, drawing each micro-batch's tokens as it reaches its forward, the step's report
+// (step_report.hpp) is summed over the world, and the policy closes the step. With one rank the list is F0 B0
+// F1 B1 ...: the plain gradient-accumulation loop that every layout must match bit for bit (docs/architecture.md,
+// property 1).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -28,15 +29,11 @@
 namespace kpipe::runtime {
 
 template <class T, class A> class Evaluator;
-template <class T, class A> class VersionedUpdates;
 
 struct TrainerOptions {
   // How the stages exchange data; none: pipeline.transport resolved without looking at the node
   // (placement.hpp's default_transport). Tests run NCCL's path on host builds with mpi_stream_ordered.
   std::optional<comm::TransportKind> transport;
-  // Fault injection for tests of timeouts: world rank `stall_rank` sleeps `stall_seconds` before its first step.
-  int stall_rank = -1;
-  double stall_seconds = 0;
   // The stop signal this rank has received (signals.hpp: received_stop_signal), read as each step's lists end
   // and passed on with the step's report; none: no signal is ever passed on.
   std::function<int()> stop_signal;
@@ -85,20 +82,19 @@ template <class T, class A = T> class Trainer {
   // Whether step `step` is one of the run's steady state (asynchronous schedules: past the warm-up, before the
   // last step's drain, when the run has such steps; synchronous ones: every step), for the figures compared
   // with the simulator's steady state.
-  bool steady_step(std::int64_t step) const;
+  bool steady_step(std::int64_t step) const { return updates_->steady_step(step); }
   // Asynchronous schedules: per micro-batch run here, the versions its forward and backward read (empty for
   // synchronous ones).
-  const std::vector<VersionsRead>& versions_read() const;
+  const std::vector<VersionsRead>& versions_read() const { return updates_->versions_read(); }
 
  private:
-  void stage_tokens(std::size_t begin, std::size_t end, const Offset& offset);
-  // The step's report (stats and the world's sum of `sums`), from the sum once it is in.
-  void close_report(StepStats stats, const std::vector<double>& sums);
+  // The step's report, from the world's sum once it is in.
+  void close_report(StepStats stats, const StepReport& report);
 
   // A step's report whose sum over the world is under way.
   struct ReportUnderWay {
     StepStats stats;
-    comm::PendingAllreduce<double> sums;
+    comm::PendingAllreduce<double> sum;  // of StepReport::pack()
   };
 
   Config config_;
@@ -109,19 +105,13 @@ template <class T, class A = T> class Trainer {
   RunPlan plan_;
   std::unique_ptr<StageModel<T, A>> stage_;
   std::unique_ptr<UpdatePolicy<T>> updates_;
-  VersionedUpdates<T, A>* versioned_ = nullptr;  // updates_, when the schedule is asynchronous
-  Program program_;                           // this rank's list
+  Program program_;  // this rank's list
   std::unique_ptr<Executor<T, A>> executor_;
   std::unique_ptr<TokenStaging> tokens_;
   Kokkos::View<double*, MemSpace> losses_;  // per loss slot (train.microbatches), on the device until a step's end
   std::unique_ptr<Evaluator<T, A>> evaluator_;
   std::int64_t step_ = 0;
-  // A resumed asynchronous run: its first step, and what its lists' micro-batches and versions (numbered from
-  // the resume) are offset by to be the run's.
-  std::int64_t first_step_ = 0;
-  Offset resumed_;
-  std::vector<VersionsRead> no_versions_read_;  // what versions_read() gives for synchronous schedules
-  std::optional<ReportUnderWay> report_under_way_;  // asynchronous schedules: the last step's, until the next one
+  std::optional<ReportUnderWay> report_under_way_;  // the last step's, until the policy or the next step settles it
   std::vector<StepStats> reports_;                  // completed, not taken yet
   ExecSpace space_;
 };

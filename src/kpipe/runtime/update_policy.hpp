@@ -1,15 +1,19 @@
 #pragma once
-// How a run's weights change, as the executor and the trainer see it: where synchronous and asynchronous
-// schedules differ in what the actions read and write (the trainer and the executor still branch on the plan
-// for the step's share of the lists, token rows and when the report settles). FlushUpdates
-// (flush_updates.hpp): the micro-batches' gradients accumulate through the step's lists and one optimizer step
-// follows them, after the replicas' sum.
-// VersionedUpdates (versioned_updates.hpp): every action reads the weight version the schedule names, and
-// the lists' update actions U produce new versions. The executor calls the policy at the actions that touch
-// weights; the trainer calls it around each step.
+// How a run's weights change, and with it everything in which synchronous and asynchronous schedules differ:
+// the step's part of the list, the token rows a step needs, when the step's report completes, resuming, the
+// versions the actions read. FlushUpdates (flush_updates.hpp): the micro-batches' gradients accumulate through
+// the step's list and one optimizer step follows them, after the replicas' sum. VersionedUpdates
+// (versioned_updates.hpp): every action reads the weight version the schedule names, the lists' update actions
+// U produce new versions, and a step is one step of lists that run on without a flush. The executor calls the
+// policy at the actions that touch weights; the trainer asks it what each step runs and lets it close the step.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "kpipe/runtime/program.hpp"
+#include "kpipe/runtime/run_plan.hpp"
+#include "kpipe/runtime/stage_model.hpp"
+#include "kpipe/runtime/step_report.hpp"
 #include "kpipe/runtime/step_stats.hpp"
 #include "kpipe/schedule/schedule.hpp"
 
@@ -25,6 +29,15 @@ struct Windows {
 template <class T> class UpdatePolicy {
  public:
   virtual ~UpdatePolicy() = default;
+
+  // What a step runs. The host rows of tokens its forwards draw into (one per micro-batch it forwards), how
+  // the executor tells its micro-batches apart (modulo this many: more than are ever in flight), and step
+  // `step`'s part of the list. A bad step throws InputError.
+  virtual int token_rows() const = 0;
+  virtual int microbatch_period() const = 0;
+  virtual ListRange step_range(std::int64_t step) const = 0;
+  // Whether step `step` is one of the run's steady state, for the figures compared with the simulator's.
+  virtual bool steady_step(std::int64_t step) const = 0;
 
   // The windows micro-batch `microbatch` (as the lists number it) of step `step` trains on.
   virtual Windows windows(std::int64_t step, std::int64_t microbatch) const = 0;
@@ -43,13 +56,33 @@ template <class T> class UpdatePolicy {
   // The lists' own weight actions: U (an update), rs and ss (the ordered reduction's running sum).
   virtual void run(const schedule::Action& action) = 0;
 
-  // After the step's lists. `sums` holds the step's report (its loss sums by slot, the stop votes), which the
-  // trainer sums over the world in one allreduce: contribute() appends what the policy needs summed with them
-  // and fills what it knows of the step already (asynchronous schedules: the lr of its last update, since the
-  // report may complete after the next step's updates); finish() closes the step once the sum is in (the
-  // replicas' gradients, norms, the optimizer) and fills stats.lr, grad_norm, skipped, optimizer_seconds.
-  virtual void contribute(std::vector<double>& sums, StepStats& stats) const = 0;
-  virtual void finish(std::int64_t step, const std::vector<double>& sums, StepStats& stats) = 0;
+  // After the step's lists. The report (step_report.hpp) is summed over the world: contribute() fills what the
+  // policy adds to it and what it knows of the step already (asynchronous schedules: the lr of its last
+  // update). Whether the sum completes within the step: a flush's optimizer step needs the loss; otherwise
+  // it completes after the next step's lists, and no rank waits at the step boundary. finish() closes the
+  // step once the sum is in (the replicas' gradients, norms, the optimizer) and fills stats.lr, grad_norm,
+  // skipped, optimizer_seconds.
+  virtual void contribute(StepReport& report, StepStats& stats) const = 0;
+  virtual bool report_completes_in_step() const = 0;
+  virtual void finish(std::int64_t step, const StepReport& report, StepStats& stats) = 0;
+
+  // Resuming at step boundary `step`, the newest weights and the optimizer state loaded. Whether the run then
+  // continues with lists planned from that step (the trainer plans them before resume()); older[c][j - 1]:
+  // version j updates before the newest on chunk c, for the micro-batches in flight (empty: a drained run's
+  // checkpoint).
+  virtual bool plans_lists_at_resume(std::int64_t step) const = 0;
+  virtual void resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) = 0;
+
+  // Per micro-batch run here, the versions its forward and backward read (none where every action reads the
+  // newest weights).
+  const std::vector<VersionsRead>& versions_read() const { return versions_read_; }
+
+ protected:
+  std::vector<VersionsRead> versions_read_;
 };
+
+// The policy of `plan`'s schedule, on `stage`'s weights (both outlive it).
+template <class T, class A>
+std::unique_ptr<UpdatePolicy<T>> make_update_policy(StageModel<T, A>& stage, const RunPlan& plan);
 
 }  // namespace kpipe::runtime

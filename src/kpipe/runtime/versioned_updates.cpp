@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <tuple>
 
+#include "kpipe/core/error.hpp"
 #include "kpipe/runtime/peer_lost.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
@@ -28,6 +30,34 @@ VersionedUpdates<T, A>::VersionedUpdates(StageModel<T, A>& stage, const RunPlan&
 
 template <class T, class A> VersionedUpdates<T, A>::~VersionedUpdates() = default;
 
+template <class T, class A> int VersionedUpdates<T, A>::token_rows() const {
+  return plan_->local_microbatches + stage_->config().pipeline.pipeline_size - 1;
+}
+
+// Micro-batches are numbered over the whole run: they are told apart modulo the lists' tag period.
+template <class T, class A> int VersionedUpdates<T, A>::microbatch_period() const {
+  return schedule::tag_period(plan_->lists());
+}
+
+template <class T, class A> ListRange VersionedUpdates<T, A>::step_range(std::int64_t step) const {
+  const std::int64_t steps = stage_->config().train.steps;
+  require(step < steps,
+          "train.steps = {}: an asynchronous run cannot go past its last step (it drains the pipeline there)", steps);
+  const auto source = schedule::step_source(int(plan_->steps.size()), plan_->template_step, int(steps - first_step_),
+                                            int(step - first_step_));
+  ListRange range;
+  std::tie(range.begin, range.end) = plan_->steps.at(source.step);
+  range.offset = resumed_;
+  range.offset.steps = source.shift;
+  return range;
+}
+
+template <class T, class A> bool VersionedUpdates<T, A>::steady_step(std::int64_t step) const {
+  const std::int64_t steps = stage_->config().train.steps;
+  if (steps < plan_->template_step + 2) return true;
+  return step >= plan_->template_step && step + 1 < steps;
+}
+
 template <class T, class A> void VersionedUpdates<T, A>::begin_step(std::int64_t step) {
   step_ = step;
   std::fill(update_squares_.begin(), update_squares_.end(), 0.0);
@@ -40,7 +70,7 @@ template <class T, class A> void VersionedUpdates<T, A>::before_compute(const sc
     in_flight_[a.chunk][a.microbatch] = a.version;
     next_forward_[a.chunk] = a.microbatch + 1;
   } else if (schedule::is_backward(a.op)) {  // weight stashing: its forward's version
-    versions_read_.push_back({a.microbatch, in_flight_[a.chunk].at(a.microbatch), a.version});
+    this->versions_read_.push_back({a.microbatch, in_flight_[a.chunk].at(a.microbatch), a.version});
   }
 }
 
@@ -63,18 +93,18 @@ template <class T, class A> void VersionedUpdates<T, A>::run(const schedule::Act
   lr_ = rules_.learning_rate(stage_->config().optim, update);
 }
 
-template <class T, class A>
-void VersionedUpdates<T, A>::contribute(std::vector<double>& sums, StepStats& stats) const {
+template <class T, class A> void VersionedUpdates<T, A>::contribute(StepReport& report, StepStats& stats) const {
   // Every stage's last update's squared norm; replica 0's (the replicas' updates are the same).
   double squares = 0;
   if (stage_->grid().replica == 0)
     for (double s : update_squares_) squares += s;
-  sums.push_back(squares);
+  report.update_squares = squares;
   stats.lr = lr_;
 }
 
-template <class T, class A> void VersionedUpdates<T, A>::finish(std::int64_t, const std::vector<double>& sums, StepStats& stats) {
-  stats.grad_norm = std::sqrt(sums.back());
+template <class T, class A>
+void VersionedUpdates<T, A>::finish(std::int64_t, const StepReport& report, StepStats& stats) {
+  stats.grad_norm = std::sqrt(report.update_squares);
 }
 
 template <class T, class A> bool VersionedUpdates<T, A>::version_needed(int c, int version) const {
@@ -88,27 +118,32 @@ template <class T, class A> bool VersionedUpdates<T, A>::version_needed(int c, i
                                            int(next_forward_[c]), false);
 }
 
+template <class T, class A> bool VersionedUpdates<T, A>::plans_lists_at_resume(std::int64_t step) const {
+  return step < stage_->config().train.steps;  // none is left to plan after the last step
+}
+
 template <class T, class A>
-void VersionedUpdates<T, A>::resume(const RunPlan& plan, std::int64_t first_microbatch, int newest_version,
-                                 const std::vector<std::vector<std::vector<T>>>& older) {
-  plan_ = &plan;
-  const std::int64_t next_step = first_microbatch / plan.lists().microbatches;
+void VersionedUpdates<T, A>::resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) {
+  const auto& lists = plan_->lists();
+  first_step_ = step;
+  resumed_ = {0, step * lists.microbatches, int(step) * schedule::versions_per_step(lists.updates, lists.microbatches)};
   for (int c = 0; c < stage_->chunks(); ++c) {
     // A drained run's checkpoint (no older versions): the newest stands for them all.
+    const bool drained = older.empty() || older.at(c).empty();
     std::vector<T> newest;
-    if (older.at(c).empty()) {
+    if (drained) {
       const auto& values = stage_->chunk(c).params().values();
       newest.resize(values.extent(0));
       Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(newest.data(), newest.size()),
                         values);
     }
     std::vector<std::pair<int, const T*>> held;
-    for (int j = 1; j <= stage_->older_versions(c, next_step); ++j)
-      if (older[c].empty() || !older[c].at(j - 1).empty())
-        held.push_back({newest_version - j, older[c].empty() ? newest.data() : older[c][j - 1].data()});
-    stage_->versions(c).restart(newest_version, held);
+    for (int j = 1; j <= stage_->older_versions(c, step); ++j)
+      if (drained || !older[c].at(j - 1).empty())
+        held.push_back({resumed_.version - j, drained ? newest.data() : older[c][j - 1].data()});
+    stage_->versions(c).restart(resumed_.version, held);
     in_flight_[c].clear();
-    next_forward_[c] = first_microbatch;
+    next_forward_[c] = resumed_.microbatch;
   }
 }
 

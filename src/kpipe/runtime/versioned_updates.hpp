@@ -23,6 +23,16 @@ template <class T, class A = T> class VersionedUpdates final : public UpdatePoli
   VersionedUpdates(StageModel<T, A>& stage, const RunPlan& plan);
   ~VersionedUpdates() override;
 
+  // A step is one step of the validated lists (step_range: the one step_source() names, shifted to the step;
+  // a run cannot go past its last step, which drains the pipeline), forwarding up to m + p - 1 consecutive
+  // micro-batches (the first step's warm-up too); its report completes after the next step's lists.
+  int token_rows() const override;
+  int microbatch_period() const override;
+  ListRange step_range(std::int64_t step) const override;
+  // Past the warm-up, before the last step's drain, when the run has such steps.
+  bool steady_step(std::int64_t step) const override;
+  bool report_completes_in_step() const override { return false; }
+
   Windows windows(std::int64_t, std::int64_t microbatch) const override {  // as async_rules.hpp says
     return {rules_.sampler_step(microbatch), rules_.first_sequence(microbatch, stage_->grid().replica)};
   }
@@ -32,16 +42,14 @@ template <class T, class A = T> class VersionedUpdates final : public UpdatePoli
   void before_compute(const schedule::Action& action) override;
   void after_backward(const schedule::Action& action) override;
   void run(const schedule::Action& action) override;
-  void contribute(std::vector<double>& sums, StepStats& stats) const override;
-  void finish(std::int64_t step, const std::vector<double>& sums, StepStats& stats) override;
+  void contribute(StepReport& report, StepStats& stats) const override;
+  void finish(std::int64_t step, const StepReport& report, StepStats& stats) override;
 
-  // Resuming at a step boundary: the plan now holds the lists that continue the run, the parameters are the
-  // newest version, and older[c][j - 1] the version j updates before it (none: a drained run's checkpoint,
-  // whose newest weights stand for them all).
-  void resume(const RunPlan& plan, std::int64_t first_microbatch, int newest_version,
-              const std::vector<std::vector<std::vector<T>>>& older);
+  // A resumed run continues with the validated lists that forward its micro-batches in flight again on their
+  // versions (the plan now holds them), numbered from the resume; the parameters are the newest version.
+  bool plans_lists_at_resume(std::int64_t step) const override;
+  void resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) override;
   const AsyncRules& rules() const { return rules_; }
-  const std::vector<VersionsRead>& versions_read() const { return versions_read_; }
 
  private:
   bool version_needed(int chunk, int version) const;  // a micro-batch in flight or to come reads it
@@ -52,10 +60,12 @@ template <class T, class A = T> class VersionedUpdates final : public UpdatePoli
   std::unique_ptr<GradientReduction<T>> reduction_;
   std::vector<std::map<std::int64_t, int>> in_flight_;  // per chunk: micro-batch -> the version its forward read
   std::vector<std::int64_t> next_forward_;               // per chunk: the next micro-batch to forward
-  std::vector<VersionsRead> versions_read_;
   std::vector<double> update_squares_;                  // per chunk: its last update's squared gradient norm
   double lr_ = 0;                                       // the last update's
   std::int64_t step_ = 0;
+  // A resumed run: its first step, and what its lists' micro-batches and versions are offset by to be the run's.
+  std::int64_t first_step_ = 0;
+  Offset resumed_;
   ExecSpace space_;
 };
 

@@ -1,0 +1,31 @@
+#include "kpipe/runtime/program.hpp"
+
+#include <algorithm>
+#include <utility>
+
+#include "kpipe/schedule/asynchronous.hpp"
+
+namespace kpipe::runtime {
+
+using schedule::Action;
+using schedule::Op;
+
+Program program_of(const schedule::Schedule& lists, int rank, int tag_base, std::string activity) {
+  Program p{lists, lists.actions.at(rank), {}, tag_base, std::move(activity)};
+  p.buffers = schedule::plan_buffers(lists, rank, p.actions);
+  return p;
+}
+
+Action instance_of(const Program& program, std::size_t i, const Offset& offset) {
+  Action a = offset.steps == 0 ? program.actions[i]
+                                : schedule::shifted(program.actions[i], program.lists, offset.steps, 0);
+  // A resumed run's lists number micro-batches and versions from the resume; versions below the run's first
+  // are the initial weights (the rule's max(0, ...)).
+  if ((offset.microbatch == 0 && offset.version == 0) || a.op == Op::step) return a;
+  a.microbatch += int(offset.microbatch);
+  if (a.op == Op::update) a.version += offset.version;
+  else if (schedule::is_compute(a.op)) a.version = std::max(0, a.version + offset.version);
+  return a;
+}
+
+}  // namespace kpipe::runtime
