@@ -129,7 +129,7 @@ void BM_UpdatePasses(benchmark::State& state) {
     state.ResumeTiming();
     double squares = 0;
     add_seconds(stage.space, norms, [&] {
-      for (double s : layer_grad_squares(stage.space, p)) squares += s;
+      for (double s : p.layer_grad_squares(stage.space)) squares += s;
     });
     add_seconds(stage.space, optimizer, [&] {
       nn::adamw_update_into(stage.space, stage.config.optim, 1e-4, u++, nn::clip_factor(std::sqrt(squares), 1.0),

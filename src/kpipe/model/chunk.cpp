@@ -410,6 +410,7 @@ ChunkBytes chunk_bytes(const ModelDesc& desc, int first, int last, int sequences
   }
   m.workspace += chunk_products_size<T, A>(desc, first, last, sequences).bytes(sizeof(T));
   if (has_first) m.workspace += nn::scratch_bytes<T>(n, width);  // the embedding's row order and pieces
+  m.workspace += std::int64_t(last - first) * std::int64_t(sizeof(double));  // the store's per-layer squares
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include "kpipe/core/hash.hpp"
 #include "kpipe/core/rng.hpp"
 #include "kpipe/core/memory_category.hpp"
+#include "kpipe/nn/optimizer.hpp"
 
 namespace kpipe::model {
 
@@ -43,6 +44,10 @@ ParameterStore<T, A>::ParameterStore(const ModelDesc& desc, int first, int last)
     Kokkos::deep_copy(Kokkos::subview(mask, Kokkos::make_pair(s.offset, s.offset + s.spec->numel())),
                       std::uint8_t(s.spec->decay ? 1 : 0));
   decay_mask_ = mask;
+  {
+    memory::Scope scope(memory::Category::workspaces);  // chunk_bytes counts it
+    layer_squares_ = View1<double>(uninitialized("kpipe::model::ParameterStore::layer_squares"), last - first);
+  }
 }
 
 template <class T, class A> void ParameterStore<T, A>::initialize(const ExecSpace& space, std::uint64_t seed) {
@@ -102,6 +107,20 @@ template <class T, class A> void ParameterStore<T, A>::use(const ParameterValues
 
 template <class T, class A> void ParameterStore<T, A>::zero_grads(const ExecSpace& space) {
   Kokkos::deep_copy(space, grads_, T(0));
+}
+
+template <class T, class A>
+std::vector<double> ParameterStore<T, A>::layer_grad_squares(const ExecSpace& space) const {
+  for (int l = first_; l < last_; ++l) {
+    const auto [offset, length] = layer_range(l);
+    nn::sum_squares<T>(space, View1<const T>(grads_.data() + offset, length),
+                       Kokkos::subview(layer_squares_, l - first_));
+  }
+  std::vector<double> sums(last_ - first_);
+  using HostDoubles = Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  Kokkos::deep_copy(space, HostDoubles(sums.data(), sums.size()), layer_squares_);
+  space.fence();  // the host reads sums next
+  return sums;
 }
 
 template <class T, class A>

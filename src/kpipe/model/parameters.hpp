@@ -45,6 +45,9 @@ template <class T, class A = T> class ParameterStore {
   // The compute copy := the values, each rounded to A once (nothing to do when A is T).
   void refresh_compute_copy(const ExecSpace& space);
   void zero_grads(const ExecSpace& space);
+  // The sum of squares of each layer's gradients, in layer order: one queued reduction per layer into a
+  // device buffer and one copy out, so the caller waits for the device once, not once per layer.
+  std::vector<double> layer_grad_squares(const ExecSpace& space) const;
 
   const std::vector<TensorSlot>& slots() const { return slots_; }
   int first_layer() const { return first_; }
@@ -89,6 +92,7 @@ template <class T, class A = T> class ParameterStore {
   View1<T> values_, grads_, moment1_, moment2_;
   View1<const std::uint8_t> decay_mask_;
   View1<A> compute_;
+  View1<double> layer_squares_;  // [last - first]: layer_grad_squares' device results (a workspace)
 };
 
 // Elements of the compute copy of layers [first, last) in A (0 when A is T: no copy).

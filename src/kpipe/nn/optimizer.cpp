@@ -27,8 +27,10 @@ double clip_factor(double global_norm, double max_norm) {
   return max_norm > 0 && global_norm > max_norm ? max_norm / (global_norm + 1e-6) : 1.0;
 }
 
-template <class T, KernelPath P> double sum_squares(const ExecSpace& space, In1<T> x) {
-  double total = 0;
+namespace {
+// The one reduction both sum_squares run: into a host double (waits) or a device scalar (queued).
+template <class T, KernelPath P, class Result>
+void reduce_squares(const ExecSpace& space, const View1<const T>& x, Result&& result) {
   if constexpr (P == KernelPath::host) {
     // Blocks of contiguous elements, each a vectorized lane sum in double; blocks added in order.
     const std::int64_t n = x.extent(0), block = elementwise_block<P>;
@@ -43,17 +45,28 @@ template <class T, KernelPath P> double sum_squares(const ExecSpace& space, In1<
             return v * v;
           });
         },
-        total);
-    return total;
+        result);
+  } else {
+    Kokkos::parallel_reduce(
+        "kpipe::nn::sum_squares", range(space, x.extent(0)),
+        KOKKOS_LAMBDA(std::int64_t i, double& s) {
+          const double v = x(i);
+          s += v * v;
+        },
+        result);
   }
-  Kokkos::parallel_reduce(
-      "kpipe::nn::sum_squares", range(space, x.extent(0)),
-      KOKKOS_LAMBDA(std::int64_t i, double& s) {
-        const double v = x(i);
-        s += v * v;
-      },
-      total);
+}
+}  // namespace
+
+template <class T, KernelPath P> double sum_squares(const ExecSpace& space, In1<T> x) {
+  double total = 0;
+  reduce_squares<T, P>(space, x, total);
   return total;
+}
+
+template <class T, KernelPath P>
+void sum_squares(const ExecSpace& space, In1<T> x, const Kokkos::View<double, MemSpace>& into) {
+  reduce_squares<T, P>(space, x, into);
 }
 
 // The optimizer state and the mask must cover the parameter buffer exactly; anything else is a bug in the
@@ -255,6 +268,14 @@ template void sgd_update_into(const ExecSpace&, const OptimizerConfig&, double, 
                               const View1<const std::uint8_t>&, double);
 template double sum_squares<double, KernelPath::host>(const ExecSpace&, In1<double>);
 template double sum_squares<double, KernelPath::device>(const ExecSpace&, In1<double>);
+template void sum_squares<float, KernelPath::host>(const ExecSpace&, In1<float>,
+                                             const Kokkos::View<double, MemSpace>&);
+template void sum_squares<float, KernelPath::device>(const ExecSpace&, In1<float>,
+                                             const Kokkos::View<double, MemSpace>&);
+template void sum_squares<double, KernelPath::host>(const ExecSpace&, In1<double>,
+                                             const Kokkos::View<double, MemSpace>&);
+template void sum_squares<double, KernelPath::device>(const ExecSpace&, In1<double>,
+                                             const Kokkos::View<double, MemSpace>&);
 template void adamw_update<double, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
                                                  double, const View1<double>&, In1<double>, const View1<double>&,
                                                  const View1<double>&, const View1<const std::uint8_t>&, double);

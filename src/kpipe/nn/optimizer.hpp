@@ -18,8 +18,11 @@ double learning_rate(const OptimizerConfig& cfg, std::int64_t step, std::int64_t
 double clip_factor(double global_norm, double max_norm);
 
 // Sum of squares of x, accumulated in double (a stage sums these per layer, in global layer order, so that
-// the global norm does not depend on the partition).
+// the global norm does not depend on the partition). The first waits for the result; the second queues it
+// into a device scalar (the same sums, so the same bits), for callers that copy many of them out at once.
 template <class T, KernelPath P = default_kernel_path> double sum_squares(const ExecSpace& space, In1<T> x);
+template <class T, KernelPath P = default_kernel_path>
+void sum_squares(const ExecSpace& space, In1<T> x, const Kokkos::View<double, MemSpace>& into);
 
 // One AdamW step (decoupled weight decay, bias correction), step is 1-based:
 //   g = grad_scale * grads; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; m^ = m / (1-b1^step)

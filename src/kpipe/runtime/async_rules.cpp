@@ -62,7 +62,7 @@ template <class T, class A>
 double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
                           std::int64_t update, model::ParameterStore<T, A>& p, nn::In1<T> from) {
   double squares = 0;
-  for (double s : layer_grad_squares(space, p)) squares += s;
+  for (double s : p.layer_grad_squares(space)) squares += s;
   const double norm = std::sqrt(squares);
   if (std::isfinite(norm)) {
     const double lr = rules.learning_rate(optim, update), scale = nn::clip_factor(norm, optim.grad_clip);

@@ -51,7 +51,7 @@ template <class T, class A> void FlushUpdates<T, A>::optimizer_step(std::int64_t
   std::vector<double> squares(stage_->desc().layers.size(), 0.0);
   for (int c = 0; c < stage_->chunks(); ++c) {
     const auto& params = stage_->chunk(c).params();
-    const auto sums = layer_grad_squares(space_, params);
+    const auto sums = params.layer_grad_squares(space_);
     for (std::size_t k = 0; k < sums.size(); ++k) squares[params.first_layer() + k] = sums[k];
   }
   comm::allreduce(squares, MPI_SUM, stage_->grid().pipeline,
@@ -69,12 +69,13 @@ template <class T, class A> void FlushUpdates<T, A>::optimizer_step(std::int64_t
   const double scale = nn::clip_factor(stats.grad_norm, config.optim.grad_clip);
   for (int c = 0; c < stage_->chunks(); ++c) {
     auto& p = stage_->chunk(c).params();
+    // In place, the gradients zeroed as the update reads them: one pass over them instead of two.
     if (config.optim.kind == OptimizerKind::sgd)
-      nn::sgd_update(space_, config.optim, stats.lr, scale, p.values(), p.grads(), p.moment1(), p.decay_mask());
+      nn::sgd_update_into(space_, config.optim, stats.lr, scale, p.values(), p.values(), p.grads(), p.moment1(),
+                          p.decay_mask());
     else
-      nn::adamw_update(space_, config.optim, stats.lr, step + 1, scale, p.values(), p.grads(), p.moment1(),
-                       p.moment2(), p.decay_mask());
-    p.zero_grads(space_);
+      nn::adamw_update_into(space_, config.optim, stats.lr, step + 1, scale, p.values(), p.values(), p.grads(),
+                            p.moment1(), p.moment2(), p.decay_mask());
     p.refresh_compute_copy(space_);  // what the products read (mixed precision)
   }
 }

@@ -102,22 +102,8 @@ template <class T, class A> std::uint64_t StageModel<T, A>::param_checksum() {
   return model::combine_hashes(hashes);
 }
 
-template <class T, class A>
-std::vector<double> layer_grad_squares(const ExecSpace& space, const model::ParameterStore<T, A>& store) {
-  std::vector<double> sums;
-  for (int l = store.first_layer(); l < store.last_layer(); ++l) {
-    const auto [offset, length] = store.layer_range(l);
-    const View1<const T> grads(store.grads().data() + offset, length);
-    sums.push_back(nn::sum_squares<T>(space, grads));
-  }
-  return sums;
-}
-
 template class StageModel<float>;
 template class StageModel<double>;
 template class StageModel<float, bf16>;
-template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<float>&);
-template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<double>&);
-template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<float, bf16>&);
 
 }  // namespace kpipe::runtime

@@ -75,8 +75,4 @@ template <class T, class A = T> class StageModel {
   ExecSpace space_;
 };
 
-// Per-layer sums of squared gradients of a store, in global layer order.
-template <class T, class A>
-std::vector<double> layer_grad_squares(const ExecSpace& space, const model::ParameterStore<T, A>& store);
-
 }  // namespace kpipe::runtime
