@@ -6,6 +6,7 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/bfloat16.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
@@ -113,11 +114,13 @@ std::vector<double> layer_grad_squares(const ExecSpace& space, const model::Para
   return sums;
 }
 
-template class StageModel<float>;
-template class StageModel<double>;
-template class StageModel<float, bf16>;
-template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<float>&);
-template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<double>&);
-template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<float, bf16>&);
+#define KPIPE_INSTANTIATE(T, A) template class StageModel<T, A>;
+// Also at float64, for apply_async_update (tests/runtime/test_async_rules.cpp).
+#define KPIPE_INSTANTIATE_CHECKED(T, A)                                                                               \
+  template std::vector<double> layer_grad_squares(const ExecSpace&, const model::ParameterStore<T, A>&);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE_CHECKED)
+#undef KPIPE_INSTANTIATE
+#undef KPIPE_INSTANTIATE_CHECKED
 
 }  // namespace kpipe::runtime
