@@ -418,7 +418,7 @@ template <class T, class A> AttentionWork<T, A> allocate_work(const AttentionSha
 }
 
 // Per block of query rows: S = Q K^T, the softmax, O = P V.
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<A> qkv,
                        const AttentionStash<T, A>& stash, const AttentionWork<T, A>& work, const View2<A>& out) {
   using namespace attention_detail;
@@ -446,7 +446,7 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<
 // Per block of query rows, the last first: S = Q K^T and dP = dO V^T, the probabilities recomputed and the
 // softmax's backward, dQ = dS K, and dK += dS^T Q, dV += P^T dO over the block's keys. The last block reaches
 // every key, so it writes dK and dV whole (beta 0) and the blocks before it add to them in a fixed order.
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<T, A>& stash,
                               const AttentionWork<T, A>& work, In2<A> dout, const View2<A>& dqkv) {
   using namespace attention_detail;
@@ -488,10 +488,10 @@ double attention_forward_flops(const AttentionShape& shape) {
 }
 
 #define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
-  template void attention_forward<T, P, A>(const ExecSpace&, const AttentionShape&, In2<A>,                           \
+  template void attention_forward<T, A, P>(const ExecSpace&, const AttentionShape&, In2<A>,                           \
                                            const AttentionStash<T, A>&, const AttentionWork<T, A>&,                   \
                                            const View2<A>&);                                                          \
-  template void attention_backward_input<T, P, A>(const ExecSpace&, const AttentionShape&,                            \
+  template void attention_backward_input<T, A, P>(const ExecSpace&, const AttentionShape&,                            \
                                                   const AttentionStash<T, A>&, const AttentionWork<T, A>&,            \
                                                   In2<A>, const View2<A>&);
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \

@@ -100,7 +100,7 @@ void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<co
                        });
 }
 
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets, T scale,
                                   const View2<A>& dlogits) {
   using namespace cross_entropy_detail;
@@ -178,7 +178,7 @@ void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const V
 }
 
 #define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
-  template void cross_entropy_backward_input<T, P, A>(const ExecSpace&, In2<T>, const View1<const Token>&, T,         \
+  template void cross_entropy_backward_input<T, A, P>(const ExecSpace&, In2<T>, const View1<const Token>&, T,         \
                                                       const View2<A>&);
 #define KPIPE_INSTANTIATE_ACCUMULATION_KERNEL(T, P)                                                                   \
   template void cross_entropy_forward<T, P>(const ExecSpace&, In2<T>, const View1<const Token>&, const View1<T>&);

@@ -55,7 +55,7 @@ template <class T> std::int64_t scratch_bytes(std::int64_t rows, std::int64_t ch
 }
 
 // dout[B*T, C] -> dtoken[V, C] +=, dposition[T_max, C] +=
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
                      In2<A> dout, const EmbeddingScratch<T>& scratch) {
   check_sequences(tokens.extent(0), seq, emb.position.extent(0));
@@ -124,7 +124,7 @@ void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const V
 }
 
 #define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
-  template void backward_weight<T, P, A>(const ExecSpace&, const Embedding<T, A>&, const View1<const Token>&, int,    \
+  template void backward_weight<T, A, P>(const ExecSpace&, const Embedding<T, A>&, const View1<const Token>&, int,    \
                                          In2<A>, const EmbeddingScratch<T>&);
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
   template void forward(const ExecSpace&, const Embedding<T, A>&, const View1<const Token>&, int, const View2<A>&);

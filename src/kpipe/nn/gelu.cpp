@@ -47,7 +47,7 @@ void bias_gelu_forward(const ExecSpace& space, In1<T> bias, const View2<T>& f, c
                     });
 }
 
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void bias_gelu_forward(const ExecSpace& space, In1<T> bias, In2<T> product, const View2<A>& f, const View2<A>& g) {
   const View1<const T> b = bias;
   const View2<const T> p = product;
@@ -99,7 +99,7 @@ void gelu_backward_input(const ExecSpace& space, In2<A> x, In2<A> dy, const View
 #define KPIPE_INSTANTIATE_ACCUMULATION_KERNEL(T, P)                                                                   \
   template void bias_gelu_forward<T, P>(const ExecSpace&, In1<T>, const View2<T>&, const View2<T>&);
 #define KPIPE_INSTANTIATE_MIXED_KERNEL(T, A, P)                                                                       \
-  template void bias_gelu_forward<T, P, A>(const ExecSpace&, In1<T>, In2<T>, const View2<A>&, const View2<A>&);
+  template void bias_gelu_forward<T, A, P>(const ExecSpace&, In1<T>, In2<T>, const View2<A>&, const View2<A>&);
 KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
 KPIPE_CHECKED_ACCUMULATION_KERNELS(KPIPE_INSTANTIATE_ACCUMULATION_KERNEL)
 KPIPE_MIXED_KERNELS(KPIPE_INSTANTIATE_MIXED_KERNEL)

@@ -14,7 +14,7 @@ namespace kpipe::nn {
 using RowTeam = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
 // x[N, C] -> y[N, C], mean[N], rstd[N]
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const View2<A>& y, const View1<T>& mean,
              const View1<T>& rstd) {
   const auto gamma = ln.gamma;
@@ -72,7 +72,7 @@ void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const 
 }
 
 // dy[N, C] -> dx[N, C]: dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma.
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd, In2<A> dy,
                     const View2<A>& dx, bool accumulate) {
   const auto gamma = ln.gamma;
@@ -126,7 +126,7 @@ void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x,
 }
 
 // dgamma[C] += sum_rows dy xhat, dbeta[C] += sum_rows dy
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd,
                      In2<A> dy) {
   const auto dgamma = ln.dgamma;
@@ -145,11 +145,11 @@ void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x
 }
 
 #define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
-  template void forward<T, P, A>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, const View2<A>&,                   \
+  template void forward<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, const View2<A>&,                   \
                                  const View1<T>&, const View1<T>&);                                                   \
-  template void backward_input<T, P, A>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, In1<T>, In1<T>, In2<A>,     \
+  template void backward_input<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, In1<T>, In1<T>, In2<A>,     \
                                         const View2<A>&, bool);                                                       \
-  template void backward_weight<T, P, A>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, In1<T>, In1<T>, In2<A>);
+  template void backward_weight<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, In1<T>, In1<T>, In2<A>);
 KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
 #undef KPIPE_INSTANTIATE_KERNEL
 
