@@ -33,9 +33,9 @@ template <class T, KernelPath P = default_kernel_path> struct Attention {
     // Wide enough that the softmax is far from uniform.
     test::fill_uniform(qkv, seed, -2.0, 2.0);
   }
-  void forward() { attention_forward<T, P>(ExecSpace(), shape, qkv, stash, work, out); }
+  void forward() { attention_forward<T, T, P>(ExecSpace(), shape, qkv, stash, work, out); }
   void backward(const View2<T>& dout, const View2<T>& dqkv) {
-    attention_backward_input<T, P>(ExecSpace(), shape, stash, work, dout, dqkv);
+    attention_backward_input<T, T, P>(ExecSpace(), shape, stash, work, dout, dqkv);
   }
 };
 
@@ -139,9 +139,9 @@ template <class T, class A, KernelPath P> void expect_recomputed_probabilities_h
       return work.probs;
     }
   }();
-  attention_forward<T, P>(space, shape, qkv, stash, work, out);
+  attention_forward<T, A, P>(space, shape, qkv, stash, work, out);
   const auto forward = test::host_values(probs);
-  attention_backward_input<T, P>(space, shape, stash, work, dout, dqkv);
+  attention_backward_input<T, A, P>(space, shape, stash, work, dout, dqkv);
   const auto backward = test::host_values(probs);
   ASSERT_EQ(forward.size(), backward.size());
   std::size_t nonzero = 0;

@@ -101,7 +101,7 @@ template <KernelPath P> void expect_pieces_in_the_documented_order() {
   const auto tokens = make_tokens(ids);
   View2<float> dout("dout", rows, width);
   test::fill_uniform(dout, 8);
-  backward_weight<float, P>(space, emb, tokens, seq_len, dout, allocate_scratch<float>(rows, width));
+  backward_weight<float, float, P>(space, emb, tokens, seq_len, dout, allocate_scratch<float>(rows, width));
   auto d = Kokkos::create_mirror_view_and_copy(HostSpace(), dout);
   auto got = Kokkos::create_mirror_view_and_copy(HostSpace(), emb.dtoken);
   std::vector<std::int64_t> sorted(rows);  // the rows by (token, row)

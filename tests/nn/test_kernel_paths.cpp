@@ -83,8 +83,8 @@ TEST(KernelPaths, LayerNormForwardAndBackwardAgree) {
   test::fill_uniform(dy, 4);
   View2<float> y_h("y", n, c), y_d("y", n, c);
   View1<float> mean_h("mean", n), mean_d("mean", n), rstd_h("rstd", n), rstd_d("rstd", n);
-  forward<float, host>(space, ln, x, y_h, mean_h, rstd_h);
-  forward<float, device>(space, ln, x, y_d, mean_d, rstd_d);
+  forward<float, float, host>(space, ln, x, y_h, mean_h, rstd_h);
+  forward<float, float, device>(space, ln, x, y_d, mean_d, rstd_d);
   expect_close("LayerNorm forward y", y_h, y_d);
   expect_close("LayerNorm forward mean", mean_h, mean_d);
   expect_close("LayerNorm forward rstd", rstd_h, rstd_d);
@@ -92,15 +92,15 @@ TEST(KernelPaths, LayerNormForwardAndBackwardAgree) {
   View2<float> dx_h("dx", n, c);
   test::fill_uniform(dx_h, 5);  // accumulate onto a residual gradient
   auto dx_d = copy_of(dx_h, "dx");
-  backward_input<float, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, true);
-  backward_input<float, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, true);
+  backward_input<float, float, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, true);
+  backward_input<float, float, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, true);
   expect_close("LayerNorm backward_input", dx_h, dx_d);
 
   auto ln_d = ln;
   ln_d.dgamma = View1<float>("dgamma", c);
   ln_d.dbeta = View1<float>("dbeta", c);
-  backward_weight<float, host>(space, ln, x, mean_h, rstd_h, dy);
-  backward_weight<float, device>(space, ln_d, x, mean_h, rstd_h, dy);
+  backward_weight<float, float, host>(space, ln, x, mean_h, rstd_h, dy);
+  backward_weight<float, float, device>(space, ln_d, x, mean_h, rstd_h, dy);
   expect_same_bits("LayerNorm dgamma", ln.dgamma, ln_d.dgamma);
   expect_same_bits("LayerNorm dbeta", ln.dbeta, ln_d.dbeta);
 }
@@ -116,12 +116,12 @@ TEST(KernelPaths, CrossEntropyAgrees) {
   cross_entropy_forward<float, device>(space, logits, targets, loss_d);
   expect_close("cross-entropy forward", loss_h, loss_d);
   View2<float> grad_h("grad", n, vocab), grad_d("grad", n, vocab);
-  cross_entropy_backward_input<float, host>(space, logits, targets, 0.25f, grad_h);
-  cross_entropy_backward_input<float, device>(space, logits, targets, 0.25f, grad_d);
+  cross_entropy_backward_input<float, float, host>(space, logits, targets, 0.25f, grad_h);
+  cross_entropy_backward_input<float, float, device>(space, logits, targets, 0.25f, grad_d);
   expect_close("cross-entropy backward_input", grad_h, grad_d);
   // In place, as the head runs it.
   auto inplace_d = copy_of(logits, "inplace");
-  cross_entropy_backward_input<float, device>(space, inplace_d, targets, 0.25f, inplace_d);
+  cross_entropy_backward_input<float, float, device>(space, inplace_d, targets, 0.25f, inplace_d);
   expect_same_bits("cross-entropy backward_input in place (device)", grad_d, inplace_d);
 }
 
@@ -135,13 +135,13 @@ TEST(KernelPaths, AttentionAgrees) {
   auto stash_h = allocate_stash<float>(shape), stash_d = allocate_stash<float>(shape);
   auto work_h = allocate_work<float>(shape), work_d = allocate_work<float>(shape);
   View2<float> out_h("out", shape.rows(), shape.channels()), out_d("out", shape.rows(), shape.channels());
-  attention_forward<float, host>(space, shape, qkv, stash_h, work_h, out_h);
-  attention_forward<float, device>(space, shape, qkv, stash_d, work_d, out_d);
+  attention_forward<float, float, host>(space, shape, qkv, stash_h, work_h, out_h);
+  attention_forward<float, float, device>(space, shape, qkv, stash_d, work_d, out_d);
   expect_close("attention softmax statistics", stash_h.softmax, stash_d.softmax);
   expect_close("attention forward", out_h, out_d);
   View2<float> dqkv_h("dqkv", shape.rows(), 3 * shape.channels()), dqkv_d("dqkv", shape.rows(), 3 * shape.channels());
-  attention_backward_input<float, host>(space, shape, stash_h, work_h, dout, dqkv_h);
-  attention_backward_input<float, device>(space, shape, stash_d, work_d, dout, dqkv_d);
+  attention_backward_input<float, float, host>(space, shape, stash_h, work_h, dout, dqkv_h);
+  attention_backward_input<float, float, device>(space, shape, stash_d, work_d, dout, dqkv_d);
   expect_close("attention backward_input", dqkv_h, dqkv_d);
 }
 
@@ -181,17 +181,17 @@ TEST(KernelPaths, LinearAgreesBitForBit) {
   test::fill_uniform(residual, 17);
   test::fill_uniform(dy, 18);
   View2<float> y_h("y", n, out), y_d("y", n, out);
-  forward<float, host>(space, layer, x, y_h);
-  forward<float, device>(space, layer, x, y_d);
+  forward<float, float, host>(space, layer, x, y_h);
+  forward<float, float, device>(space, layer, x, y_d);
   expect_same_bits("Linear forward", y_h, y_d);
-  forward_residual<float, host>(space, layer, x, residual, y_h);
-  forward_residual<float, device>(space, layer, x, residual, y_d);
+  forward_residual<float, float, host>(space, layer, x, residual, y_h);
+  forward_residual<float, float, device>(space, layer, x, residual, y_d);
   expect_same_bits("Linear forward_residual", y_h, y_d);
   auto layer_d = layer;
   layer_d.dweight = View2<float>("dw", out, in);
   layer_d.dbias = View1<float>("db", out);
-  backward_weight<float, host>(space, layer, x, dy);
-  backward_weight<float, device>(space, layer_d, x, dy);
+  backward_weight<float, float, host>(space, layer, x, dy);
+  backward_weight<float, float, device>(space, layer_d, x, dy);
   expect_same_bits("Linear dweight", layer.dweight, layer_d.dweight);
   expect_same_bits("Linear dbias", layer.dbias, layer_d.dbias);
 }
@@ -208,8 +208,8 @@ TEST(KernelPaths, EmbeddingGradientAgreesBitForBit) {
   View2<float> dout("dout", std::int64_t(sequences) * seq, c);
   test::fill_uniform(dout, 19);
   const auto order = allocate_scratch<float>(tokens.extent(0), c);
-  backward_weight<float, host>(space, emb_h, tokens, seq, dout, order);
-  backward_weight<float, device>(space, emb_d, tokens, seq, dout, order);
+  backward_weight<float, float, host>(space, emb_h, tokens, seq, dout, order);
+  backward_weight<float, float, device>(space, emb_d, tokens, seq, dout, order);
   expect_same_bits("Embedding dtoken", emb_h.dtoken, emb_d.dtoken);
   expect_same_bits("Embedding dposition", emb_h.dposition, emb_d.dposition);
 }
@@ -287,22 +287,22 @@ TEST(KernelPaths, Bf16LayerNormAgrees) {
   test::fill(dy, 4);
   View2<bf16> y_h("y", n, c), y_d("y", n, c);
   View1<float> mean_h("mean", n), mean_d("mean", n), rstd_h("rstd", n), rstd_d("rstd", n);
-  forward<float, host>(space, ln, x, y_h, mean_h, rstd_h);
-  forward<float, device>(space, ln, x, y_d, mean_d, rstd_d);
+  forward<float, bf16, host>(space, ln, x, y_h, mean_h, rstd_h);
+  forward<float, bf16, device>(space, ln, x, y_d, mean_d, rstd_d);
   expect_close_bf16("bf16 LayerNorm forward y", y_h, y_d);
   expect_close("bf16 LayerNorm forward mean", mean_h, mean_d);
   expect_close("bf16 LayerNorm forward rstd", rstd_h, rstd_d);
   View2<bf16> dx_h("dx", n, c);
   test::fill(dx_h, 5);
   auto dx_d = copy_of(dx_h, "dx");
-  backward_input<float, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, true);
-  backward_input<float, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, true);
+  backward_input<float, bf16, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, true);
+  backward_input<float, bf16, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, true);
   expect_close_bf16("bf16 LayerNorm backward_input", dx_h, dx_d);
   auto ln_d = ln;
   ln_d.dgamma = View1<float>("dgamma", c);
   ln_d.dbeta = View1<float>("dbeta", c);
-  backward_weight<float, host>(space, ln, x, mean_h, rstd_h, dy);
-  backward_weight<float, device>(space, ln_d, x, mean_h, rstd_h, dy);
+  backward_weight<float, bf16, host>(space, ln, x, mean_h, rstd_h, dy);
+  backward_weight<float, bf16, device>(space, ln_d, x, mean_h, rstd_h, dy);
   // Float sums in the same order, but of products the compiler may contract into fused multiply-adds in one
   // instantiation and not the other (seen: 1 ulp): close, not the same bits.
   expect_close("bf16 LayerNorm dgamma", ln.dgamma, ln_d.dgamma);
@@ -316,8 +316,8 @@ TEST(KernelPaths, Bf16CrossEntropyGradientAgrees) {
   test::fill_uniform(logits, 7, -4.0, 4.0);
   const View1<const Token> targets = tokens_for(n, vocab);
   View2<bf16> grad_h("grad", n, vocab), grad_d("grad", n, vocab);
-  cross_entropy_backward_input<float, host>(space, logits, targets, 0.25f, grad_h);
-  cross_entropy_backward_input<float, device>(space, logits, targets, 0.25f, grad_d);
+  cross_entropy_backward_input<float, bf16, host>(space, logits, targets, 0.25f, grad_h);
+  cross_entropy_backward_input<float, bf16, device>(space, logits, targets, 0.25f, grad_d);
   expect_close_bf16("bf16 cross-entropy backward_input", grad_h, grad_d);
 }
 
@@ -330,13 +330,13 @@ TEST(KernelPaths, Bf16AttentionAgrees) {
   auto stash_h = allocate_stash<float, bf16>(shape), stash_d = allocate_stash<float, bf16>(shape);
   auto work_h = allocate_work<float, bf16>(shape), work_d = allocate_work<float, bf16>(shape);
   View2<bf16> out_h("out", shape.rows(), shape.channels()), out_d("out", shape.rows(), shape.channels());
-  attention_forward<float, host>(space, shape, qkv, stash_h, work_h, out_h);
-  attention_forward<float, device>(space, shape, qkv, stash_d, work_d, out_d);
+  attention_forward<float, bf16, host>(space, shape, qkv, stash_h, work_h, out_h);
+  attention_forward<float, bf16, device>(space, shape, qkv, stash_d, work_d, out_d);
   expect_close("bf16 attention softmax statistics", stash_h.softmax, stash_d.softmax);
   expect_close_bf16("bf16 attention forward", out_h, out_d, 2 * 0x1p-8);
   View2<bf16> dqkv_h("dqkv", shape.rows(), 3 * shape.channels()), dqkv_d("dqkv", shape.rows(), 3 * shape.channels());
-  attention_backward_input<float, host>(space, shape, stash_h, work_h, dout, dqkv_h);
-  attention_backward_input<float, device>(space, shape, stash_d, work_d, dout, dqkv_d);
+  attention_backward_input<float, bf16, host>(space, shape, stash_h, work_h, dout, dqkv_h);
+  attention_backward_input<float, bf16, device>(space, shape, stash_d, work_d, dout, dqkv_d);
   expect_close_bf16("bf16 attention backward_input", dqkv_h, dqkv_d, 2 * 0x1p-8);
 }
 
@@ -359,8 +359,8 @@ TEST(KernelPaths, Bf16ElementwiseKernelsAgreeBitForBit) {
   test::fill_uniform(product, 13, -4.0, 4.0);
   test::fill_uniform(bias, 14);
   View2<bf16> f_h("f", n, f), f_d("f", n, f), g_h("g", n, f), g_d("g", n, f);
-  bias_gelu_forward<float, host>(space, bias, product, f_h, g_h);
-  bias_gelu_forward<float, device>(space, bias, product, f_d, g_d);
+  bias_gelu_forward<float, bf16, host>(space, bias, product, f_h, g_h);
+  bias_gelu_forward<float, bf16, device>(space, bias, product, f_d, g_d);
   expect_same_bits("bf16 bias_gelu_forward f", f_h, f_d);
   expect_same_bits("bf16 bias_gelu_forward g", g_h, g_d);
 
@@ -376,14 +376,14 @@ TEST(KernelPaths, Bf16ElementwiseKernelsAgreeBitForBit) {
   test::fill(residual, 18);
   test::fill(ldy, 19);
   View2<bf16> ly_h("y", rows, out), ly_d("y", rows, out);
-  forward_residual<float, host>(space, layer, lx, residual, ly_h);
-  forward_residual<float, device>(space, layer, lx, residual, ly_d);
+  forward_residual<float, bf16, host>(space, layer, lx, residual, ly_h);
+  forward_residual<float, bf16, device>(space, layer, lx, residual, ly_d);
   expect_same_bits("bf16 Linear forward_residual", ly_h, ly_d);
   auto layer_d = layer;
   layer_d.dweight = View2<float>("dw", out, in);
   layer_d.dbias = View1<float>("db", out);
-  backward_weight<float, host>(space, layer, lx, ldy);
-  backward_weight<float, device>(space, layer_d, lx, ldy);
+  backward_weight<float, bf16, host>(space, layer, lx, ldy);
+  backward_weight<float, bf16, device>(space, layer_d, lx, ldy);
   expect_same_bits("bf16 Linear dweight", layer.dweight, layer_d.dweight);
   expect_same_bits("bf16 Linear dbias", layer.dbias, layer_d.dbias);
 
@@ -398,8 +398,8 @@ TEST(KernelPaths, Bf16ElementwiseKernelsAgreeBitForBit) {
   View2<bf16> edout("dout", std::int64_t(sequences) * seq, c);
   test::fill(edout, 20);
   const auto order = allocate_scratch<float>(tokens.extent(0), c);
-  backward_weight<float, host>(space, emb_h, tokens, seq, edout, order);
-  backward_weight<float, device>(space, emb_d, tokens, seq, edout, order);
+  backward_weight<float, bf16, host>(space, emb_h, tokens, seq, edout, order);
+  backward_weight<float, bf16, device>(space, emb_d, tokens, seq, edout, order);
   expect_same_bits("bf16 Embedding dtoken", emb_h.dtoken, emb_d.dtoken);
   expect_same_bits("bf16 Embedding dposition", emb_h.dposition, emb_d.dposition);
 }

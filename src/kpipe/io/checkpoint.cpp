@@ -22,6 +22,7 @@
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/core/hash.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/io/checkpoint_lock.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/io/checkpoint_tokenizer.hpp"
@@ -613,15 +614,12 @@ LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>& stage, const Chec
   return {};
 }
 
-template SaveResult save_checkpoint(runtime::StageModel<float>&, std::int64_t, const data::Tokenizer&, CheckpointDir&);
-template SaveResult save_checkpoint(runtime::StageModel<double>&, std::int64_t, const data::Tokenizer&, CheckpointDir&);
-template LoadedCheckpoint<float> load_checkpoint(runtime::StageModel<float>&, const std::string&);
-template LoadedCheckpoint<double> load_checkpoint(runtime::StageModel<double>&, const std::string&);
-template LoadedCheckpoint<float> resume_training(runtime::StageModel<float>&, const CheckpointConfig&);
-template LoadedCheckpoint<double> resume_training(runtime::StageModel<double>&, const CheckpointConfig&);
-template SaveResult save_checkpoint(runtime::StageModel<float, bf16>&, std::int64_t, const data::Tokenizer&,
-                                   CheckpointDir&);
-template LoadedCheckpoint<float> load_checkpoint(runtime::StageModel<float, bf16>&, const std::string&);
-template LoadedCheckpoint<float> resume_training(runtime::StageModel<float, bf16>&, const CheckpointConfig&);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template SaveResult save_checkpoint(runtime::StageModel<T, A>&, std::int64_t, const data::Tokenizer&,               \
+                                      CheckpointDir&);                                                                \
+  template LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>&, const std::string&);                       \
+  template LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>&, const CheckpointConfig&);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::io

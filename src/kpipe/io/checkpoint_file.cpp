@@ -12,6 +12,7 @@
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/core/hash.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::io {
 
@@ -562,7 +563,9 @@ std::string CheckpointReader::read_blob(const std::string& name) const {
   return read_verified(*entry);
 }
 
-template void CheckpointReader::read_tensor(const std::string&, const std::vector<std::int64_t>&, float*) const;
-template void CheckpointReader::read_tensor(const std::string&, const std::vector<std::int64_t>&, double*) const;
+#define KPIPE_INSTANTIATE(T)                                                                                          \
+  template void CheckpointReader::read_tensor(const std::string&, const std::vector<std::int64_t>&, T*) const;
+KPIPE_TRAINING_ACCUMULATIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::io

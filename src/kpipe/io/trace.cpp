@@ -16,6 +16,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::io {
 
@@ -382,11 +383,12 @@ template <class T, class A> void ActivationTracer<T, A>::end_step() {
   writer_->append(std::move(rows), tensors);
 }
 
-template TensorStats tensor_stats<float>(const ExecSpace&, const View2<const float>&);
-template TensorStats tensor_stats<double>(const ExecSpace&, const View2<const double>&);
-template TensorStats tensor_stats<bf16>(const ExecSpace&, const View2<const bf16>&);
-template class ActivationTracer<float>;
-template class ActivationTracer<double>;
-template class ActivationTracer<float, bf16>;
+// The statistics over A alone (T unused), also at float64 (tests/io/test_trace.cpp); the tracer as a run trains.
+#define KPIPE_INSTANTIATE_CHECKED(T, A) template TensorStats tensor_stats<A>(const ExecSpace&, const View2<const A>&);
+#define KPIPE_INSTANTIATE(T, A) template class ActivationTracer<T, A>;
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE_CHECKED)
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE_CHECKED
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::io

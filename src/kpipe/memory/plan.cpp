@@ -1,5 +1,6 @@
 #include "kpipe/memory/plan.hpp"
 
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/schedule/versions.hpp"
 
 #include <fmt/format.h>
@@ -105,12 +106,11 @@ std::vector<RankMemory> plan_ranks(const Config& config, const model::ModelDesc&
   return ranks;
 }
 
-template RankMemory plan_rank_for<float, float>(const Config&, const model::ModelDesc&, const schedule::Replicated&,
-                                                int, int);
-template RankMemory plan_rank_for<double, double>(const Config&, const model::ModelDesc&, const schedule::Replicated&,
-                                                  int, int);
-template RankMemory plan_rank_for<float, bf16>(const Config&, const model::ModelDesc&, const schedule::Replicated&,
-                                               int, int);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template RankMemory plan_rank_for<T, A>(const Config&, const model::ModelDesc&, const schedule::Replicated&, int,   \
+                                          int);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 std::string describe(const Bytes& bytes) {
   std::string text;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "kpipe/core/memory_category.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::model {
 
@@ -414,11 +415,13 @@ ChunkBytes chunk_bytes(const ModelDesc& desc, int first, int last, int sequences
   return m;
 }
 
-template class Chunk<float>;
-template class Chunk<double>;
-template class Chunk<float, bf16>;
-template ChunkBytes chunk_bytes<float, float>(const ModelDesc&, int, int, int, nn::Recompute);
-template ChunkBytes chunk_bytes<double, double>(const ModelDesc&, int, int, int, nn::Recompute);
-template ChunkBytes chunk_bytes<float, bf16>(const ModelDesc&, int, int, int, nn::Recompute);
+#define KPIPE_INSTANTIATE(T, A) template class Chunk<T, A>;
+// What the memory plan asks, at the precisions a run trains in.
+#define KPIPE_INSTANTIATE_TRAINING(T, A)                                                                              \
+  template ChunkBytes chunk_bytes<T, A>(const ModelDesc&, int, int, int, nn::Recompute);
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE)
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE_TRAINING)
+#undef KPIPE_INSTANTIATE
+#undef KPIPE_INSTANTIATE_TRAINING
 
 }  // namespace kpipe::model

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kpipe/core/hash.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/core/rng.hpp"
 #include "kpipe/core/memory_category.hpp"
 #include "kpipe/nn/optimizer.hpp"
@@ -162,11 +163,11 @@ std::uint64_t combine_hashes(const std::vector<std::uint64_t>& hashes) {
   return fnv1a64(hashes.data(), hashes.size() * sizeof(std::uint64_t));
 }
 
-template class ParameterStore<float>;
-template class ParameterStore<double>;
-template class ParameterStore<float, bf16>;
-template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<float>&);
-template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<double>&);
-template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<float, bf16>&);
+#define KPIPE_INSTANTIATE(T, A) template class ParameterStore<T, A>;
+#define KPIPE_INSTANTIATE_TRAINING(T, A) template std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T, A>&);
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE)
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE_TRAINING)
+#undef KPIPE_INSTANTIATE
+#undef KPIPE_INSTANTIATE_TRAINING
 
 }  // namespace kpipe::model

@@ -8,6 +8,7 @@
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/nn/strided_max.hpp"
 
 namespace kpipe::nn {
@@ -417,7 +418,7 @@ template <class T, class A> AttentionWork<T, A> allocate_work(const AttentionSha
 }
 
 // Per block of query rows: S = Q K^T, the softmax, O = P V.
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<A> qkv,
                        const AttentionStash<T, A>& stash, const AttentionWork<T, A>& work, const View2<A>& out) {
   using namespace attention_detail;
@@ -445,7 +446,7 @@ void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<
 // Per block of query rows, the last first: S = Q K^T and dP = dO V^T, the probabilities recomputed and the
 // softmax's backward, dQ = dS K, and dK += dS^T Q, dV += P^T dO over the block's keys. The last block reaches
 // every key, so it writes dK and dV whole (beta 0) and the blocks before it add to them in a fixed order.
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<T, A>& stash,
                               const AttentionWork<T, A>& work, In2<A> dout, const View2<A>& dqkv) {
   using namespace attention_detail;
@@ -486,58 +487,20 @@ double attention_forward_flops(const AttentionShape& shape) {
                   blas::gemm_flops(shape.seq, shape.head_dim, shape.seq));
 }
 
-// Float (training), double (gradient checks), float accumulating bf16 storage (mixed precision); both paths.
-template AttentionStash<float, float> allocate_stash<float, float>(const AttentionShape&, bool, bool);
-template AttentionStash<double, double> allocate_stash<double, double>(const AttentionShape&, bool, bool);
-template AttentionStash<float, bf16> allocate_stash<float, bf16>(const AttentionShape&, bool, bool);
-template AttentionWork<float, float> allocate_work<float, float>(const AttentionShape&);
-template AttentionWork<double, double> allocate_work<double, double>(const AttentionShape&);
-template AttentionWork<float, bf16> allocate_work<float, bf16>(const AttentionShape&);
-template AttentionWorkElements attention_work_elements<float, float>(const AttentionShape&);
-template AttentionWorkElements attention_work_elements<double, double>(const AttentionShape&);
-template AttentionWorkElements attention_work_elements<float, bf16>(const AttentionShape&);
-template void attention_forward<float, KernelPath::host, float>(const ExecSpace&, const AttentionShape&, In2<float>,
-                                                          const AttentionStash<float, float>&,
-                                                          const AttentionWork<float, float>&, const View2<float>&);
-template void attention_backward_input<float, KernelPath::host, float>(const ExecSpace&, const AttentionShape&,
-                                                                 const AttentionStash<float, float>&,
-                                                                 const AttentionWork<float, float>&, In2<float>,
-                                                                 const View2<float>&);
-template void attention_forward<float, KernelPath::device, float>(const ExecSpace&, const AttentionShape&, In2<float>,
-                                                          const AttentionStash<float, float>&,
-                                                          const AttentionWork<float, float>&, const View2<float>&);
-template void attention_backward_input<float, KernelPath::device, float>(const ExecSpace&, const AttentionShape&,
-                                                                 const AttentionStash<float, float>&,
-                                                                 const AttentionWork<float, float>&, In2<float>,
-                                                                 const View2<float>&);
-template void attention_forward<double, KernelPath::host, double>(const ExecSpace&, const AttentionShape&, In2<double>,
-                                                          const AttentionStash<double, double>&,
-                                                          const AttentionWork<double, double>&, const View2<double>&);
-template void attention_backward_input<double, KernelPath::host, double>(const ExecSpace&, const AttentionShape&,
-                                                                 const AttentionStash<double, double>&,
-                                                                 const AttentionWork<double, double>&, In2<double>,
-                                                                 const View2<double>&);
-template void attention_forward<double, KernelPath::device, double>(const ExecSpace&, const AttentionShape&,
-                                                          In2<double>,
-                                                          const AttentionStash<double, double>&,
-                                                          const AttentionWork<double, double>&, const View2<double>&);
-template void attention_backward_input<double, KernelPath::device, double>(const ExecSpace&, const AttentionShape&,
-                                                                 const AttentionStash<double, double>&,
-                                                                 const AttentionWork<double, double>&, In2<double>,
-                                                                 const View2<double>&);
-template void attention_forward<float, KernelPath::host, bf16>(const ExecSpace&, const AttentionShape&, In2<bf16>,
-                                                          const AttentionStash<float, bf16>&,
-                                                          const AttentionWork<float, bf16>&, const View2<bf16>&);
-template void attention_backward_input<float, KernelPath::host, bf16>(const ExecSpace&, const AttentionShape&,
-                                                                 const AttentionStash<float, bf16>&,
-                                                                 const AttentionWork<float, bf16>&, In2<bf16>,
-                                                                 const View2<bf16>&);
-template void attention_forward<float, KernelPath::device, bf16>(const ExecSpace&, const AttentionShape&, In2<bf16>,
-                                                          const AttentionStash<float, bf16>&,
-                                                          const AttentionWork<float, bf16>&, const View2<bf16>&);
-template void attention_backward_input<float, KernelPath::device, bf16>(const ExecSpace&, const AttentionShape&,
-                                                                 const AttentionStash<float, bf16>&,
-                                                                 const AttentionWork<float, bf16>&, In2<bf16>,
-                                                                 const View2<bf16>&);
+#define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
+  template void attention_forward<T, A, P>(const ExecSpace&, const AttentionShape&, In2<A>,                           \
+                                           const AttentionStash<T, A>&, const AttentionWork<T, A>&,                   \
+                                           const View2<A>&);                                                          \
+  template void attention_backward_input<T, A, P>(const ExecSpace&, const AttentionShape&,                            \
+                                                  const AttentionStash<T, A>&, const AttentionWork<T, A>&,            \
+                                                  In2<A>, const View2<A>&);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template AttentionStash<T, A> allocate_stash<T, A>(const AttentionShape&, bool, bool);                              \
+  template AttentionWork<T, A> allocate_work<T, A>(const AttentionShape&);                                            \
+  template AttentionWorkElements attention_work_elements<T, A>(const AttentionShape&);
+KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE_KERNEL
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::nn

@@ -69,11 +69,11 @@ inline std::int64_t attention_softmax_elements(const AttentionShape& shape) {
 
 // qkv[B*T, 3C] (q | k | v, head h in columns h*hd..h*hd+hd-1 of each) -> out[B*T, C]. qkv is kept in
 // stash.qkv; when it is stash.qkv itself (the block's projection writes it there) nothing is copied.
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void attention_forward(const ExecSpace& space, const AttentionShape& shape, In2<A> qkv,
                        const AttentionStash<T, A>& stash, const AttentionWork<T, A>& work, const View2<A>& out);
 // dout[B*T, C] -> dqkv[B*T, 3C]
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void attention_backward_input(const ExecSpace& space, const AttentionShape& shape, const AttentionStash<T, A>& stash,
                               const AttentionWork<T, A>& work, In2<A> dout, const View2<A>& dqkv);
 

@@ -2,6 +2,7 @@
 
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/nn/gelu.hpp"
 
 namespace kpipe::nn {
@@ -250,56 +251,28 @@ void backward_weight(const ExecSpace& space, const Block<T, A>& b, In2<A> x, con
   backward_weight(space, b.ln1, x, s.mean1, s.rstd1, g.dh1);
 }
 
-template std::int64_t stash_bytes<float, float>(unsigned, const AttentionShape&, int);
-template std::int64_t grads_bytes<float, float>(const AttentionShape&, int);
-template std::int64_t work_bytes<float, float>(const AttentionShape&);
-template ProductsSize block_products_size<float, float>(const AttentionShape&, int);
-template BlockStash<float, float> allocate_stash(const Block<float, float>&, unsigned);
-template BlockStash<float, float> overlay(const BlockStash<float, float>&, const BlockStash<float, float>&);
-template void recompute(const ExecSpace&, const Block<float, float>&, Recompute, In2<float>, const BlockStash<float,
-                        float>&, const BlockWork<float, float>&);
-template BlockGrads<float, float> allocate_grads(const Block<float, float>&);
-template BlockWork<float, float> allocate_work(const Block<float, float>&);
-template void forward(const ExecSpace&, const Block<float, float>&, In2<float>, const BlockStash<float, float>&,
-                      const BlockWork<float, float>&);
-template void backward_input(const ExecSpace&, const Block<float, float>&, In2<float>, const BlockStash<float,
-                             float>&, const BlockGrads<float, float>&, const BlockWork<float, float>&, In2<float>,
-                             const View2<float>&);
-template void backward_weight(const ExecSpace&, const Block<float, float>&, In2<float>, const BlockStash<float,
-                              float>&, const BlockGrads<float, float>&, In2<float>);
-template std::int64_t stash_bytes<double, double>(unsigned, const AttentionShape&, int);
-template std::int64_t grads_bytes<double, double>(const AttentionShape&, int);
-template std::int64_t work_bytes<double, double>(const AttentionShape&);
-template ProductsSize block_products_size<double, double>(const AttentionShape&, int);
-template BlockStash<double, double> allocate_stash(const Block<double, double>&, unsigned);
-template BlockStash<double, double> overlay(const BlockStash<double, double>&, const BlockStash<double, double>&);
-template void recompute(const ExecSpace&, const Block<double, double>&, Recompute, In2<double>,
-                        const BlockStash<double, double>&, const BlockWork<double, double>&);
-template BlockGrads<double, double> allocate_grads(const Block<double, double>&);
-template BlockWork<double, double> allocate_work(const Block<double, double>&);
-template void forward(const ExecSpace&, const Block<double, double>&, In2<double>, const BlockStash<double, double>&,
-                      const BlockWork<double, double>&);
-template void backward_input(const ExecSpace&, const Block<double, double>&, In2<double>, const BlockStash<double,
-                             double>&, const BlockGrads<double, double>&, const BlockWork<double, double>&, In2<double>,
-                             const View2<double>&);
-template void backward_weight(const ExecSpace&, const Block<double, double>&, In2<double>, const BlockStash<double,
-                              double>&, const BlockGrads<double, double>&, In2<double>);
-template std::int64_t stash_bytes<float, bf16>(unsigned, const AttentionShape&, int);
-template std::int64_t grads_bytes<float, bf16>(const AttentionShape&, int);
-template std::int64_t work_bytes<float, bf16>(const AttentionShape&);
-template ProductsSize block_products_size<float, bf16>(const AttentionShape&, int);
-template BlockStash<float, bf16> allocate_stash(const Block<float, bf16>&, unsigned);
-template BlockStash<float, bf16> overlay(const BlockStash<float, bf16>&, const BlockStash<float, bf16>&);
-template void recompute(const ExecSpace&, const Block<float, bf16>&, Recompute, In2<bf16>, const BlockStash<float,
-                        bf16>&, const BlockWork<float, bf16>&);
-template BlockGrads<float, bf16> allocate_grads(const Block<float, bf16>&);
-template BlockWork<float, bf16> allocate_work(const Block<float, bf16>&);
-template void forward(const ExecSpace&, const Block<float, bf16>&, In2<bf16>, const BlockStash<float, bf16>&,
-                      const BlockWork<float, bf16>&);
-template void backward_input(const ExecSpace&, const Block<float, bf16>&, In2<bf16>, const BlockStash<float, bf16>&,
-                             const BlockGrads<float, bf16>&, const BlockWork<float, bf16>&, In2<bf16>,
-                             const View2<bf16>&);
-template void backward_weight(const ExecSpace&, const Block<float, bf16>&, In2<bf16>, const BlockStash<float, bf16>&,
-                              const BlockGrads<float, bf16>&, In2<bf16>);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template ProductsSize block_products_size<T, A>(const AttentionShape&, int);                                        \
+  template BlockStash<T, A> allocate_stash(const Block<T, A>&, unsigned);                                             \
+  template BlockStash<T, A> overlay(const BlockStash<T, A>&, const BlockStash<T, A>&);                                \
+  template void recompute(const ExecSpace&, const Block<T, A>&, Recompute, In2<A>, const BlockStash<T, A>&,           \
+                          const BlockWork<T, A>&);                                                                    \
+  template BlockGrads<T, A> allocate_grads(const Block<T, A>&);                                                       \
+  template BlockWork<T, A> allocate_work(const Block<T, A>&);                                                         \
+  template void forward(const ExecSpace&, const Block<T, A>&, In2<A>, const BlockStash<T, A>&,                        \
+                        const BlockWork<T, A>&);                                                                      \
+  template void backward_input(const ExecSpace&, const Block<T, A>&, In2<A>, const BlockStash<T, A>&,                 \
+                               const BlockGrads<T, A>&, const BlockWork<T, A>&, In2<A>, const View2<A>&);             \
+  template void backward_weight(const ExecSpace&, const Block<T, A>&, In2<A>, const BlockStash<T, A>&,                \
+                                const BlockGrads<T, A>&, In2<A>);
+// The sizes only the memory plan asks (model::chunk_bytes): at the training precisions.
+#define KPIPE_INSTANTIATE_TRAINING(T, A)                                                                              \
+  template std::int64_t stash_bytes<T, A>(unsigned, const AttentionShape&, int);                                      \
+  template std::int64_t grads_bytes<T, A>(const AttentionShape&, int);                                                \
+  template std::int64_t work_bytes<T, A>(const AttentionShape&);
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE)
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE_TRAINING)
+#undef KPIPE_INSTANTIATE
+#undef KPIPE_INSTANTIATE_TRAINING
 
 }  // namespace kpipe::nn

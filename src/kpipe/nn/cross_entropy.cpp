@@ -3,6 +3,7 @@
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/nn/strided_max.hpp"
 
 namespace kpipe::nn {
@@ -99,7 +100,7 @@ void cross_entropy_forward(const ExecSpace& space, In2<T> logits, const View1<co
                        });
 }
 
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const View1<const Token>& targets, T scale,
                                   const View2<A>& dlogits) {
   using namespace cross_entropy_detail;
@@ -176,31 +177,14 @@ void cross_entropy_backward_input(const ExecSpace& space, In2<T> logits, const V
   }
 }
 
-template void cross_entropy_forward<float, KernelPath::host>(const ExecSpace&, In2<float>, const View1<const Token>&,
-                                                             const View1<float>&);
-template void cross_entropy_backward_input<float, KernelPath::host, float>(const ExecSpace&, In2<float>,
-                                                                           const View1<const Token>&, float,
-                                                                           const View2<float>&);
-template void cross_entropy_forward<float, KernelPath::device>(const ExecSpace&, In2<float>, const View1<const Token>&,
-                                                               const View1<float>&);
-template void cross_entropy_backward_input<float, KernelPath::device, float>(const ExecSpace&, In2<float>,
-                                                                             const View1<const Token>&, float,
-                                                                             const View2<float>&);
-template void cross_entropy_forward<double, KernelPath::host>(const ExecSpace&, In2<double>, const View1<const Token>&,
-                                                              const View1<double>&);
-template void cross_entropy_backward_input<double, KernelPath::host, double>(const ExecSpace&, In2<double>,
-                                                                             const View1<const Token>&, double,
-                                                                             const View2<double>&);
-template void cross_entropy_forward<double, KernelPath::device>(const ExecSpace&, In2<double>,
-                                                                const View1<const Token>&, const View1<double>&);
-template void cross_entropy_backward_input<double, KernelPath::device, double>(const ExecSpace&, In2<double>,
-                                                                               const View1<const Token>&, double,
-                                                                               const View2<double>&);
-template void cross_entropy_backward_input<float, KernelPath::host, bf16>(const ExecSpace&, In2<float>,
-                                                                          const View1<const Token>&, float,
-                                                                          const View2<bf16>&);
-template void cross_entropy_backward_input<float, KernelPath::device, bf16>(const ExecSpace&, In2<float>,
-                                                                            const View1<const Token>&, float,
-                                                                            const View2<bf16>&);
+#define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
+  template void cross_entropy_backward_input<T, A, P>(const ExecSpace&, In2<T>, const View1<const Token>&, T,         \
+                                                      const View2<A>&);
+#define KPIPE_INSTANTIATE_ACCUMULATION_KERNEL(T, P)                                                                   \
+  template void cross_entropy_forward<T, P>(const ExecSpace&, In2<T>, const View1<const Token>&, const View1<T>&);
+KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
+KPIPE_CHECKED_ACCUMULATION_KERNELS(KPIPE_INSTANTIATE_ACCUMULATION_KERNEL)
+#undef KPIPE_INSTANTIATE_KERNEL
+#undef KPIPE_INSTANTIATE_ACCUMULATION_KERNEL
 
 }  // namespace kpipe::nn

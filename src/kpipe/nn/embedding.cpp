@@ -5,6 +5,7 @@
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::nn {
 
@@ -54,7 +55,7 @@ template <class T> std::int64_t scratch_bytes(std::int64_t rows, std::int64_t ch
 }
 
 // dout[B*T, C] -> dtoken[V, C] +=, dposition[T_max, C] +=
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
                      In2<A> dout, const EmbeddingScratch<T>& scratch) {
   check_sequences(tokens.extent(0), seq, emb.position.extent(0));
@@ -122,34 +123,21 @@ void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const V
                        });
 }
 
-template void forward(const ExecSpace&, const Embedding<float, float>&, const View1<const Token>&, int,
-                      const View2<float>&);
-template void backward_weight<float, KernelPath::host, float>(const ExecSpace&, const Embedding<float, float>&,
-                                                         const View1<const Token>&, int, In2<float>,
-                                                         const EmbeddingScratch<float>&);
-template void backward_weight<float, KernelPath::device, float>(const ExecSpace&, const Embedding<float, float>&,
-                                                         const View1<const Token>&, int, In2<float>,
-                                                         const EmbeddingScratch<float>&);
-template void forward(const ExecSpace&, const Embedding<double, double>&, const View1<const Token>&, int,
-                      const View2<double>&);
-template void backward_weight<double, KernelPath::host, double>(const ExecSpace&, const Embedding<double, double>&,
-                                                         const View1<const Token>&, int, In2<double>,
-                                                         const EmbeddingScratch<double>&);
-template void backward_weight<double, KernelPath::device, double>(const ExecSpace&, const Embedding<double, double>&,
-                                                         const View1<const Token>&, int, In2<double>,
-                                                         const EmbeddingScratch<double>&);
-template void forward(const ExecSpace&, const Embedding<float, bf16>&, const View1<const Token>&, int,
-                      const View2<bf16>&);
-template void backward_weight<float, KernelPath::host, bf16>(const ExecSpace&, const Embedding<float, bf16>&,
-                                                         const View1<const Token>&, int, In2<bf16>,
-                                                         const EmbeddingScratch<float>&);
-template void backward_weight<float, KernelPath::device, bf16>(const ExecSpace&, const Embedding<float, bf16>&,
-                                                         const View1<const Token>&, int, In2<bf16>,
-                                                         const EmbeddingScratch<float>&);
-
-template EmbeddingScratch<float> allocate_scratch<float>(std::int64_t, std::int64_t);
-template EmbeddingScratch<double> allocate_scratch<double>(std::int64_t, std::int64_t);
-template std::int64_t scratch_bytes<float>(std::int64_t, std::int64_t);
-template std::int64_t scratch_bytes<double>(std::int64_t, std::int64_t);
+#define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
+  template void backward_weight<T, A, P>(const ExecSpace&, const Embedding<T, A>&, const View1<const Token>&, int,    \
+                                         In2<A>, const EmbeddingScratch<T>&);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template void forward(const ExecSpace&, const Embedding<T, A>&, const View1<const Token>&, int, const View2<A>&);
+#define KPIPE_INSTANTIATE_ACCUMULATION(T) template EmbeddingScratch<T> allocate_scratch<T>(std::int64_t, std::int64_t);
+// The scratch size only the memory plan asks (model::chunk_bytes): at the training precisions.
+#define KPIPE_INSTANTIATE_TRAINING_ACCUMULATION(T) template std::int64_t scratch_bytes<T>(std::int64_t, std::int64_t);
+KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE)
+KPIPE_CHECKED_ACCUMULATIONS(KPIPE_INSTANTIATE_ACCUMULATION)
+KPIPE_TRAINING_ACCUMULATIONS(KPIPE_INSTANTIATE_TRAINING_ACCUMULATION)
+#undef KPIPE_INSTANTIATE_KERNEL
+#undef KPIPE_INSTANTIATE
+#undef KPIPE_INSTANTIATE_ACCUMULATION
+#undef KPIPE_INSTANTIATE_TRAINING_ACCUMULATION
 
 }  // namespace kpipe::nn

@@ -35,7 +35,7 @@ template <class T> std::int64_t scratch_bytes(std::int64_t rows, std::int64_t ch
 
 // dtoken[tokens[i]] += dout[i], dposition[i mod T] += dout[i], summed in a fixed order (reproducible on every
 // backend and layout: no atomics). Rows of out-of-range ids add nothing.
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const View1<const Token>& tokens, int seq,
                      In2<A> dout, const EmbeddingScratch<T>& scratch);
 

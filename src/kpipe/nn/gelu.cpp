@@ -2,6 +2,7 @@
 
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::nn {
 
@@ -46,7 +47,7 @@ void bias_gelu_forward(const ExecSpace& space, In1<T> bias, const View2<T>& f, c
                     });
 }
 
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void bias_gelu_forward(const ExecSpace& space, In1<T> bias, In2<T> product, const View2<A>& f, const View2<A>& g) {
   const View1<const T> b = bias;
   const View2<const T> p = product;
@@ -91,35 +92,19 @@ void gelu_backward_input(const ExecSpace& space, In2<A> x, In2<A> dy, const View
                  });
 }
 
-template void gelu_forward<float, KernelPath::host>(const ExecSpace&, In2<float>, const View2<float>&);
-template void gelu_backward_input<float, KernelPath::host>(const ExecSpace&, In2<float>, In2<float>,
-                                                           const View2<float>&);
-template void gelu_forward<float, KernelPath::device>(const ExecSpace&, In2<float>, const View2<float>&);
-template void gelu_backward_input<float, KernelPath::device>(const ExecSpace&, In2<float>, In2<float>,
-                                                             const View2<float>&);
-template void gelu_forward<double, KernelPath::host>(const ExecSpace&, In2<double>, const View2<double>&);
-template void gelu_backward_input<double, KernelPath::host>(const ExecSpace&, In2<double>, In2<double>,
-                                                            const View2<double>&);
-template void gelu_forward<double, KernelPath::device>(const ExecSpace&, In2<double>, const View2<double>&);
-template void gelu_backward_input<double, KernelPath::device>(const ExecSpace&, In2<double>, In2<double>,
-                                                              const View2<double>&);
-template void gelu_forward<bf16, KernelPath::host>(const ExecSpace&, In2<bf16>, const View2<bf16>&);
-template void gelu_backward_input<bf16, KernelPath::host>(const ExecSpace&, In2<bf16>, In2<bf16>, const View2<bf16>&);
-template void gelu_forward<bf16, KernelPath::device>(const ExecSpace&, In2<bf16>, const View2<bf16>&);
-template void gelu_backward_input<bf16, KernelPath::device>(const ExecSpace&, In2<bf16>, In2<bf16>, const View2<bf16>&);
-template void bias_gelu_forward<float, KernelPath::host>(const ExecSpace&, In1<float>, const View2<float>&,
-                                                         const View2<float>&);
-template void bias_gelu_forward<float, KernelPath::device>(const ExecSpace&, In1<float>, const View2<float>&,
-                                                           const View2<float>&);
-template void bias_gelu_forward<double, KernelPath::host>(const ExecSpace&, In1<double>, const View2<double>&,
-                                                          const View2<double>&);
-template void bias_gelu_forward<double, KernelPath::device>(const ExecSpace&, In1<double>, const View2<double>&,
-                                                            const View2<double>&);
-template void bias_gelu_forward<float, KernelPath::host, bf16>(const ExecSpace&, In1<float>, In2<float>,
-                                                               const View2<bf16>&,
-                                                                const View2<bf16>&);
-template void bias_gelu_forward<float, KernelPath::device, bf16>(const ExecSpace&, In1<float>, In2<float>,
-                                                                 const View2<bf16>&,
-                                                                const View2<bf16>&);
+// The activation over A alone (T unused), the fused bias over T alone, and its mixed form where A is not T.
+#define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
+  template void gelu_forward<A, P>(const ExecSpace&, In2<A>, const View2<A>&);                                        \
+  template void gelu_backward_input<A, P>(const ExecSpace&, In2<A>, In2<A>, const View2<A>&);
+#define KPIPE_INSTANTIATE_ACCUMULATION_KERNEL(T, P)                                                                   \
+  template void bias_gelu_forward<T, P>(const ExecSpace&, In1<T>, const View2<T>&, const View2<T>&);
+#define KPIPE_INSTANTIATE_MIXED_KERNEL(T, A, P)                                                                       \
+  template void bias_gelu_forward<T, A, P>(const ExecSpace&, In1<T>, In2<T>, const View2<A>&, const View2<A>&);
+KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
+KPIPE_CHECKED_ACCUMULATION_KERNELS(KPIPE_INSTANTIATE_ACCUMULATION_KERNEL)
+KPIPE_MIXED_KERNELS(KPIPE_INSTANTIATE_MIXED_KERNEL)
+#undef KPIPE_INSTANTIATE_KERNEL
+#undef KPIPE_INSTANTIATE_ACCUMULATION_KERNEL
+#undef KPIPE_INSTANTIATE_MIXED_KERNEL
 
 }  // namespace kpipe::nn

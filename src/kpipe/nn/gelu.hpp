@@ -17,7 +17,7 @@ template <class T, KernelPath P = default_kernel_path>
 void bias_gelu_forward(const ExecSpace& space, In1<T> bias, const View2<T>& f, const View2<T>& g);
 // Mixed precision: product[N, F] (in T, the MLP's x W^T) -> f = product + bias and g = GeLU(product + bias),
 // both computed in T and each rounded to A once.
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void bias_gelu_forward(const ExecSpace& space, In1<T> bias, In2<T> product, const View2<A>& f, const View2<A>& g);
 // (x[N, F], dy[N, F]) -> dx[N, F]; dx may be dy (in place)
 template <class A, KernelPath P = default_kernel_path>

@@ -1,5 +1,6 @@
 #include "kpipe/nn/head.hpp"
 
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/nn/cross_entropy.hpp"
 
 namespace kpipe::nn {
@@ -84,47 +85,25 @@ template <class T, class A> double loss_sum(const ExecSpace& space, const HeadSt
   return result;
 }
 
-template HeadStash<float, float> allocate_stash(const Head<float, float>&, std::int64_t);
-template HeadGrads<float, float> allocate_grads(const Head<float, float>&, std::int64_t);
-template HeadElements head_stash_elements<float, float>(std::int64_t, std::int64_t, std::int64_t);
-template std::int64_t head_grads_elements<float, float>(std::int64_t, std::int64_t, std::int64_t);
-template ProductsSize head_products_size<float, float>(std::int64_t, std::int64_t, std::int64_t);
-template void forward(const ExecSpace&, const Head<float, float>&, In2<float>, const View1<const Token>&,
-                      const HeadStash<float, float>&);
-template void backward_input(const ExecSpace&, const Head<float, float>&, In2<float>, const View1<const Token>&,
-                             float, const HeadStash<float, float>&,
-                             const HeadGrads<float, float>&, const View2<float>&);
-template void backward_weight(const ExecSpace&, const Head<float, float>&, In2<float>, const HeadStash<float, float>&,
-                              const HeadGrads<float, float>&);
-template double loss_sum(const ExecSpace&, const HeadStash<float, float>&);
-template void loss_sum(const ExecSpace&, const HeadStash<float, float>&, const Kokkos::View<double, MemSpace>&);
-template HeadStash<double, double> allocate_stash(const Head<double, double>&, std::int64_t);
-template HeadGrads<double, double> allocate_grads(const Head<double, double>&, std::int64_t);
-template HeadElements head_stash_elements<double, double>(std::int64_t, std::int64_t, std::int64_t);
-template std::int64_t head_grads_elements<double, double>(std::int64_t, std::int64_t, std::int64_t);
-template ProductsSize head_products_size<double, double>(std::int64_t, std::int64_t, std::int64_t);
-template void forward(const ExecSpace&, const Head<double, double>&, In2<double>, const View1<const Token>&,
-                      const HeadStash<double, double>&);
-template void backward_input(const ExecSpace&, const Head<double, double>&, In2<double>, const View1<const Token>&,
-                             double, const HeadStash<double, double>&,
-                             const HeadGrads<double, double>&, const View2<double>&);
-template void backward_weight(const ExecSpace&, const Head<double, double>&, In2<double>, const HeadStash<double,
-                              double>&, const HeadGrads<double, double>&);
-template double loss_sum(const ExecSpace&, const HeadStash<double, double>&);
-template void loss_sum(const ExecSpace&, const HeadStash<double, double>&, const Kokkos::View<double, MemSpace>&);
-template HeadStash<float, bf16> allocate_stash(const Head<float, bf16>&, std::int64_t);
-template HeadGrads<float, bf16> allocate_grads(const Head<float, bf16>&, std::int64_t);
-template HeadElements head_stash_elements<float, bf16>(std::int64_t, std::int64_t, std::int64_t);
-template std::int64_t head_grads_elements<float, bf16>(std::int64_t, std::int64_t, std::int64_t);
-template ProductsSize head_products_size<float, bf16>(std::int64_t, std::int64_t, std::int64_t);
-template void forward(const ExecSpace&, const Head<float, bf16>&, In2<bf16>, const View1<const Token>&,
-                      const HeadStash<float, bf16>&);
-template void backward_input(const ExecSpace&, const Head<float, bf16>&, In2<bf16>, const View1<const Token>&, float,
-                             const HeadStash<float, bf16>&,
-                             const HeadGrads<float, bf16>&, const View2<bf16>&);
-template void backward_weight(const ExecSpace&, const Head<float, bf16>&, In2<bf16>, const HeadStash<float, bf16>&,
-                              const HeadGrads<float, bf16>&);
-template double loss_sum(const ExecSpace&, const HeadStash<float, bf16>&);
-template void loss_sum(const ExecSpace&, const HeadStash<float, bf16>&, const Kokkos::View<double, MemSpace>&);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template HeadStash<T, A> allocate_stash(const Head<T, A>&, std::int64_t);                                           \
+  template HeadGrads<T, A> allocate_grads(const Head<T, A>&, std::int64_t);                                           \
+  template ProductsSize head_products_size<T, A>(std::int64_t, std::int64_t, std::int64_t);                           \
+  template void forward(const ExecSpace&, const Head<T, A>&, In2<A>, const View1<const Token>&,                       \
+                        const HeadStash<T, A>&);                                                                      \
+  template void backward_input(const ExecSpace&, const Head<T, A>&, In2<A>, const View1<const Token>&, T,             \
+                               const HeadStash<T, A>&, const HeadGrads<T, A>&, const View2<A>&);                      \
+  template void backward_weight(const ExecSpace&, const Head<T, A>&, In2<A>, const HeadStash<T, A>&,                  \
+                                const HeadGrads<T, A>&);                                                              \
+  template double loss_sum(const ExecSpace&, const HeadStash<T, A>&);                                                 \
+  template void loss_sum(const ExecSpace&, const HeadStash<T, A>&, const Kokkos::View<double, MemSpace>&);
+// The sizes only the memory plan asks (model::chunk_bytes): at the training precisions.
+#define KPIPE_INSTANTIATE_TRAINING(T, A)                                                                              \
+  template HeadElements head_stash_elements<T, A>(std::int64_t, std::int64_t, std::int64_t);                          \
+  template std::int64_t head_grads_elements<T, A>(std::int64_t, std::int64_t, std::int64_t);
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE)
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE_TRAINING)
+#undef KPIPE_INSTANTIATE
+#undef KPIPE_INSTANTIATE_TRAINING
 
 }  // namespace kpipe::nn

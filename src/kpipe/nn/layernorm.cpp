@@ -3,6 +3,7 @@
 #include "kpipe/core/column_sums.hpp"
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::nn {
 
@@ -13,7 +14,7 @@ namespace kpipe::nn {
 using RowTeam = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
 // x[N, C] -> y[N, C], mean[N], rstd[N]
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const View2<A>& y, const View1<T>& mean,
              const View1<T>& rstd) {
   const auto gamma = ln.gamma;
@@ -71,7 +72,7 @@ void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const 
 }
 
 // dy[N, C] -> dx[N, C]: dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma.
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd, In2<A> dy,
                     const View2<A>& dx, bool accumulate) {
   const auto gamma = ln.gamma;
@@ -125,7 +126,7 @@ void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x,
 }
 
 // dgamma[C] += sum_rows dy xhat, dbeta[C] += sum_rows dy
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd,
                      In2<A> dy) {
   const auto dgamma = ln.dgamma;
@@ -143,60 +144,13 @@ void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x
       });
 }
 
-// Both paths, for float (training), double (gradient checks) and float accumulating bf16 (mixed precision).
-template void forward<float, KernelPath::host, float>(const ExecSpace&, const LayerNorm<float, float>&, In2<float>,
-                                                      const View2<float>&,
-                                                 const View1<float>&, const View1<float>&);
-template void backward_input<float, KernelPath::host, float>(const ExecSpace&, const LayerNorm<float, float>&,
-                                                             In2<float>, In1<float>, In1<float>,
-                                                        In2<float>, const View2<float>&, bool);
-template void backward_weight<float, KernelPath::host, float>(const ExecSpace&, const LayerNorm<float, float>&,
-                                                              In2<float>, In1<float>, In1<float>,
-                                                         In2<float>);
-template void forward<float, KernelPath::device, float>(const ExecSpace&, const LayerNorm<float, float>&, In2<float>,
-                                                        const View2<float>&,
-                                                 const View1<float>&, const View1<float>&);
-template void backward_input<float, KernelPath::device, float>(const ExecSpace&, const LayerNorm<float, float>&,
-                                                               In2<float>, In1<float>, In1<float>,
-                                                        In2<float>, const View2<float>&, bool);
-template void backward_weight<float, KernelPath::device, float>(const ExecSpace&, const LayerNorm<float, float>&,
-                                                                In2<float>, In1<float>, In1<float>,
-                                                         In2<float>);
-template void forward<double, KernelPath::host, double>(const ExecSpace&, const LayerNorm<double, double>&,
-                                                        In2<double>, const View2<double>&,
-                                                 const View1<double>&, const View1<double>&);
-template void backward_input<double, KernelPath::host, double>(const ExecSpace&, const LayerNorm<double, double>&,
-                                                               In2<double>, In1<double>, In1<double>,
-                                                        In2<double>, const View2<double>&, bool);
-template void backward_weight<double, KernelPath::host, double>(const ExecSpace&, const LayerNorm<double, double>&,
-                                                                In2<double>, In1<double>, In1<double>,
-                                                         In2<double>);
-template void forward<double, KernelPath::device, double>(const ExecSpace&, const LayerNorm<double, double>&,
-                                                          In2<double>, const View2<double>&,
-                                                 const View1<double>&, const View1<double>&);
-template void backward_input<double, KernelPath::device, double>(const ExecSpace&, const LayerNorm<double, double>&,
-                                                                 In2<double>, In1<double>, In1<double>,
-                                                        In2<double>, const View2<double>&, bool);
-template void backward_weight<double, KernelPath::device, double>(const ExecSpace&, const LayerNorm<double, double>&,
-                                                                  In2<double>, In1<double>, In1<double>,
-                                                         In2<double>);
-template void forward<float, KernelPath::host, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&, In2<bf16>,
-                                                     const View2<bf16>&,
-                                                 const View1<float>&, const View1<float>&);
-template void backward_input<float, KernelPath::host, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&,
-                                                            In2<bf16>, In1<float>, In1<float>,
-                                                        In2<bf16>, const View2<bf16>&, bool);
-template void backward_weight<float, KernelPath::host, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&,
-                                                             In2<bf16>, In1<float>, In1<float>,
-                                                         In2<bf16>);
-template void forward<float, KernelPath::device, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&, In2<bf16>,
-                                                       const View2<bf16>&,
-                                                 const View1<float>&, const View1<float>&);
-template void backward_input<float, KernelPath::device, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&,
-                                                              In2<bf16>, In1<float>, In1<float>,
-                                                        In2<bf16>, const View2<bf16>&, bool);
-template void backward_weight<float, KernelPath::device, bf16>(const ExecSpace&, const LayerNorm<float, bf16>&,
-                                                               In2<bf16>, In1<float>, In1<float>,
-                                                         In2<bf16>);
+#define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
+  template void forward<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, const View2<A>&,                   \
+                                 const View1<T>&, const View1<T>&);                                                   \
+  template void backward_input<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, In1<T>, In1<T>, In2<A>,     \
+                                        const View2<A>&, bool);                                                       \
+  template void backward_weight<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, In1<T>, In1<T>, In2<A>);
+KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
+#undef KPIPE_INSTANTIATE_KERNEL
 
 }  // namespace kpipe::nn

@@ -15,15 +15,15 @@ template <class T, class A = T> struct LayerNorm {
 };
 
 // x[N, C] -> y[N, C]; stashes mean[N] and rstd[N] for the backward pass. One pass over each row.
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const View2<A>& y, const View1<T>& mean,
              const View1<T>& rstd);
 // dy[N, C] -> dx[N, C] (overwritten, or added to when accumulate: the residual stream's gradient).
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd, In2<A> dy,
                     const View2<A>& dx, bool accumulate = false);
 // dgamma += sum_rows dy * xhat, dbeta += sum_rows dy
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd,
                      In2<A> dy);
 

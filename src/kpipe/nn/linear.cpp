@@ -3,6 +3,7 @@
 #include "kpipe/core/blas.hpp"
 #include "kpipe/core/column_sums.hpp"
 #include "kpipe/core/elementwise.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::nn {
 
@@ -11,7 +12,7 @@ namespace kpipe::nn {
 //    which saves a pass over y.
 //  - mixed: the product goes to the T accumulator, and one epilogue adds bias and residual in T and rounds
 //    the sum to A (once: writing bias and residual into y first would round them, then the sum).
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void linear_into(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const View2<const A>& residual,
                  const View2<A>& y) {
   const auto bias = layer.bias;
@@ -45,9 +46,9 @@ void linear_into(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, co
   }
 }
 
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void forward(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const View2<A>& y) {
-  linear_into<T, P, A>(space, layer, x, View2<const A>(), y);
+  linear_into<T, A, P>(space, layer, x, View2<const A>(), y);
 }
 
 template <class T, class A>
@@ -55,10 +56,10 @@ void forward_product(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x
   blas::gemm(space, "N", "T", T(1), x, layer.weight, T(0), y, layer.products.math, layer.products.workspace);
 }
 
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void forward_residual(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, In2<A> residual,
                       const View2<A>& y) {
-  linear_into<T, P, A>(space, layer, x, residual, y);
+  linear_into<T, A, P>(space, layer, x, residual, y);
 }
 
 // Mixed: dx = dy W accumulates in T and is rounded to A once (after dx, widened, is added when accumulating).
@@ -70,7 +71,7 @@ void backward_input(const ExecSpace& space, const Linear<T, A>& layer, In2<A> dy
              layer.products.workspace);
 }
 
-template <class T, KernelPath P, class A>
+template <class T, class A, KernelPath P>
 void backward_weight(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, In2<A> dy) {
   // dweight (T) += dy^T x: A operands, T accumulation, across micro-batches too (beta = 1).
   blas::gemm(space, "T", "N", T(1), dy, x, T(1), layer.dweight, layer.products.math, layer.products.workspace);
@@ -84,54 +85,16 @@ void backward_weight(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x
       KOKKOS_LAMBDA(std::int64_t j, const ColumnTerms<T, 1>& s) { dbias(j) += s[0]; });
 }
 
-// Float (training), double (gradient checks), float accumulating bf16 storage (mixed precision); both paths.
-template void forward<float, KernelPath::host, float>(const ExecSpace&, const Linear<float, float>&, In2<float>,
-                                                      const View2<float>&);
-template void forward_residual<float, KernelPath::host, float>(const ExecSpace&, const Linear<float, float>&,
-                                                               In2<float>, In2<float>,
-                                                   const View2<float>&);
-template void backward_weight<float, KernelPath::host, float>(const ExecSpace&, const Linear<float, float>&,
-                                                              In2<float>, In2<float>);
-template void forward<float, KernelPath::device, float>(const ExecSpace&, const Linear<float, float>&, In2<float>,
-                                                        const View2<float>&);
-template void forward_residual<float, KernelPath::device, float>(const ExecSpace&, const Linear<float, float>&,
-                                                                 In2<float>, In2<float>,
-                                                   const View2<float>&);
-template void backward_weight<float, KernelPath::device, float>(const ExecSpace&, const Linear<float, float>&,
-                                                                In2<float>, In2<float>);
-template void forward_product(const ExecSpace&, const Linear<float, float>&, In2<float>, const View2<float>&);
-template void backward_input(const ExecSpace&, const Linear<float, float>&, In2<float>, const View2<float>&, bool);
-template void forward<double, KernelPath::host, double>(const ExecSpace&, const Linear<double, double>&, In2<double>,
-                                                        const View2<double>&);
-template void forward_residual<double, KernelPath::host, double>(const ExecSpace&, const Linear<double, double>&,
-                                                                 In2<double>, In2<double>,
-                                                   const View2<double>&);
-template void backward_weight<double, KernelPath::host, double>(const ExecSpace&, const Linear<double, double>&,
-                                                                In2<double>, In2<double>);
-template void forward<double, KernelPath::device, double>(const ExecSpace&, const Linear<double, double>&,
-                                                          In2<double>, const View2<double>&);
-template void forward_residual<double, KernelPath::device, double>(const ExecSpace&, const Linear<double, double>&,
-                                                                   In2<double>, In2<double>,
-                                                   const View2<double>&);
-template void backward_weight<double, KernelPath::device, double>(const ExecSpace&, const Linear<double, double>&,
-                                                                  In2<double>, In2<double>);
-template void forward_product(const ExecSpace&, const Linear<double, double>&, In2<double>, const View2<double>&);
-template void backward_input(const ExecSpace&, const Linear<double, double>&, In2<double>, const View2<double>&, bool);
-template void forward<float, KernelPath::host, bf16>(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>,
-                                                     const View2<bf16>&);
-template void forward_residual<float, KernelPath::host, bf16>(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>,
-                                                              In2<bf16>,
-                                                   const View2<bf16>&);
-template void backward_weight<float, KernelPath::host, bf16>(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>,
-                                                             In2<bf16>);
-template void forward<float, KernelPath::device, bf16>(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>,
-                                                       const View2<bf16>&);
-template void forward_residual<float, KernelPath::device, bf16>(const ExecSpace&, const Linear<float, bf16>&,
-                                                                In2<bf16>, In2<bf16>,
-                                                   const View2<bf16>&);
-template void backward_weight<float, KernelPath::device, bf16>(const ExecSpace&, const Linear<float, bf16>&,
-                                                               In2<bf16>, In2<bf16>);
-template void forward_product(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>, const View2<float>&);
-template void backward_input(const ExecSpace&, const Linear<float, bf16>&, In2<bf16>, const View2<bf16>&, bool);
+#define KPIPE_INSTANTIATE_KERNEL(T, A, P)                                                                             \
+  template void forward<T, A, P>(const ExecSpace&, const Linear<T, A>&, In2<A>, const View2<A>&);                     \
+  template void forward_residual<T, A, P>(const ExecSpace&, const Linear<T, A>&, In2<A>, In2<A>, const View2<A>&);    \
+  template void backward_weight<T, A, P>(const ExecSpace&, const Linear<T, A>&, In2<A>, In2<A>);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template void forward_product(const ExecSpace&, const Linear<T, A>&, In2<A>, const View2<T>&);                      \
+  template void backward_input(const ExecSpace&, const Linear<T, A>&, In2<A>, const View2<A>&, bool);
+KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
+KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE_KERNEL
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::nn

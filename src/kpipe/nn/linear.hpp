@@ -33,21 +33,21 @@ template <class T, class A> ProductsSize linear_products_size(std::int64_t rows,
 }
 
 // x[N, in] -> y[N, out]
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void forward(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const View2<A>& y);
 // x[N, in] -> y[N, out] = x W^T in T (not rounded): the bias is left to an epilogue that reads y anyway
 // (bias_gelu_forward), or there is none (the LM head's logits).
 template <class T, class A = T>
 void forward_product(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const View2<T>& y);
 // x[N, in], residual[N, out] -> y[N, out] = residual + x W^T + b (the residual add fused into the product)
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void forward_residual(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, In2<A> residual, const View2<A>& y);
 // dy[N, out] -> dx[N, in] (overwritten, or added to when accumulate)
 template <class T, class A = T>
 void backward_input(const ExecSpace& space, const Linear<T, A>& layer, In2<A> dy, const View2<A>& dx,
                     bool accumulate = false);
 // (x[N, in], dy[N, out]) -> dweight += dy^T x, dbias += sum_rows dy
-template <class T, KernelPath P = default_kernel_path, class A = T>
+template <class T, class A = T, KernelPath P = default_kernel_path>
 void backward_weight(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, In2<A> dy);
 
 }  // namespace kpipe::nn

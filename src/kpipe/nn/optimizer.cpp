@@ -7,6 +7,7 @@
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/math.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::nn {
 
@@ -245,55 +246,23 @@ void sgd_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double 
   });
 }
 
-template double sum_squares<float, KernelPath::host>(const ExecSpace&, In1<float>);
-template double sum_squares<float, KernelPath::device>(const ExecSpace&, In1<float>);
-template void adamw_update<float, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
-                                                 double, const View1<float>&, In1<float>, const View1<float>&,
-                                                 const View1<float>&, const View1<const std::uint8_t>&, double);
-template void adamw_update_into<float, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double,
-                                                      std::int64_t, double, In1<float>, const View1<float>&,
-                                                      const View1<float>&, const View1<float>&, const View1<float>&,
-                                                      const View1<const std::uint8_t>&, double);
-template void adamw_update<float, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
-                                                 double, const View1<float>&, In1<float>, const View1<float>&,
-                                                 const View1<float>&, const View1<const std::uint8_t>&, double);
-template void adamw_update_into<float, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double,
-                                                      std::int64_t, double, In1<float>, const View1<float>&,
-                                                      const View1<float>&, const View1<float>&, const View1<float>&,
-                                                      const View1<const std::uint8_t>&, double);
-template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<float>&, In1<float>,
-                         const View1<float>&, const View1<const std::uint8_t>&, double);
-template void sgd_update_into(const ExecSpace&, const OptimizerConfig&, double, double, In1<float>,
-                              const View1<float>&, const View1<float>&, const View1<float>&,
-                              const View1<const std::uint8_t>&, double);
-template double sum_squares<double, KernelPath::host>(const ExecSpace&, In1<double>);
-template double sum_squares<double, KernelPath::device>(const ExecSpace&, In1<double>);
-template void sum_squares<float, KernelPath::host>(const ExecSpace&, In1<float>,
-                                             const Kokkos::View<double, MemSpace>&);
-template void sum_squares<float, KernelPath::device>(const ExecSpace&, In1<float>,
-                                             const Kokkos::View<double, MemSpace>&);
-template void sum_squares<double, KernelPath::host>(const ExecSpace&, In1<double>,
-                                             const Kokkos::View<double, MemSpace>&);
-template void sum_squares<double, KernelPath::device>(const ExecSpace&, In1<double>,
-                                             const Kokkos::View<double, MemSpace>&);
-template void adamw_update<double, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
-                                                 double, const View1<double>&, In1<double>, const View1<double>&,
-                                                 const View1<double>&, const View1<const std::uint8_t>&, double);
-template void adamw_update_into<double, KernelPath::host>(const ExecSpace&, const OptimizerConfig&, double,
-                                                      std::int64_t, double, In1<double>, const View1<double>&,
-                                                      const View1<double>&, const View1<double>&, const View1<double>&,
-                                                      const View1<const std::uint8_t>&, double);
-template void adamw_update<double, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t,
-                                                 double, const View1<double>&, In1<double>, const View1<double>&,
-                                                 const View1<double>&, const View1<const std::uint8_t>&, double);
-template void adamw_update_into<double, KernelPath::device>(const ExecSpace&, const OptimizerConfig&, double,
-                                                      std::int64_t, double, In1<double>, const View1<double>&,
-                                                      const View1<double>&, const View1<double>&, const View1<double>&,
-                                                      const View1<const std::uint8_t>&, double);
-template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<double>&, In1<double>,
-                         const View1<double>&, const View1<const std::uint8_t>&, double);
-template void sgd_update_into(const ExecSpace&, const OptimizerConfig&, double, double, In1<double>,
-                              const View1<double>&, const View1<double>&, const View1<double>&,
-                              const View1<const std::uint8_t>&, double);
+#define KPIPE_INSTANTIATE_KERNEL(T, P)                                                                                \
+  template double sum_squares<T, P>(const ExecSpace&, In1<T>);                                                        \
+  template void sum_squares<T, P>(const ExecSpace&, In1<T>, const Kokkos::View<double, MemSpace>&);                   \
+  template void adamw_update<T, P>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,            \
+                                   const View1<T>&, In1<T>, const View1<T>&, const View1<T>&,                         \
+                                   const View1<const std::uint8_t>&, double);                                         \
+  template void adamw_update_into<T, P>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,       \
+                                        In1<T>, const View1<T>&, const View1<T>&, const View1<T>&, const View1<T>&,   \
+                                        const View1<const std::uint8_t>&, double);
+#define KPIPE_INSTANTIATE(T)                                                                                          \
+  template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<T>&, In1<T>,         \
+                           const View1<T>&, const View1<const std::uint8_t>&, double);                                \
+  template void sgd_update_into(const ExecSpace&, const OptimizerConfig&, double, double, In1<T>, const View1<T>&,    \
+                                const View1<T>&, const View1<T>&, const View1<const std::uint8_t>&, double);
+KPIPE_CHECKED_ACCUMULATION_KERNELS(KPIPE_INSTANTIATE_KERNEL)
+KPIPE_CHECKED_ACCUMULATIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE_KERNEL
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::nn

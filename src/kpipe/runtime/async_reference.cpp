@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/runtime/gradient_reduction.hpp"
@@ -167,8 +168,8 @@ template <class T, class A> std::uint64_t AsyncReference<T, A>::param_checksum()
   return model::combine_hashes(hashes);
 }
 
-template class AsyncReference<float>;
-template class AsyncReference<double>;
-template class AsyncReference<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class AsyncReference<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

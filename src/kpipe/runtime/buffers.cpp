@@ -1,6 +1,7 @@
 #include "kpipe/runtime/buffers.hpp"
 
 #include "kpipe/core/memory_category.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::runtime {
 
@@ -100,8 +101,8 @@ template <class T, class A> void Buffers<T, A>::retire(int chunk, int microbatch
   slot_[chunk][microbatch % microbatches_] = -1;
 }
 
-template class Buffers<float>;
-template class Buffers<double>;
-template class Buffers<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class Buffers<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/schedule/forward_only.hpp"
 
@@ -59,8 +60,8 @@ template <class T, class A> double Evaluator<T, A>::evaluate(std::int64_t step) 
   return loss_sum / double(windows * seq);
 }
 
-template class Evaluator<float>;
-template class Evaluator<double>;
-template class Evaluator<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class Evaluator<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

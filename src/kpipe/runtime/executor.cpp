@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kpipe/core/clock.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/runtime/peer_lost.hpp"
 
 namespace kpipe::runtime {
@@ -245,8 +246,8 @@ template <class T, class A> std::array<double, 4> Executor<T, A>::mean_action_se
   return mean;
 }
 
-template class Executor<float>;
-template class Executor<double>;
-template class Executor<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class Executor<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

@@ -5,6 +5,7 @@
 
 #include "kpipe/core/clock.hpp"
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/runtime/peer_lost.hpp"
 
@@ -80,8 +81,8 @@ template <class T, class A> void FlushUpdates<T, A>::optimizer_step(std::int64_t
   }
 }
 
-template class FlushUpdates<float>;
-template class FlushUpdates<double>;
-template class FlushUpdates<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class FlushUpdates<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

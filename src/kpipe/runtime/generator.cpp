@@ -6,6 +6,7 @@
 
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/schedule/forward_only.hpp"
 
 namespace kpipe::runtime {
@@ -79,8 +80,8 @@ void Generator<T, A>::generate(std::vector<Token>& tokens, int count, const Samp
   }
 }
 
-template class Generator<float>;
-template class Generator<double>;
-template class Generator<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class Generator<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

@@ -4,6 +4,7 @@
 
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/memory_category.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::runtime {
 
@@ -110,9 +111,10 @@ template <class T> void add_gradients(const ExecSpace& space, const View1<const 
                  });
 }
 
-template class GradientReduction<float>;
-template class GradientReduction<double>;
-template void add_gradients(const ExecSpace&, const View1<const float>&, const View1<float>&);
-template void add_gradients(const ExecSpace&, const View1<const double>&, const View1<double>&);
+#define KPIPE_INSTANTIATE(T)                                                                                          \
+  template class GradientReduction<T>;                                                                                \
+  template void add_gradients(const ExecSpace&, const View1<const T>&, const View1<T>&);
+KPIPE_TRAINING_ACCUMULATIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

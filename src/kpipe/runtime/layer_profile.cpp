@@ -4,6 +4,7 @@
 
 #include "kpipe/comm/bounded.hpp"
 
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/planner/profile.hpp"
 
 namespace kpipe::runtime {
@@ -39,8 +40,9 @@ void write_layer_profile(const StageModel<T, A>& stage, const std::string& path,
   planner::write_profile(path, p);
 }
 
-template void write_layer_profile(const StageModel<float>&, const std::string&, double, int);
-template void write_layer_profile(const StageModel<double>&, const std::string&, double, int);
-template void write_layer_profile(const StageModel<float, bf16>&, const std::string&, double, int);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template void write_layer_profile(const StageModel<T, A>&, const std::string&, double, int);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

@@ -5,6 +5,7 @@
 
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/bytes.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::runtime {
 
@@ -57,8 +58,9 @@ std::string format_memory_report(const MemoryReport& r) {
   return text;
 }
 
-template MemoryReport memory_report(const StageModel<float>&, const RunPlan&, const memory::Meter&);
-template MemoryReport memory_report(const StageModel<double>&, const RunPlan&, const memory::Meter&);
-template MemoryReport memory_report(const StageModel<float, bf16>&, const RunPlan&, const memory::Meter&);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template MemoryReport memory_report(const StageModel<T, A>&, const RunPlan&, const memory::Meter&);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

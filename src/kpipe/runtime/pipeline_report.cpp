@@ -1,6 +1,7 @@
 #include "kpipe/runtime/pipeline_report.hpp"
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/simulate.hpp"
 #include "kpipe/schedule/validate.hpp"
@@ -72,11 +73,10 @@ PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& pla
   return r;
 }
 
-template PipelineReport pipeline_report(const StageModel<float>&, const RunPlan&, const Executor<float>&, double,
-                                       double);
-template PipelineReport pipeline_report(const StageModel<double>&, const RunPlan&, const Executor<double>&, double,
-                                        double);
-template PipelineReport pipeline_report(const StageModel<float, bf16>&, const RunPlan&, const Executor<float, bf16>&,
-                                        double, double);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template PipelineReport pipeline_report(const StageModel<T, A>&, const RunPlan&, const Executor<T, A>&, double,     \
+                                          double);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

@@ -6,6 +6,7 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/bfloat16.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
@@ -102,8 +103,8 @@ template <class T, class A> std::uint64_t StageModel<T, A>::param_checksum() {
   return model::combine_hashes(hashes);
 }
 
-template class StageModel<float>;
-template class StageModel<double>;
-template class StageModel<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class StageModel<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

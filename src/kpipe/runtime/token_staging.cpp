@@ -1,6 +1,7 @@
 #include "kpipe/runtime/token_staging.hpp"
 
 #include "kpipe/core/memory_category.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::runtime {
 
@@ -23,8 +24,8 @@ void TokenStaging::load(const ExecSpace& space, model::Chunk<T, A>& chunk, int s
   if (chunk.last()) Kokkos::deep_copy(space, chunk.targets(slot), Kokkos::subview(targets_, row, Kokkos::ALL));
 }
 
-template void TokenStaging::load(const ExecSpace&, model::Chunk<float>&, int, int) const;
-template void TokenStaging::load(const ExecSpace&, model::Chunk<double>&, int, int) const;
-template void TokenStaging::load(const ExecSpace&, model::Chunk<float, bf16>&, int, int) const;
+#define KPIPE_INSTANTIATE(T, A) template void TokenStaging::load(const ExecSpace&, model::Chunk<T, A>&, int, int) const;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

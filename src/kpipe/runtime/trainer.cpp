@@ -10,6 +10,7 @@
 #include "kpipe/core/clock.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/memory_category.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/memory/limit.hpp"
 #include "kpipe/runtime/evaluator.hpp"
@@ -152,8 +153,8 @@ void Trainer<T, A>::resume(std::int64_t step, const std::vector<std::vector<std:
   updates_->resume(step, older);
 }
 
-template class Trainer<float>;
-template class Trainer<double>;
-template class Trainer<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class Trainer<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

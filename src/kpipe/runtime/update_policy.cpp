@@ -1,5 +1,6 @@
 #include "kpipe/runtime/update_policy.hpp"
 
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/runtime/flush_updates.hpp"
 #include "kpipe/runtime/versioned_updates.hpp"
 
@@ -11,8 +12,9 @@ std::unique_ptr<UpdatePolicy<T>> make_update_policy(StageModel<T, A>& stage, con
   return std::make_unique<FlushUpdates<T, A>>(stage, plan);
 }
 
-template std::unique_ptr<UpdatePolicy<float>> make_update_policy(StageModel<float>&, const RunPlan&);
-template std::unique_ptr<UpdatePolicy<double>> make_update_policy(StageModel<double>&, const RunPlan&);
-template std::unique_ptr<UpdatePolicy<float>> make_update_policy(StageModel<float, bf16>&, const RunPlan&);
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template std::unique_ptr<UpdatePolicy<T>> make_update_policy(StageModel<T, A>&, const RunPlan&);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

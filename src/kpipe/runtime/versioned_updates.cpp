@@ -5,6 +5,7 @@
 #include <tuple>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/runtime/peer_lost.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
@@ -147,8 +148,8 @@ void VersionedUpdates<T, A>::resume(std::int64_t step, const std::vector<std::ve
   }
 }
 
-template class VersionedUpdates<float>;
-template class VersionedUpdates<double>;
-template class VersionedUpdates<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class VersionedUpdates<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime

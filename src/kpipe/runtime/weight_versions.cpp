@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kpipe/core/memory_category.hpp"
+#include "kpipe/core/precisions.hpp"
 
 namespace kpipe::runtime {
 
@@ -114,8 +115,8 @@ template <class T, class A> std::vector<T> WeightVersions<T, A>::host_copy(int v
   return values;
 }
 
-template class WeightVersions<float>;
-template class WeightVersions<double>;
-template class WeightVersions<float, bf16>;
+#define KPIPE_INSTANTIATE(T, A) template class WeightVersions<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::runtime
