@@ -5,8 +5,8 @@
 //   kpipe-inspect timeline FILE [--chrome OUT.json] [--svg OUT.svg] [--step N]
 //                                            measured bubble per rank, Gantt chart, Perfetto/SVG files
 //   kpipe-inspect activations FILE           per layer: ranges of mean/std/absmax, non-finite values
-// Exit codes: 0 fine (diff: identical), 1 diff found differences, 2 bad input (one line on stderr), 3 a
-// damaged or incomplete checkpoint.
+// Exit codes: core/exit_codes.cpp's table (0 fine, 1 diff found differences, 2 bad input, 3 a damaged or
+// incomplete checkpoint).
 #include <fmt/format.h>
 #include <hdf5.h>
 
@@ -293,8 +293,7 @@ int inspect_activations(const std::string& path) {
 int run(int argc, char** argv) {
   const std::string footer =
       "Usage: kpipe-inspect CKPT | diff A B | timeline FILE [--chrome OUT.json] [--svg OUT.svg] [--step N] | "
-      "activations FILE\nExit codes: 0 fine (diff: identical; CKPT: every byte verified); 1 diff: the checkpoints "
-      "differ; 2 bad input; 3 CKPT: the checkpoint is damaged or incomplete (every problem listed).";
+      "activations FILE\n" + kpipe::exit_codes_help(kpipe::ProgramName::inspect);
   const std::string mode = argc > 1 ? argv[1] : "";
   CLI::App app{"kpipe-inspect: checkpoints, checkpoint differences, timelines and activation traces"};
   app.footer(footer);

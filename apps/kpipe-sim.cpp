@@ -465,6 +465,7 @@ int plan_main(int argc, char** argv) {
         ->check(CLI::NonNegativeNumber)->group("[kpipe-sim]")->capture_default_str();
     app.add_option("--bandwidth", o.machine.bytes_per_second, "bytes per second per link")
         ->check(CLI::PositiveNumber)->group("[kpipe-sim]")->capture_default_str();
+    app.footer(exit_codes_help(ProgramName::sim));
   });
   if (command.exit_now) return command.exit_code;
   require(o.recommend != o.memory, "--recommend and --memory: give one of them");
@@ -532,6 +533,7 @@ int main(int argc, char** argv) {
   app.add_option("--width", o.width, "most columns of the Gantt chart (0: no limit)")
       ->check(non_negative)->capture_default_str();
   app.add_option("--svg", o.svg, "draw the timeline into this SVG file");
+  app.footer(kpipe::exit_codes_help(kpipe::ProgramName::sim));
   try {
     app.parse(argc, argv);
     return run(o, app);
