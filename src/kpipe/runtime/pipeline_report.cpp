@@ -59,7 +59,7 @@ PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& pla
   r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
   // What runs: every replica's lists with the reduction's actions (the running sum's hops cost what its
   // bytes would at zero latency: messages are not measured here), this replica's ranks reported.
-  const auto sim = schedule::simulate(plan.run(), costs);
+  const auto sim = schedule::simulate(plan.schedule, costs);
   // Asynchronous schedules: the steady state's (the steps kpipe-train counts; schedule/simulate.hpp).
   const auto& idle = lowered.asynchronous() ? sim.steady_idle_fraction : sim.idle_fraction;
   r.simulated_bubble.assign(idle.begin() + std::ptrdiff_t(grid.replica) * p,

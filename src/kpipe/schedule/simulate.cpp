@@ -5,7 +5,6 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
-#include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -91,22 +90,12 @@ SimResult simulate(const Schedule& schedule, const Costs& costs) {
 }
 
 SimResult simulate(const Schedule& schedule, const std::vector<Costs>& costs) {
-  const auto stage_costs = per_stage(schedule, costs);
-  validate(schedule);
+  per_stage(schedule, costs);  // the costs' shape first, as the plan's own check would find it later
   for (const auto& list : schedule.actions)
     for (const Action& a : list)
-      require(!is_reduction(a.op), "schedule: {} belongs to data-parallel replicas: simulate them together",
+      require(!is_reduction(a.op), "schedule: {} belongs to data-parallel replicas: plan them together",
               to_token(a, schedule.chunks));
-  const Schedule lowered = lower(schedule);
-  return figures({lowered}, finished(interpret(lowered, Mode::timed(stage_costs))));
-}
-
-SimResult simulate(const Replicated& replicated, const std::vector<Costs>& costs) {
-  validate(replicated);
-  const auto stage_costs = per_stage(replicated.replicas.front(), costs);
-  Replicated lowered = replicated;
-  for (auto& s : lowered.replicas) s = lower(s);
-  return figures(lowered.replicas, finished(interpret(lowered, Mode::timed(stage_costs))));
+  return simulate(plan(schedule, "given", Replication{}, Delivery::buffered), costs);
 }
 
 SimResult simulate(const Plan& plan, const std::vector<Costs>& costs) {
