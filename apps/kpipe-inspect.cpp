@@ -31,6 +31,7 @@
 #include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/data/tokenizer_store.hpp"
 #include "kpipe/io/trace.hpp"
+#include "kpipe/schedule/bubble.hpp"
 #include "kpipe/schedule/render.hpp"
 
 namespace {
@@ -222,13 +223,11 @@ int inspect_timeline(const std::string& path, const std::string& chrome, const s
   const auto spans = io::step_timeline(t, shown);
   fmt::print("\nstep {} (seconds since each rank began the step):\n{}", shown,
              schedule::gantt_text(spans, t.info.chunks));
+  // The figure kpipe-train prints (schedule/bubble.hpp), from the same timings.
   const auto bubble = io::measured_bubble(t);
-  fmt::print("\nmeasured bubble per rank ({}):\n", steps.size() > 1 ? "mean over the steps after the first" : "one step");
-  double mean = 0;
-  for (int r = 0; r < t.info.ranks; ++r) {
-    fmt::print("  rank {:>3}: {:.3f}\n", r, bubble[r]);
-    mean += bubble[r] / t.info.ranks;
-  }
+  fmt::print("\nmeasured bubble per rank ({}):\n", steps.size() > 1 ? "the steps after the first" : "one step");
+  for (int r = 0; r < t.info.ranks; ++r) fmt::print("  rank {:>3}: {:.3f}\n", r, bubble[r]);
+  const double mean = schedule::mean_bubble(bubble);
   fmt::print("  mean    : {:.3f}\n", mean);
   if (!chrome.empty()) {
     write_file("--chrome", chrome, io::chrome_trace(t));
@@ -236,8 +235,8 @@ int inspect_timeline(const std::string& path, const std::string& chrome, const s
   }
   if (!svg.empty()) {
     schedule::SvgOptions options;
-    options.title = fmt::format("{}: measured step {}, {} ranks, bubble {:.1f}%", t.info.schedule, shown,
-                                t.info.ranks, 100 * mean);
+    options.title = fmt::format("{}: measured step {}, {} ranks; measured bubble {:.3f}", t.info.schedule, shown,
+                                t.info.ranks, mean);
     write_file("--svg", svg, schedule::timeline_svg(spans, t.info.chunks, options));
     fmt::print("timeline drawn in {}\n", svg);
   }

@@ -36,6 +36,7 @@
 #include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/signals.hpp"
 #include "kpipe/runtime/trainer.hpp"
+#include "kpipe/schedule/bubble.hpp"
 
 #include "mpi_program.hpp"
 #include "storage_type.hpp"
@@ -69,7 +70,7 @@ FaultInjection fault_injection() {
 // What the run learns from its steps' reports as they arrive (an asynchronous step's a step late,
 // runtime/trainer.hpp): each step's metrics and log line, the figures of the steady steps, the non-finite
 // steps in a row, and the stop signal the world agreed on. Every rank gets the same reports, so every rank
-// decides alike.
+// decides alike. And, from each step's actions as the executor timed them, the pipeline's time.
 class StepLog {
  public:
   StepLog(const kpipe::Config& config, int rank, std::int64_t first_step, kpipe::runtime::MetricsWriter& metrics)
@@ -102,12 +103,17 @@ class StepLog {
     return 0;
   }
 
+  // Step `s`'s actions on this rank as the executor timed them: the measured bubble's figures (schedule/bubble.hpp),
+  // from the very timings the timeline file records, so that kpipe-inspect finds the same bubble in it.
+  void time_step(std::int64_t s, const std::vector<kpipe::runtime::TimedAction>& actions, bool steady) {
+    if (counted(s, steady)) kpipe::schedule::add_step(pipeline_time_, actions);
+  }
+
   int stop_signal() const { return stop_signal_; }  // 0: none
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
   std::int64_t tokens() const { return tokens_; }
   // Over the steady steps after the first (which allocates), as the simulator's figures.
-  double busy_seconds() const { return busy_; }
-  double pipeline_seconds() const { return pipeline_seconds_; }
+  const kpipe::schedule::RankTime& pipeline_time() const { return pipeline_time_; }
   double optimizer_seconds() const { return optimizer_seconds_; }
   int counted_steps() const { return counted_steps_; }
   std::int64_t first_step() const { return first_step_; }
@@ -132,12 +138,15 @@ class StepLog {
     } else {
       first_rate_ = rate;
     }
-    if ((stats.step > first_step_ || config_->train.steps == first_step_ + 1) && steady) {
-      busy_ += stats.busy_seconds;
-      pipeline_seconds_ += stats.pipeline_seconds;
+    if (counted(stats.step, steady)) {
       optimizer_seconds_ += stats.optimizer_seconds;
       ++counted_steps_;
     }
+  }
+
+  // The steps the figures count: the steady ones after the first (the only one when there is one).
+  bool counted(std::int64_t s, bool steady) const {
+    return (s > first_step_ || config_->train.steps == first_step_ + 1) && steady;
   }
 
   void print_progress(const kpipe::runtime::StepStats& stats) const {
@@ -155,7 +164,8 @@ class StepLog {
   kpipe::runtime::MetricsWriter* metrics_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::int64_t tokens_ = 0;
-  double busy_ = 0, pipeline_seconds_ = 0, optimizer_seconds_ = 0;
+  kpipe::schedule::RankTime pipeline_time_;
+  double optimizer_seconds_ = 0;
   int counted_steps_ = 0;
   std::vector<double> steady_rates_;  // tokens / seconds of each step after the first
   double first_rate_ = 0;
@@ -331,6 +341,7 @@ template <class A> std::optional<int> train_step(TrainingRun<A>& run, StepLog& l
   auto& trainer = *run.trainer;
   if (run.tracer) run.tracer->begin_step(s);
   trainer.run_step();
+  log.time_step(s, trainer.executor().timeline(), trainer.steady_step(s));
   if (run.tracer) run.tracer->end_step();
   if (run.profiling && s == log.first_step()) trainer.stage().profile_layers(true);  // the first step allocates
   const bool last = s + 1 == config.train.steps;
@@ -376,8 +387,8 @@ template <class A> int finish(TrainingRun<A>& run, const StepLog& log) {
   const auto& config = run.config;
   auto& trainer = *run.trainer;
   const double seconds = log.seconds();
-  const auto report = runtime::pipeline_report(trainer.stage(), trainer.plan(), trainer.executor(), log.busy_seconds(),
-                                               log.pipeline_seconds());
+  const auto report =
+      runtime::pipeline_report(trainer.stage(), trainer.plan(), trainer.executor(), log.pipeline_time());
   if (run.rank == 0 && config.pipeline.pipeline_size > 1) print_pipeline_report(report);
   if (run.profiling) {
     trainer.stage().profile_layers(false);

@@ -5,6 +5,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
+#include "kpipe/schedule/bubble.hpp"
 #include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -61,12 +62,10 @@ SimResult figures(const std::vector<Schedule>& lowered, Interpretation run) {
   result.timeline = std::move(run.timeline);
   result.step_ends = std::move(run.step_ends);
   result.makespan = *std::max_element(run.free_at.begin(), run.free_at.end());
-  result.idle_fraction.resize(world);
-  for (int w = 0; w < world; ++w) {
-    result.idle_fraction[w] = result.makespan > 0 ? 1.0 - result.busy[w] / result.makespan : 0.0;
-    result.bubble += result.idle_fraction[w];
-  }
-  result.bubble /= world;
+  std::vector<RankTime> times(world);
+  for (int w = 0; w < world; ++w) times[w] = {result.busy[w], run.free_at[w]};
+  result.idle_fraction = idle_fractions(times);
+  result.bubble = mean_bubble(result.idle_fraction);
   for (const auto& replica : lowered) {
     const auto peaks = peak_stash(replica);
     result.peak_stash.insert(result.peak_stash.end(), peaks.begin(), peaks.end());
