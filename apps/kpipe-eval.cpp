@@ -24,7 +24,8 @@
 #include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
-#include "checkpoint_program.hpp"
+#include "mpi_program.hpp"
+#include "storage_type.hpp"
 
 namespace {
 
@@ -106,9 +107,9 @@ int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
   config.train.eval_batches = int((windows + config.train.batch - 1) / config.train.batch);
   validate(config);
   auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
-  const double loss = config.train.precision == Precision::bf16
-                          ? checkpoint_loss<bf16>(config, corpus, grid, transport, o.checkpoint)
-                          : checkpoint_loss<float>(config, corpus, grid, transport, o.checkpoint);
+  const double loss = apps::with_storage_type(config.train.precision, [&](auto storage) {
+    return checkpoint_loss<typename decltype(storage)::type>(config, corpus, grid, transport, o.checkpoint);
+  });
   comm::free_grid(grid);
   if (rank == 0) {
     fmt::print(stderr, "kpipe-eval: checkpoint step {}, {} windows of {} tokens from {}\n", info.step, windows,
@@ -132,7 +133,7 @@ int main(int argc, char** argv) {
   app.add_option("--chunks", o.chunks, "model chunks per rank (with --schedule interleaved)");
   app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
   app.add_option("--max-windows", o.max_windows, "evaluate at most this many windows (0: all)");
-  app.footer("Exit codes: 0 done; 2 bad input (checkpoint, data, layout), on every rank alike.");
+  app.footer(kpipe::exit_codes_help(kpipe::ProgramName::eval));
   return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](kpipe::comm::TransportKind transport, int rank, int) {
     return evaluate(o, transport, rank);
   });

@@ -20,7 +20,8 @@
 #include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/runtime/generator.hpp"
 
-#include "checkpoint_program.hpp"
+#include "mpi_program.hpp"
+#include "storage_type.hpp"
 
 namespace {
 
@@ -111,9 +112,9 @@ int generate(Options o, kpipe::comm::TransportKind transport, int rank, int worl
   config.train.batch = config.train.microbatches = o.pipeline_size;
   validate(config);
   auto grid = comm::make_grid(MPI_COMM_WORLD, p.pipeline_size, 1, p.recv_timeout_s);
-  const double seconds = config.train.precision == Precision::bf16
-                             ? generate_text<bf16>(o, config, grid, transport, tokenizer, prompt, rank)
-                             : generate_text<float>(o, config, grid, transport, tokenizer, prompt, rank);
+  const double seconds = apps::with_storage_type(config.train.precision, [&](auto storage) {
+    return generate_text<typename decltype(storage)::type>(o, config, grid, transport, tokenizer, prompt, rank);
+  });
   comm::free_grid(grid);
   if (rank == 0)
     fmt::print(stderr, "kpipe-generate: {} tokens in {:.2f} s ({:.1f} ms per token: a forward of {} tokens on {} "
@@ -142,8 +143,7 @@ int main(int argc, char** argv) {
   app.add_option("--chunks", o.chunks, "model chunks per rank (with --schedule interleaved)");
   app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
   app.add_flag("--quiet", o.quiet, "print only the speed (stderr), not the text");
-  app.footer("Exit codes: 0 done; 2 bad input (checkpoint, options, layout), on every rank alike; 3 a rank stopped "
-             "answering (pipeline.recv_timeout_s).");
+  app.footer(kpipe::exit_codes_help(kpipe::ProgramName::generate));
   return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](kpipe::comm::TransportKind transport, int rank,
                                                                   int world_size) {
     return generate(o, transport, rank, world_size);

@@ -5,8 +5,8 @@
 //   kpipe-inspect timeline FILE [--chrome OUT.json] [--svg OUT.svg] [--step N]
 //                                            measured bubble per rank, Gantt chart, Perfetto/SVG files
 //   kpipe-inspect activations FILE           per layer: ranges of mean/std/absmax, non-finite values
-// Exit codes: 0 fine (diff: identical), 1 diff found differences, 2 bad input (one line on stderr), 3 a
-// damaged or incomplete checkpoint.
+// Exit codes: core/exit_codes.cpp's table (0 fine, 1 diff found differences, 2 bad input, 3 a damaged or
+// incomplete checkpoint).
 #include <fmt/format.h>
 #include <hdf5.h>
 
@@ -31,6 +31,7 @@
 #include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/data/tokenizer_store.hpp"
 #include "kpipe/io/trace.hpp"
+#include "kpipe/schedule/bubble.hpp"
 #include "kpipe/schedule/render.hpp"
 
 namespace {
@@ -222,13 +223,11 @@ int inspect_timeline(const std::string& path, const std::string& chrome, const s
   const auto spans = io::step_timeline(t, shown);
   fmt::print("\nstep {} (seconds since each rank began the step):\n{}", shown,
              schedule::gantt_text(spans, t.info.chunks));
+  // The figure kpipe-train prints (schedule/bubble.hpp), from the same timings.
   const auto bubble = io::measured_bubble(t);
-  fmt::print("\nmeasured bubble per rank ({}):\n", steps.size() > 1 ? "mean over the steps after the first" : "one step");
-  double mean = 0;
-  for (int r = 0; r < t.info.ranks; ++r) {
-    fmt::print("  rank {:>3}: {:.3f}\n", r, bubble[r]);
-    mean += bubble[r] / t.info.ranks;
-  }
+  fmt::print("\nmeasured bubble per rank ({}):\n", steps.size() > 1 ? "the steps after the first" : "one step");
+  for (int r = 0; r < t.info.ranks; ++r) fmt::print("  rank {:>3}: {:.3f}\n", r, bubble[r]);
+  const double mean = schedule::mean_bubble(bubble);
   fmt::print("  mean    : {:.3f}\n", mean);
   if (!chrome.empty()) {
     write_file("--chrome", chrome, io::chrome_trace(t));
@@ -236,8 +235,8 @@ int inspect_timeline(const std::string& path, const std::string& chrome, const s
   }
   if (!svg.empty()) {
     schedule::SvgOptions options;
-    options.title = fmt::format("{}: measured step {}, {} ranks, bubble {:.1f}%", t.info.schedule, shown,
-                                t.info.ranks, 100 * mean);
+    options.title = fmt::format("{}: measured step {}, {} ranks; measured bubble {:.3f}", t.info.schedule, shown,
+                                t.info.ranks, mean);
     write_file("--svg", svg, schedule::timeline_svg(spans, t.info.chunks, options));
     fmt::print("timeline drawn in {}\n", svg);
   }
@@ -293,8 +292,7 @@ int inspect_activations(const std::string& path) {
 int run(int argc, char** argv) {
   const std::string footer =
       "Usage: kpipe-inspect CKPT | diff A B | timeline FILE [--chrome OUT.json] [--svg OUT.svg] [--step N] | "
-      "activations FILE\nExit codes: 0 fine (diff: identical; CKPT: every byte verified); 1 diff: the checkpoints "
-      "differ; 2 bad input; 3 CKPT: the checkpoint is damaged or incomplete (every problem listed).";
+      "activations FILE\n" + kpipe::exit_codes_help(kpipe::ProgramName::inspect);
   const std::string mode = argc > 1 ? argv[1] : "";
   CLI::App app{"kpipe-inspect: checkpoints, checkpoint differences, timelines and activation traces"};
   app.footer(footer);

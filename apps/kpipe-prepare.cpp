@@ -227,8 +227,8 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--threads", o.threads, "threads that encode and compress (0: every core)")->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress line");
-  app.footer("Exit codes: 0 written; 2 bad input (an option, an unreadable input file, an empty split): nothing is "
-             "left under the output's name.");
+  app.footer(kpipe::exit_codes_help(kpipe::ProgramName::prepare) +
+             "\nWhatever the code, a run that fails leaves nothing under the output's name.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success&) {
@@ -269,6 +269,6 @@ int main(int argc, char** argv) {
     return kpipe::exit_status(kpipe::ExitCode::bad_input);
   } catch (const std::exception& error) {
     std::fprintf(stderr, "kpipe-prepare: internal error: %s\n", error.what());
-    return 1;
+    return kpipe::exit_status(kpipe::ExitCode::failure);
   }
 }

@@ -85,33 +85,50 @@ std::string percent(double fraction) { return fmt::format("{:.1f}%", 100 * fract
 
 std::string plural(int n, const char* one, const char* many) { return fmt::format("{} {}", n, n == 1 ? one : many); }
 
-Schedule make_schedule(const Options& o, const CLI::App& app) {
+// The lists the options ask for, through the pass pipeline (schedule/plan.hpp) as kpipe-train plans them: a
+// generated schedule from the configuration the options make, or a schedule file with its own sizes.
+Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
   const bool asynchronous_name = is_asynchronous(o.schedule);
   require(!o.vertical_sync || (o.schedule == ScheduleKind::pipedream && o.schedule_file.empty()),
           "--vertical-sync needs --schedule pipedream (got --schedule {})", o.schedule);
   require(app.count("--steps") == 0 || asynchronous_name,
           "--steps = {}: only asynchronous schedules (pipedream, 2bw) span several steps", o.steps);
-  if (o.schedule_file.empty() && asynchronous_name) {
+  // Asynchronous replicas sum at every update (schedule/plan.hpp): no groups to choose.
+  const auto refuse_async_groups = [&](bool asynchronous) {
+    require(!asynchronous || o.replicas == 1 || app.count("--dp-group") == 0,
+            "--dp-group = {}: asynchronous schedules sum the replicas' gradients at every update", o.dp_group);
+  };
+  const PlanOptions passes{0, o.steps, o.split};
+  const Replication replication{o.replicas, o.allreduce ? DpReduction::allreduce : DpReduction::ordered, o.dp_group};
+  if (!o.schedule_file.empty()) {
+    require(app.count("--schedule") == 0, "--schedule and --schedule-file: give one of them");
+    const Schedule s = read_schedule_file(o.schedule_file, 0, app.count("--chunks") ? o.chunks : 0);
+    // Sizes given on the command line must agree with the file's.
+    require(!app.count("--stages") || o.stages == s.ranks, "--stages = {}: the schedule file has {} ranks (lines)",
+            o.stages, s.ranks);
+    require(!app.count("--microbatches") || o.microbatches == s.microbatches,
+            "--microbatches = {}: the schedule file has {} micro-batches", o.microbatches, s.microbatches);
+    refuse_async_groups(s.asynchronous());
+    return plan(s, fmt::format("read {}", o.schedule_file), replication, delivery, passes);
+  }
+  if (asynchronous_name) {
     require(app.count("--chunks") == 0 || o.chunks == 1,
             "--chunks = {}: asynchronous schedules run one chunk per rank (the version rule is per stage)", o.chunks);
     require(!o.split, "--split-backward: asynchronous schedules run whole backwards (B)");
-    const int steps = o.steps > 0 ? o.steps : Horizon{o.stages, o.microbatches}.steps();
-    return asynchronous(updates_of(o.schedule, o.vertical_sync), o.stages, o.microbatches, {steps, false});
   }
-  if (o.schedule_file.empty()) {
-    // zb-v runs two chunks per rank: that is the default for it.
-    const int chunks = o.schedule == ScheduleKind::zb_v && app.count("--chunks") == 0 ? 2 : o.chunks;
-    Schedule s = generate(o.schedule, o.stages, o.microbatches, chunks);
-    return o.split ? split_backward(s) : s;
-  }
-  require(app.count("--schedule") == 0, "--schedule and --schedule-file: give one of them");
-  Schedule s = read_schedule_file(o.schedule_file, 0, app.count("--chunks") ? o.chunks : 0);
-  // Sizes given on the command line must agree with the file's.
-  require(!app.count("--stages") || o.stages == s.ranks, "--stages = {}: the schedule file has {} ranks (lines)",
-          o.stages, s.ranks);
-  require(!app.count("--microbatches") || o.microbatches == s.microbatches,
-          "--microbatches = {}: the schedule file has {} micro-batches", o.microbatches, s.microbatches);
-  return o.split ? split_backward(s) : s;
+  refuse_async_groups(asynchronous_name);
+  Config config;
+  auto& p = config.pipeline;
+  p.schedule = o.schedule;
+  p.pipeline_size = o.stages;
+  // zb-v runs two chunks per rank: that is the default for it.
+  p.chunks = o.schedule == ScheduleKind::zb_v && app.count("--chunks") == 0 ? 2 : o.chunks;
+  p.vertical_sync = o.vertical_sync ? 1 : 0;
+  p.data_parallel = replication.replicas;
+  p.dp_reduction = replication.reduction;
+  p.dp_reduction_group = replication.group;
+  config.train.microbatches = o.microbatches * o.replicas;  // --microbatches: per replica
+  return plan(config, delivery, passes);
 }
 
 // Option checks whose messages read as one line ("--stages: 0 is not a positive integer").
@@ -236,13 +253,26 @@ void print_passes(const Plan& plan) {
               plan.sums == SumRoute::none ? "" : fmt::format(", gradient sums {}", plan.sums).c_str());
 }
 
+// The schedule as the output names it: its name or file, and its replicas.
+std::string schedule_name(const Options& o, bool async_replicas, bool replicated) {
+  std::string name = o.schedule_file.empty() ? fmt::format("{}{}{}", o.schedule, o.split ? " (split backward)" : "",
+                                                           o.vertical_sync ? " --vertical-sync" : "")
+                                             : o.schedule_file;
+  if (async_replicas)
+    name += fmt::format(" x {} replicas (their sum at every update, {}: in lock step, one pipeline shown)", o.replicas,
+                        o.allreduce ? "allreduce" : "ordered");
+  else if (replicated)
+    name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
+                        : fmt::format(" x {} replicas (ordered, groups of {})", o.replicas, o.dp_group);
+  return name;
+}
+
 int run(Options o, const CLI::App& app) {
   o.schedule = option_value<ScheduleKind>("--schedule", o.schedule_name);
   o.partition = option_value<PartitionKind>("--partition", o.partition_name);
   o.recompute = option_value<Recompute>("--recompute", o.recompute_name);
   o.precision = option_value<Precision>("--precision", o.precision_name);
   const Delivery delivery = planned_delivery(option_value<TransportChoice>("--transport", o.transport_name));
-  const Schedule s = make_schedule(o, app);
   const bool from_model = !o.preset.empty();
   require(from_model || (app.count("--vocab") == 0 && app.count("--partition") == 0 && app.count("--sequences") == 0 &&
                          app.count("--recompute") == 0 && app.count("--precision") == 0),
@@ -250,14 +280,10 @@ int run(Options o, const CLI::App& app) {
   // With replicas, every replica's lists (the ordered reduction's pass, or an allreduce after them).
   // Asynchronous lists are the same in every replica, and each update waits for the stage's replicas' sum:
   // the replicas run in lock step, so one pipeline whose updates also pay the sum's transfers stands for all.
+  const Plan planned = planned_lists(o, app, delivery);
+  const Schedule& s = planned.run.replicas.front();
   const bool async_replicas = s.asynchronous() && o.replicas > 1;
-  require(!async_replicas || app.count("--dp-group") == 0,
-          "--dp-group = {}: asynchronous schedules sum the replicas' gradients at every update", o.dp_group);
   const bool replicated = o.replicas > 1 && !async_replicas;
-  const std::string source = o.schedule_file.empty() ? fmt::format("generate {}{}", o.schedule, o.split ? " split" : "")
-                                                     : fmt::format("read {}", o.schedule_file);
-  const Plan planned = plan(s, source, {o.replicas, o.allreduce ? DpReduction::allreduce : DpReduction::ordered,
-                                        o.dp_group}, delivery);
   Plan shown = planned;
   if (async_replicas) {
     shown.run.replicas.resize(1);
@@ -272,16 +298,7 @@ int run(Options o, const CLI::App& app) {
     for (auto& c : costs) c.step += hops * (c.latency + c.gradient_bytes * c.per_byte);
   }
   const SimResult sim = simulate(shown, costs);
-  std::string name = o.schedule_file.empty()
-                         ? fmt::format("{}{}{}", o.schedule, o.split ? " (split backward)" : "",
-                                       o.vertical_sync ? " --vertical-sync" : "")
-                         : o.schedule_file;
-  if (async_replicas)
-    name += fmt::format(" x {} replicas (their sum at every update, {}: in lock step, one pipeline shown)", o.replicas,
-                        o.allreduce ? "allreduce" : "ordered");
-  else if (replicated)
-    name += o.allreduce ? fmt::format(" x {} replicas (allreduce)", o.replicas)
-                        : fmt::format(" x {} replicas (ordered, groups of {})", o.replicas, o.dp_group);
+  const std::string name = schedule_name(o, async_replicas, replicated);
 
   std::printf("schedule %s: %s, %s%s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
               plural(s.microbatches, "micro-batch", "micro-batches").c_str(),
@@ -465,6 +482,7 @@ int plan_main(int argc, char** argv) {
         ->check(CLI::NonNegativeNumber)->group("[kpipe-sim]")->capture_default_str();
     app.add_option("--bandwidth", o.machine.bytes_per_second, "bytes per second per link")
         ->check(CLI::PositiveNumber)->group("[kpipe-sim]")->capture_default_str();
+    app.footer(exit_codes_help(ProgramName::sim));
   });
   if (command.exit_now) return command.exit_code;
   require(o.recommend != o.memory, "--recommend and --memory: give one of them");
@@ -532,6 +550,7 @@ int main(int argc, char** argv) {
   app.add_option("--width", o.width, "most columns of the Gantt chart (0: no limit)")
       ->check(non_negative)->capture_default_str();
   app.add_option("--svg", o.svg, "draw the timeline into this SVG file");
+  app.footer(kpipe::exit_codes_help(kpipe::ProgramName::sim));
   try {
     app.parse(argc, argv);
     return run(o, app);

@@ -124,15 +124,11 @@ def plot_timeline(ax, actions):
     last = actions["step"].max()
     mask = actions["step"] == last
     ranks = np.unique(actions["rank"][mask])
-    busy = {r: 0.0 for r in ranks}
-    span = {r: 0.0 for r in ranks}
     for rank, op, mb, start, end in zip(actions["rank"][mask], actions["op"][mask], actions["microbatch"][mask],
                                         actions["start"][mask], actions["end"][mask]):
         name = OP_NAMES[op] if 0 <= op < len(OP_NAMES) else "?"
         y = rank
-        span[rank] = max(span[rank], end)
         if name in OP_COLORS:
-            busy[rank] += end - start
             ax.barh(y, (end - start) * 1e3, left=start * 1e3, height=0.7, color=OP_COLORS[name], edgecolor="white",
                     linewidth=0.4)
             if end - start > 0:
@@ -144,8 +140,8 @@ def plot_timeline(ax, actions):
     ax.set_yticklabels([f"rank {r}" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("ms since the step began")
-    bubble = np.mean([1 - busy[r] / span[r] for r in ranks if span[r] > 0])
-    ax.set_title(f"timeline of step {last + 1}: measured bubble {100 * bubble:.1f}%")
+    # The measured bubble is kpipe-train's and kpipe-inspect timeline's figure (src/kpipe/schedule/bubble.hpp).
+    ax.set_title(f"timeline of step {last + 1}")
 
 
 def plot_norms(ax, step, tensors):

@@ -29,6 +29,9 @@ cp err.txt train.txt
 # 2. Timeline: bubble per rank printed, SVG drawn, Chrome trace with every action of every rank.
 expect_rc 0 "inspect timeline" "$inspect" timeline tl.h5 --chrome chrome.json --svg tl.svg
 check "bubble printed per rank" grep -q "rank   1:" out.txt
+measured=$(sed -n 's/^pipeline: bubble measured \([0-9.]*\),.*/\1/p' train.txt)
+check "kpipe-inspect's measured bubble is kpipe-train's ($measured): one definition, the same timings" \
+  test -n "$measured" -a "$measured" = "$(sed -n 's/^  mean    : //p' out.txt)"
 check "SVG written" grep -q "<svg" tl.svg
 check "Chrome trace: every action of each rank, per step, start <= end" python3 - <<'PY'
 import collections, json, sys

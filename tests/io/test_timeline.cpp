@@ -51,7 +51,7 @@ TEST(Timeline, RoundTripGrowingStepByStep) {
   test::TempDir dir;
   const auto path = dir.path("t.h5");
   {
-    io::TimelineWriter writer(path, two_ranks());
+    io::TimelineWriter writer(path, two_ranks(), 0);  // written at every step
     writer.append(step_rows(0));
     EXPECT_EQ(io::read_timeline(path).rows.size(), 8u);
     writer.append(step_rows(1));
@@ -87,6 +87,22 @@ TEST(Timeline, MeasuredBubblePerRank) {
   ASSERT_EQ(bubble.size(), 2u);
   EXPECT_DOUBLE_EQ(bubble[0], 0.5);   // busy 2 of 4
   EXPECT_DOUBLE_EQ(bubble[1], 0.25);  // busy 3 of 4
+}
+
+// A rank that ends its step early still waits for the pipeline's last action: its idle time counts against the
+// longest rank's span, as the simulator counts it against the makespan (schedule/bubble.hpp).
+TEST(Timeline, MeasuredBubbleAgainstTheLongestRank) {
+  io::TimelineFile t;
+  t.info = two_ranks();
+  t.rows = step_rows(0);
+  const auto later = step_rows(1);
+  t.rows.insert(t.rows.end(), later.begin(), later.end());
+  t.rows[14] = row(1, 1, Op::backward, 0, 2, 3);  // rank 1's backward of step 1 takes 1 s, its send ends at 3
+  t.rows[15] = row(1, 1, Op::send_gradient, 0, 3, 3, 64, 0);
+  const auto bubble = io::measured_bubble(t);
+  ASSERT_EQ(bubble.size(), 2u);
+  EXPECT_DOUBLE_EQ(bubble[0], 0.5);  // busy 2 of 4
+  EXPECT_DOUBLE_EQ(bubble[1], 0.5);  // busy 2 of rank 0's 4, not of its own 3
 }
 
 TEST(Timeline, ChromeTraceHasOneEventPerAction) {

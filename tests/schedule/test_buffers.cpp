@@ -75,7 +75,8 @@ TEST(Buffers, EveryReceiveIsPostedOnceAndInTimeAndEveryMicroBatchRetiredOnce) {
 // Forward-only lists hand a micro-batch from chunk to chunk of one rank in place: a chunk's slot lives until the
 // next chunk's forward has read its output, and then goes back (one slot per chunk however many micro-batches).
 TEST(Buffers, ForwardOnlyListsKeepASlotUntilTheNextLocalChunkReadIt) {
-  const Schedule s = forward_only(interleaved(1, 4, 3), 4);  // one rank, three chunks: F0c0 F0c1 F0c2 F1c0 ...
+  // One rank, three chunks: F0c0 F0c1 F0c2 F1c0 ...
+  const Schedule s = forward_only(interleaved(1, 4, 3), 4, Delivery::buffered).run.replicas.front();
   const auto& list = s.actions[0];
   const BufferPlan plan = plan_buffers(s, 0, list);
   ASSERT_EQ(list[1], (Action{Op::forward, 0, 1, -1}));

@@ -149,7 +149,8 @@ TEST_F(KpipeSim, PrintsTheListsNcclRunsAndThePasses) {
                                   "--lowered --no-gantt";
   const Outcome nccl = run(interleaved + " --transport nccl");
   ASSERT_EQ(nccl.status, 0) << nccl.output;
-  EXPECT_NE(nccl.output.find("passes: generate interleaved -> lower -> order_for_streams (4 receives moved); "
+  EXPECT_NE(nccl.output.find("passes: generate interleaved (p = 2, m = 4, v = 2) -> lower -> order_for_streams (4 "
+                             "receives moved); "
                              "stream-ordered delivery\n"),
             std::string::npos)
       << nccl.output;
@@ -159,7 +160,8 @@ TEST_F(KpipeSim, PrintsTheListsNcclRunsAndThePasses) {
   EXPECT_NE(nccl.output.find(moved), std::string::npos) << nccl.output;
   const Outcome mpi = run(interleaved);
   ASSERT_EQ(mpi.status, 0) << mpi.output;
-  EXPECT_NE(mpi.output.find("passes: generate interleaved -> lower; buffered delivery\n"), std::string::npos)
+  EXPECT_NE(mpi.output.find("passes: generate interleaved (p = 2, m = 4, v = 2) -> lower; buffered delivery\n"),
+            std::string::npos)
       << mpi.output;
   EXPECT_EQ(mpi.output.find(moved), std::string::npos) << mpi.output;
 

@@ -8,6 +8,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/simulate.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -132,15 +133,19 @@ TEST(Reduction, TheSimulatorPricesWaitsAndHops) {
   c.f = 1;
   c.b = 2;
   c.i = c.w = 1;
+  // The replicas' lists as a run plans them: the ordered reduction in groups of `group` micro-batches.
+  const auto replicated = [&](int group) {
+    return plan(base, "1f1b", Replication{2, DpReduction::ordered, group}, Delivery::buffered);
+  };
   const double alone = simulate(base, c).makespan;
-  const SimResult fine = simulate(order_reduction(base, 2, 1), std::vector<Costs>(2, c));
+  const SimResult fine = simulate(replicated(1), std::vector<Costs>(2, c));
   EXPECT_LE(fine.makespan, alone + c.w);  // replica 1 starts its W's at most one W late, then keeps up
-  const SimResult coarse = simulate(order_reduction(base, 2, 8), std::vector<Costs>(2, c));
+  const SimResult coarse = simulate(replicated(8), std::vector<Costs>(2, c));
   EXPECT_GT(coarse.makespan, fine.makespan + 4);  // replica 1 waits for all of replica 0's W's
   Costs priced = c;
   priced.per_byte = 1e-3;
   priced.gradient_bytes = 500;  // 0.5 per hop
-  const SimResult slower = simulate(order_reduction(base, 2, 1), std::vector<Costs>(2, priced));
+  const SimResult slower = simulate(replicated(1), std::vector<Costs>(2, priced));
   EXPECT_GT(slower.makespan, fine.makespan);
   EXPECT_EQ(fine.peak_stash, (std::vector<int>{2, 1, 2, 1}));  // 1F1B's bound on both replicas
 }

@@ -1,7 +1,10 @@
 #pragma once
-// How every kpipe program ends, on every rank: the exit codes in one place (docs/user-guide.md lists them),
-// and the one way to end the whole job from one rank.
+// How every kpipe program ends, on every rank: the exit codes in one place, the table that every program's
+// --help and docs/user-guide.md's "Exit codes" are made from (tests/core/test_exit_codes.cpp checks the
+// guide against it), and the one way to end the whole job from one rank.
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace kpipe {
 
@@ -13,9 +16,36 @@ enum class ExitCode : int {
   non_finite = 4,               // train.max_skipped_steps steps in a row with a non-finite loss or gradient
   checkpoint_failed = 5,        // a checkpoint could not be written (`latest` unchanged)
   checkpointed_on_signal = 75,  // SIGUSR1 arrived and a checkpoint was written: requeue me (EX_TEMPFAIL)
+  checkpointed_on_sigterm = 143,  // the same on SIGTERM: 128 + 15, the shell's "terminated" (runtime/signals.hpp)
 };
 
 constexpr int exit_status(ExitCode code) { return static_cast<int>(code); }
+
+// The programs, as bits: which of them a row of the table is about.
+enum class ProgramName : unsigned {
+  train = 1u << 0,
+  eval = 1u << 1,
+  generate = 1u << 2,
+  prepare = 1u << 3,
+  sim = 1u << 4,
+  inspect = 1u << 5,
+};
+
+struct ExitCodeRow {
+  int code;
+  unsigned programs;         // ProgramName bits
+  std::string_view meaning;  // as --help and the user guide say it
+};
+
+// Every program's exit codes, in the order the user guide's table lists them. A code can mean something of
+// its own in one program (kpipe-inspect's 1 and 3): a row of its own.
+const std::vector<ExitCodeRow>& exit_code_table();
+
+// "kpipe-train", or "every program", or "kpipe-eval, kpipe-generate": a row's programs as the guide names them.
+std::string programs_text(unsigned programs);
+
+// The --help footer of `program`: "Exit codes:" and one line (wrapped) per row of the table about it.
+std::string exit_codes_help(ProgramName program);
 
 // Prints `line` on stderr and ends every rank of the job with `code` (MPI_Abort on MPI_COMM_WORLD; a process
 // without MPI exits). For failures one rank alone sees: a peer that stopped answering, an error during training.

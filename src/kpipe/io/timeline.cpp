@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -12,6 +13,7 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/schedule/bubble.hpp"
 #include "kpipe/schedule/text.hpp"
 
 namespace kpipe::io {
@@ -38,7 +40,8 @@ const char* category(schedule::Op op) {
 
 }  // namespace
 
-TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info) : path_(path) {
+TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info, double write_seconds)
+    : path_(path), write_interval_(write_seconds) {
   require_writable(path, fmt::format("output.timeline = '{}'", path));
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
@@ -52,25 +55,56 @@ TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info
   const h5::Handle group = h5::require_group(root, "timeline");
   h5::write_attribute(group.get(), "ops", std::string(op_names));
   // Empty columns, so that a run with no step still has the tables.
-  append(std::vector<TimelineRow>{});
-  const h5::Handle steps = h5::require_group(root, "steps");
-  for (const char* name : {"step", "tokens"}) h5::append(steps.get(), name, std::vector<std::int64_t>{});
-  for (const char* name : {"loss", "lr", "grad_norm", "seconds"}) h5::append(steps.get(), name, std::vector<double>{});
+  h5::require_group(root, "steps");
+  write_pending();
 }
 
-void TimelineWriter::append(const StepRow& row) {
-  const h5::Handle group = h5::open_group(file_.get(), "steps");
-  const hid_t g = group.get();
-  h5::append(g, "step", std::vector<std::int64_t>{row.step});
-  h5::append(g, "loss", std::vector<double>{row.loss});
-  h5::append(g, "lr", std::vector<double>{row.lr});
-  h5::append(g, "grad_norm", std::vector<double>{row.grad_norm});
-  h5::append(g, "seconds", std::vector<double>{row.seconds});
-  h5::append(g, "tokens", std::vector<std::int64_t>{row.tokens});
-  // No flush of its own: the step's actions, appended next, flush the file once for both.
+TimelineWriter::~TimelineWriter() {
+  try {
+    write_pending();
+  } catch (const std::exception& e) {  // a destructor reports and goes on: the rows written so far stay
+    std::fprintf(stderr, "kpipe: %s: the timeline's last rows were not written: %s\n", path_.c_str(), e.what());
+  }
 }
+
+void TimelineWriter::append(const StepRow& row) { pending_steps_.push_back(row); }
 
 void TimelineWriter::append(const std::vector<TimelineRow>& rows) {
+  pending_rows_.insert(pending_rows_.end(), rows.begin(), rows.end());
+  if (std::chrono::steady_clock::now() - written_ >= write_interval_) write_pending();
+}
+
+void TimelineWriter::write_pending() {
+  write_steps(pending_steps_);
+  write_rows(pending_rows_);
+  pending_steps_.clear();
+  pending_rows_.clear();
+  H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
+  written_ = std::chrono::steady_clock::now();
+}
+
+void TimelineWriter::write_steps(const std::vector<StepRow>& rows) {
+  std::vector<std::int64_t> step, tokens;
+  std::vector<double> loss, lr, grad_norm, seconds;
+  for (const StepRow& r : rows) {
+    step.push_back(r.step);
+    loss.push_back(r.loss);
+    lr.push_back(r.lr);
+    grad_norm.push_back(r.grad_norm);
+    seconds.push_back(r.seconds);
+    tokens.push_back(r.tokens);
+  }
+  const h5::Handle group = h5::open_group(file_.get(), "steps");
+  const hid_t g = group.get();
+  h5::append(g, "step", step);
+  h5::append(g, "loss", loss);
+  h5::append(g, "lr", lr);
+  h5::append(g, "grad_norm", grad_norm);
+  h5::append(g, "seconds", seconds);
+  h5::append(g, "tokens", tokens);
+}
+
+void TimelineWriter::write_rows(const std::vector<TimelineRow>& rows) {
   const h5::Handle group = h5::open_group(file_.get(), "timeline");
   std::vector<std::int64_t> step, bytes;
   std::vector<std::int32_t> rank, op, microbatch, chunk, peer;
@@ -96,7 +130,6 @@ void TimelineWriter::append(const std::vector<TimelineRow>& rows) {
   h5::append(g, "start", start);
   h5::append(g, "end", end);
   h5::append(g, "bytes", bytes);
-  H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
 }
 
 TimelineFile read_timeline(const std::string& path) {
@@ -161,26 +194,19 @@ schedule::Timeline step_timeline(const TimelineFile& timeline, std::int64_t step
 std::vector<double> measured_bubble(const TimelineFile& timeline) {
   const auto steps = timeline_steps(timeline);
   const int ranks = timeline.info.ranks;
-  std::vector<double> bubble(ranks, 0.0);
-  if (steps.empty()) return bubble;
-  // Per (step, rank): compute time and span.
-  std::map<std::pair<std::int64_t, int>, std::pair<double, double>> sums;
-  for (const auto& r : timeline.rows) {
-    auto& [busy, span] = sums[{r.step, r.rank}];
-    if (schedule::is_compute(r.action.op)) busy += r.end - r.start;
-    span = std::max(span, r.end);
-  }
-  const std::size_t first = steps.size() > 1 ? 1 : 0;
-  for (int rank = 0; rank < ranks; ++rank) {
-    double total = 0;
-    int counted = 0;
-    for (std::size_t s = first; s < steps.size(); ++s) {
-      const auto it = sums.find({steps[s], rank});
-      if (it == sums.end() || !(it->second.second > 0)) continue;
-      total += 1.0 - it->second.first / it->second.second;
-      ++counted;
-    }
-    bubble[rank] = counted > 0 ? total / counted : 0.0;
+  // Each rank's actions by step, the first step left out (it allocates) unless it is the only one.
+  std::map<std::pair<std::int64_t, int>, std::vector<TimelineRow>> actions;
+  for (const auto& r : timeline.rows)
+    if (steps.size() == 1 || r.step != steps.front()) actions[{r.step, r.rank}].push_back(r);
+  std::vector<schedule::RankTime> times(static_cast<std::size_t>(ranks));
+  for (const auto& [key, rows] : actions) schedule::add_step(times.at(std::size_t(key.second)), rows);
+  // World rank w is stage w % pipeline_size of replica w / pipeline_size (comm/grid.hpp): each pipeline apart.
+  const int p = std::max(timeline.info.pipeline_size, 1);
+  std::vector<double> bubble;
+  for (int first = 0; first < ranks; first += p) {
+    const std::vector<schedule::RankTime> pipeline(times.begin() + first, times.begin() + std::min(first + p, ranks));
+    const auto idle = schedule::idle_fractions(pipeline);
+    bubble.insert(bubble.end(), idle.begin(), idle.end());
   }
   return bubble;
 }

@@ -3,6 +3,7 @@
 // moved), gathered on rank 0 after every step and appended to one HDF5 file as a table of columns (layout
 // in docs/traces.md). Read back, a timeline gives the measured bubble per rank, the Gantt/SVG pictures that
 // kpipe-sim draws (schedule/render.hpp) and a Chrome trace-event file for Perfetto.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -42,13 +43,27 @@ struct StepRow {
 // The HDF5 file, written by one process (no MPI here).
 class TimelineWriter {
  public:
-  TimelineWriter(const std::string& path, const TimelineInfo& info);
+  // Rows are held and written (then the file flushed) at most every `write_seconds` (0: at every append of
+  // actions), and when the writer closes: each write compresses and checksums the chunks it touches, which
+  // after every step cost rank 0 milliseconds that the other ranks then waited for in their next step.
+  TimelineWriter(const std::string& path, const TimelineInfo& info, double write_seconds = 1.0);
+  ~TimelineWriter();
+  TimelineWriter(const TimelineWriter&) = delete;
+  TimelineWriter& operator=(const TimelineWriter&) = delete;
   void append(const std::vector<TimelineRow>& rows);
-  void append(const StepRow& row);  // not flushed until the next append of actions (or the close)
+  void append(const StepRow& row);  // written with the next actions written
 
  private:
+  void write_pending();
+  void write_steps(const std::vector<StepRow>& rows);
+  void write_rows(const std::vector<TimelineRow>& rows);
+
   std::string path_;
   h5::Handle file_;
+  std::chrono::duration<double> write_interval_;
+  std::chrono::steady_clock::time_point written_{};  // the last write
+  std::vector<StepRow> pending_steps_;
+  std::vector<TimelineRow> pending_rows_;
 };
 
 struct TimelineFile {
@@ -62,8 +77,8 @@ TimelineFile read_timeline(const std::string& path);
 std::vector<std::int64_t> timeline_steps(const TimelineFile& timeline);  // ascending, distinct
 // One step's compute actions per rank, for schedule::gantt_text / timeline_svg.
 schedule::Timeline step_timeline(const TimelineFile& timeline, std::int64_t step);
-// Per rank: 1 - compute time / the rank's span of the step (its last action's end), averaged over the
-// steps after the first (over the only step when there is one).
+// Per world rank: the measured bubble (schedule/bubble.hpp, the figure kpipe-train prints) over the steps after
+// the first (the only step when there is one), against the makespan of the rank's own pipeline.
 std::vector<double> measured_bubble(const TimelineFile& timeline);
 // Chrome trace-event JSON (Perfetto, chrome://tracing): one complete event ("ph": "X") per action, one
 // track per rank, steps laid end to end (each step starts where the slowest rank ended the previous one).

@@ -69,7 +69,8 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
   int evaluation_spares = 0;
   std::vector<int> evaluation_slots(s.chunks, 0);
   for (int n = 1; n <= s.microbatches; ++n) {
-    const schedule::Schedule list = schedule::forward_only(s, n);
+    const schedule::Schedule list =
+        schedule::forward_only(s, n, schedule::planned_delivery(config.pipeline.transport)).run.replicas.front();
     const auto plan = schedule::plan_buffers(list, stage, list.actions.at(stage));
     evaluation_spares = std::max(evaluation_spares, plan.message_buffers);
     for (int c = 0; c < s.chunks; ++c) evaluation_slots[c] = std::max(evaluation_slots[c], plan.slots.at(c));

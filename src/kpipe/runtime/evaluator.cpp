@@ -22,8 +22,10 @@ template <class T, class A> const Program& Evaluator<T, A>::program(int microbat
   auto it = programs_.find(microbatches);
   if (it == programs_.end())
     it = programs_
-             .emplace(microbatches, program_of(schedule::forward_only(plan_->lists(), microbatches),
-                                               stage_->grid().stage, tag_base_, "evaluation"))
+             .emplace(microbatches,
+                      program_of(schedule::forward_only(plan_->lists(), microbatches, delivery_of(plan_->transport))
+                                     .run.replicas.front(),
+                                 stage_->grid().stage, tag_base_, "evaluation"))
              .first;
   return it->second;
 }

@@ -14,7 +14,8 @@ namespace kpipe::runtime {
 template <class T, class A>
 Generator<T, A>::Generator(StageModel<T, A>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer)
     : stage_(&stage),
-      program_(program_of(schedule::forward_only(plan.lists(), 1), stage.grid().stage, 0, "generation")),
+      program_(program_of(schedule::forward_only(plan.lists(), 1, delivery_of(plan.transport)).run.replicas.front(),
+                          stage.grid().stage, 0, "generation")),
       executor_(stage, 1),
       tokens_(1, stage.config().model.seq_len),
       losses_("kpipe::runtime::Generator::losses", 1),

@@ -10,17 +10,17 @@ namespace kpipe::runtime {
 
 template <class T, class A>
 PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
-                               double busy, double pipeline_seconds) {
+                               const schedule::RankTime& time) {
   const auto& grid = stage.grid();
   PipelineReport r;
   const int p = grid.pipeline_size;
-  // Idle time counts against the whole pipeline's time, as the simulator counts it against the makespan: a
-  // last stage that finishes early still waits for the first stage's last backward before the step ends.
-  // (Steps start together: each ends with collectives over the whole world.)
+  // Idle time counts against the whole pipeline's time, as the simulator counts it against the makespan
+  // (schedule/bubble.hpp).
   const comm::Bound bound{stage.config().pipeline.recv_timeout_s, "gathering the pipeline report"};
-  const double makespan = comm::allreduce(pipeline_seconds, MPI_MAX, grid.pipeline, bound);
-  const double mine = makespan > 0 ? 1.0 - busy / makespan : 0.0;
-  r.measured_bubble = comm::allgather(std::vector<double>{mine}, grid.pipeline, bound);
+  const auto times = comm::allgather(std::vector<double>{time.busy, time.span}, grid.pipeline, bound);
+  std::vector<schedule::RankTime> ranks;
+  for (std::size_t k = 0; k + 1 < times.size(); k += 2) ranks.push_back({times[k], times[k + 1]});
+  r.measured_bubble = schedule::idle_fractions(ranks);
   r.peak_stash = comm::allgather(std::vector<int>{executor.peak_stash()}, grid.pipeline, bound);
   int slots = 0;
   for (int c = 0; c < stage.chunks(); ++c) slots += stage.chunk(c).allocated_slots();
@@ -60,22 +60,20 @@ PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& pla
   r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
   // What runs: every replica's lists with the reduction's actions (the running sum's hops cost what its
   // bytes would at zero latency: messages are not measured here), this replica's ranks reported.
-  const auto sim = schedule::simulate(plan.run(), costs);
+  const auto sim = schedule::simulate(plan.schedule, costs);
   // Asynchronous schedules: the steady state's (the steps kpipe-train counts; schedule/simulate.hpp).
   const auto& idle = lowered.asynchronous() ? sim.steady_idle_fraction : sim.idle_fraction;
   r.simulated_bubble.assign(idle.begin() + std::ptrdiff_t(grid.replica) * p,
                             idle.begin() + std::ptrdiff_t(grid.replica + 1) * p);
   r.predicted_stash = schedule::peak_stash(lowered);
-  for (int k = 0; k < p; ++k) {
-    r.measured_mean += r.measured_bubble[k] / p;
-    r.simulated_mean += r.simulated_bubble[k] / p;
-  }
+  r.measured_mean = schedule::mean_bubble(r.measured_bubble);
+  r.simulated_mean = schedule::mean_bubble(r.simulated_bubble);
   return r;
 }
 
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
-  template PipelineReport pipeline_report(const StageModel<T, A>&, const RunPlan&, const Executor<T, A>&, double,     \
-                                          double);
+  template PipelineReport pipeline_report(const StageModel<T, A>&, const RunPlan&, const Executor<T, A>&,             \
+                                          const schedule::RankTime&);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE
 

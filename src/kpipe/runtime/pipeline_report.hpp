@@ -7,11 +7,12 @@
 #include "kpipe/runtime/executor.hpp"
 #include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/stage_model.hpp"
+#include "kpipe/schedule/bubble.hpp"
 
 namespace kpipe::runtime {
 
 struct PipelineReport {
-  std::vector<double> measured_bubble;   // per pipeline rank: 1 - compute time / schedule time
+  std::vector<double> measured_bubble;   // per pipeline rank: schedule/bubble.hpp's idle fraction
   std::vector<double> simulated_bubble;  // per pipeline rank, from schedule::simulate
   double measured_mean = 0, simulated_mean = 0;
   double cost_f = 0, cost_b = 0, cost_i = 0, cost_w = 0;  // mean seconds per action on one chunk
@@ -21,10 +22,10 @@ struct PipelineReport {
 };
 
 // Collective over the stage's pipeline (every rank of it calls it): what `executor` measured running the
-// plan's lists on `stage`. `busy` and `pipeline_seconds` are this rank's sums over the steps to count (e.g. all
-// but the first).
+// plan's lists on `stage`. `time`: this rank's busy time and span summed over the steps to count (e.g. all but
+// the first), each step's from the executor's timeline (schedule::add_step).
 template <class T, class A>
 PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
-                               double busy, double pipeline_seconds);
+                               const schedule::RankTime& time);
 
 }  // namespace kpipe::runtime

@@ -1,12 +1,12 @@
 #include "kpipe/schedule/forward_only.hpp"
 
+#include <fmt/format.h>
+
 #include "kpipe/core/error.hpp"
-#include "kpipe/schedule/lower.hpp"
-#include "kpipe/schedule/validate.hpp"
 
 namespace kpipe::schedule {
 
-Schedule forward_only(const Schedule& placement, int microbatches) {
+Plan forward_only(const Schedule& placement, int microbatches, Delivery delivery) {
   require(microbatches >= 1, "forward-only list of {} micro-batches", microbatches);
   Schedule s;
   s.ranks = placement.ranks;
@@ -18,9 +18,8 @@ Schedule forward_only(const Schedule& placement, int microbatches) {
   for (int k = 0; k < microbatches; ++k)
     for (int v = 0; v < s.virtual_stages(); ++v) s.actions[s.rank_of(v)].push_back({Op::forward, k, s.chunk_of(v), -1});
   for (auto& list : s.actions) list.push_back({Op::step, 0, 0, -1});
-  s = lower(s);
-  validate(s);
-  return s;
+  return plan(s, fmt::format("forward_only (p = {}, m = {}, v = {})", s.ranks, microbatches, s.chunks), Replication{},
+              delivery);
 }
 
 }  // namespace kpipe::schedule

@@ -37,7 +37,8 @@ Source asynchronous_source(const Config& c, int local, const PlanOptions& option
   require(options.first_step < c.train.steps, "train.steps = {}: a run resumed at step {} has no step left to run",
           c.train.steps, options.first_step);
   const auto left = c.train.steps - options.first_step;
-  const int steps = int(std::min<std::int64_t>(Horizon{p.pipeline_size, local}.steps(), left));
+  const int steps =
+      options.steps > 0 ? options.steps : int(std::min<std::int64_t>(Horizon{p.pipeline_size, local}.steps(), left));
   const bool resumed = options.first_step > 0;
   Source source;
   source.lists = asynchronous(updates_of(p.schedule, p.vertical_sync == 1), p.pipeline_size, local, {steps, resumed});
@@ -141,14 +142,21 @@ void order_for_stream_delivery(Plan& plan) {
 
 }  // namespace
 
-Plan plan(const Schedule& pipeline, const std::string& source, const Replication& replication, Delivery delivery) {
+Plan plan(const Schedule& pipeline, const std::string& source, const Replication& replication, Delivery delivery,
+          const PlanOptions& options) {
   Plan out;
   out.delivery = delivery;
   validate(pipeline);
   out.passes.push_back(source);
   Schedule lowered = pipeline;
-  if (!is_lowered(pipeline)) {
-    lowered = lower(pipeline);
+  if (options.split_backward) {
+    require(!pipeline.asynchronous(), "split_backward: asynchronous schedules run whole backwards (B)");
+    lowered = split_backward(pipeline);
+    validate(lowered);
+    out.passes.push_back("split_backward");
+  }
+  if (!is_lowered(lowered)) {
+    lowered = lower(lowered);
     validate(lowered);
     out.passes.push_back("lower");
   }
@@ -168,7 +176,7 @@ Plan plan(const Config& c, Delivery delivery, const PlanOptions& options) {
   const Source source = is_asynchronous(p.schedule) && p.schedule_file.empty() ? asynchronous_source(c, local, options)
                                                                                 : synchronous_source(c, local);
   return plan(source.lists, source.name, Replication{p.data_parallel, p.dp_reduction, p.dp_reduction_group},
-              delivery);
+              delivery, options);
 }
 
 std::string passes_text(const Plan& plan) {

@@ -6,6 +6,7 @@
 //
 //   generate (pipeline.schedule, .chunks; asynchronous: the lists of a run of Horizon::steps() steps, or of
 //   the rest of a resumed one) or read (pipeline.schedule_file)   -> validate
+//   asked for (kpipe-sim --split-backward): split_backward         -> validate
 //   lower (the messages)                                           -> validate
 //   replicate for pipeline.data_parallel: order_reduction (pipeline.dp_reduction = ordered, groups of
 //   pipeline.dp_reduction_group) or allreduce_replicas (allreduce, and every asynchronous run)
@@ -32,6 +33,11 @@ struct PlanOptions {
   // > 0: an asynchronous run resumed from a checkpoint at that step boundary; its lists begin by forwarding
   // again the micro-batches in flight there (asynchronous.hpp). Synchronous lists are the same every step.
   std::int64_t first_step = 0;
+  // Asynchronous lists: the steps they hold; 0: those a run executes from (Horizon::steps(), fewer for a
+  // shorter run). kpipe-sim --steps simulates longer runs through.
+  int steps = 0;
+  // Every B replaced by I then W (generate.hpp's split_backward), as a pass: kpipe-sim --split-backward.
+  bool split_backward = false;
 };
 
 struct Plan {
@@ -53,8 +59,10 @@ struct Replication {
 };
 
 // The same pipeline of passes from one pipeline's lists that the caller made (compute-only or lowered,
-// synchronous or asynchronous; kpipe-sim's own schedules): `source` says how, and is the first of passes.
-Plan plan(const Schedule& pipeline, const std::string& source, const Replication& replication, Delivery delivery);
+// synchronous or asynchronous; a schedule file kpipe-sim reads, forward-only lists): `source` says how, and is
+// the first of passes. Of the options, split_backward applies.
+Plan plan(const Schedule& pipeline, const std::string& source, const Replication& replication, Delivery delivery,
+          const PlanOptions& options = {});
 
 // "generate 1f1b (p = 4, m = 8) -> lower -> order_for_streams: 3 receives moved", for tools.
 std::string passes_text(const Plan& plan);

@@ -5,7 +5,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
-#include "kpipe/schedule/lower.hpp"
+#include "kpipe/schedule/bubble.hpp"
 #include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/text.hpp"
@@ -62,12 +62,10 @@ SimResult figures(const std::vector<Schedule>& lowered, Interpretation run) {
   result.timeline = std::move(run.timeline);
   result.step_ends = std::move(run.step_ends);
   result.makespan = *std::max_element(run.free_at.begin(), run.free_at.end());
-  result.idle_fraction.resize(world);
-  for (int w = 0; w < world; ++w) {
-    result.idle_fraction[w] = result.makespan > 0 ? 1.0 - result.busy[w] / result.makespan : 0.0;
-    result.bubble += result.idle_fraction[w];
-  }
-  result.bubble /= world;
+  std::vector<RankTime> times(world);
+  for (int w = 0; w < world; ++w) times[w] = {result.busy[w], run.free_at[w]};
+  result.idle_fraction = idle_fractions(times);
+  result.bubble = mean_bubble(result.idle_fraction);
   for (const auto& replica : lowered) {
     const auto peaks = peak_stash(replica);
     result.peak_stash.insert(result.peak_stash.end(), peaks.begin(), peaks.end());
@@ -91,22 +89,12 @@ SimResult simulate(const Schedule& schedule, const Costs& costs) {
 }
 
 SimResult simulate(const Schedule& schedule, const std::vector<Costs>& costs) {
-  const auto stage_costs = per_stage(schedule, costs);
-  validate(schedule);
+  per_stage(schedule, costs);  // the costs' shape first, as the plan's own check would find it later
   for (const auto& list : schedule.actions)
     for (const Action& a : list)
-      require(!is_reduction(a.op), "schedule: {} belongs to data-parallel replicas: simulate them together",
+      require(!is_reduction(a.op), "schedule: {} belongs to data-parallel replicas: plan them together",
               to_token(a, schedule.chunks));
-  const Schedule lowered = lower(schedule);
-  return figures({lowered}, finished(interpret(lowered, Mode::timed(stage_costs))));
-}
-
-SimResult simulate(const Replicated& replicated, const std::vector<Costs>& costs) {
-  validate(replicated);
-  const auto stage_costs = per_stage(replicated.replicas.front(), costs);
-  Replicated lowered = replicated;
-  for (auto& s : lowered.replicas) s = lower(s);
-  return figures(lowered.replicas, finished(interpret(lowered, Mode::timed(stage_costs))));
+  return simulate(plan(schedule, "given", Replication{}, Delivery::buffered), costs);
 }
 
 SimResult simulate(const Plan& plan, const std::vector<Costs>& costs) {

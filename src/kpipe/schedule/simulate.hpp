@@ -7,9 +7,9 @@
 // free and its input is there; it takes the cost of its kind (per chunk, i.e. per virtual stage). A message
 // leaves when the sender reaches its send (sends take no rank time: the network moves the data) and
 // arrives latency + activation_bytes * per_byte later; a receive blocks its rank until then. Between virtual
-// stages of one rank the handoff is immediate. Compute-only schedules are lowered first. A plan for
-// stream-ordered delivery (NCCL) is priced the same way on its own lists, whose receives the stream-order
-// pass placed where NCCL runs them.
+// stages of one rank the handoff is immediate. It prices planned lists (plan.hpp), lowered and validated by
+// the pass pipeline, never lists of its own making: a plan for stream-ordered delivery (NCCL) is priced on its
+// own lists, whose receives the stream-order pass placed where NCCL runs them.
 //
 // Data-parallel replicas (reduction.hpp) run side by side. The ordered reduction's running sum is a message
 // of gradient_bytes between replicas; a replica receives it only once the sum it sent before has been
@@ -54,18 +54,17 @@ struct SimResult {
   std::vector<int> versions_held;    // per rank: the most weight versions one chunk holds (versions.hpp)
 };
 
-// Validates the schedule first (InputError when invalid); costs must be non-negative.
-SimResult simulate(const Schedule& s, const Costs& costs = {});
-// The same with compute costs per rank, or per virtual stage (stages are rarely equal: the first holds the
-// embedding, the last the head, and with several chunks per rank each chunk has its own): costs.size() is
-// s.ranks (a rank's chunks cost alike) or s.virtual_stages(). Messages cost what costs[0] says.
-SimResult simulate(const Schedule& s, const std::vector<Costs>& costs);
-// Every replica together; the result's per-rank vectors are indexed by world rank, replica * ranks + rank.
-// Costs as above, alike in every replica.
-SimResult simulate(const Replicated& r, const std::vector<Costs>& costs);
-
-// What runs (plan.hpp), as it runs: its delivery and sum route (interpret.hpp's timed mode). The plan's lists
-// were validated when it was made and are not validated again.
+// What runs (plan.hpp), as it runs (interpret.hpp's timed mode): every replica together, the result's per-rank
+// vectors indexed by world rank, replica * ranks + rank. Compute costs per rank, or per virtual stage (stages
+// are rarely equal: the first holds the embedding, the last the head, and with several chunks per rank each
+// chunk has its own): costs.size() is the ranks of a pipeline (a rank's chunks cost alike) or its virtual
+// stages, alike in every replica; messages cost what costs[0] says; costs must be non-negative. The plan's
+// lists were validated when it was made and are not validated again.
 SimResult simulate(const Plan& plan, const std::vector<Costs>& costs);
+
+// One pipeline's lists (compute-only or lowered; no replicas), planned first on a buffered delivery
+// (plan(): InputError when invalid), then simulated: for tests and tools that price a schedule of their own.
+SimResult simulate(const Schedule& s, const Costs& costs = {});
+SimResult simulate(const Schedule& s, const std::vector<Costs>& costs);
 
 }  // namespace kpipe::schedule
