@@ -66,7 +66,8 @@ if [ $bundle -eq 1 ]; then
   # The shared libraries the programs load, except the GPU driver's, CUDA's own and the C library's (the node
   # has its own).
   mkdir -p "$build/gpu-libs"
-  find "$build/apps" "$build/tests" "$build/benchmarks" "$build/tools/kernel_timer" -maxdepth 1 -type f -perm -u+x 2>/dev/null |
+  find "$build/apps" "$build/tests" "$build/benchmarks" "$build/tools/kernel_timer" -maxdepth 1 -type f -perm -u+x \
+    2>/dev/null |
     xargs -r ldd 2>/dev/null | awk '/=> \// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libnvidia[^/]*|libcublas[^/]*|libcudart|libnccl)\.so' |
     xargs -r -I{} cp -L {} "$build/gpu-libs/"
@@ -169,12 +170,11 @@ kernel_profile() {
     >"$out/$tag-ledger.csv" 2>"$out/$tag-ledger.log"; then
     failed=1; echo "gpu-check: kpipe-sim --kernels $size FAILED (log: $out/$tag-ledger.log)"; return 0
   fi
-  # shellcheck disable=SC2086
   # Kokkos 4 reads KOKKOS_TOOLS_LIBS, Kokkos 3 KOKKOS_PROFILE_LIBRARY.
+  # shellcheck disable=SC2086
   if ! KOKKOS_TOOLS_LIBS="$timer" KOKKOS_PROFILE_LIBRARY="$timer" KPIPE_KERNEL_TIMES="$out/$tag-measured.csv" \
-    "${kpipe_env[@]}" "$train" \
-    ${model_args[$size]} --precision bf16 --steps 3 --train.log_every 1000000 --train.eval_batches 1 \
-    --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
+    "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision bf16 --steps 3 --train.log_every 1000000 \
+    --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
     failed=1; echo "gpu-check: kpipe $tag FAILED (log: $out/$tag.log)"; return 0
   fi
   python3 - "$out/$tag-ledger.csv" "$out/$tag-measured.csv" "$size" "$ledger_gpu" >"$out/$tag.txt" <<'EOF'
