@@ -70,10 +70,14 @@ void print_table(const KernelLedger& ledger, const model::GpuSpec& gpu) {
     flops += t.flops;
   }
   const double tokens = double(ledger.sequences) * m.seq_len;
-  std::printf("%-15s %8s %10.2f %10s %11.3f  (at most %.0f tokens/s, %.1f%% of the bf16 peak; without the "
+  // The products' arithmetic: the peak a precision's share is quoted against (as gpu-check quotes it).
+  const model::Arithmetic products = ledger.precision == Precision::bf16   ? model::Arithmetic::bf16
+                                     : ledger.precision == Precision::tf32 ? model::Arithmetic::tf32
+                                                                           : model::Arithmetic::fp32;
+  std::printf("%-15s %8s %10.2f %10s %11.3f  (at most %.0f tokens/s, %.1f%% of the %s peak; without the "
               "optimizer step)\n",
               "micro-batch", "", flops / 1e9, "", seconds * 1e3, tokens / seconds,
-              100 * flops / seconds / gpu.bf16_flops);
+              100 * flops / seconds / gpu.peak(products), model::to_string(products));
 }
 
 // One line per entry, for scripts: bound_us is the entry's bound over all its launches.
