@@ -21,6 +21,7 @@
 // With a training configuration (kpipe-train's options) instead of a bare schedule:
 //   kpipe-sim --memory [kpipe-train options]    every rank's predicted memory by category, and the step time
 //   kpipe-sim --recommend --ranks N --memory-per-rank SIZE [model options]   the fastest layouts that fit
+//   kpipe-sim --kernels [--gpu h200] [model options]   each kernel of a micro-batch, its GPU bound (sim_kernels.cpp)
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -52,6 +53,7 @@
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
 #include "kpipe/schedule/versions.hpp"
+#include "sim_kernels.hpp"
 
 namespace {
 
@@ -492,6 +494,8 @@ int plan_main(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--kernels") return kpipe::apps::sim_kernels_main(argc, argv);
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--recommend" || std::string(argv[i]) == "--memory") {
       try {

@@ -14,7 +14,11 @@
 # beside PyTorch's median step after the first two, kpipe's whole-run average (first step included) for
 # reference; model TFLOP/s (the FLOPs of benchmarks/run.py) and the share of the GPU's peak at that precision
 # (dense: fp32 without tensor cores, TF32 and BF16 tensor cores; known for H100/H200 and A100, else
-# GPU_PEAK_TFLOPS="fp32 tf32 bf16"); and kpipe / PyTorch eager.
+# GPU_PEAK_TFLOPS="fp32 tf32 bf16"); and kpipe / PyTorch eager;
+#   4. per kernel, for each size: one bf16 run of kpipe-train with the kernel timer (tools/kernel_timer, a Kokkos
+#      Tools library that fences every kernel) beside the work ledger's roofline bounds (kpipe-sim --kernels --gpu
+#      h100|h200, as nvidia-smi names the GPU): measured and predicted microseconds per launch, and every kernel
+#      more than 3x over its bound flagged (vendor products are predicted only: they are no Kokkos kernels).
 # Sizes: bench (the bench preset), wide (d_model 1024, 16 heads, 8 layers, seq_len 256, 32 sequences), long (wide
 # at seq_len 2048 with 4 sequences, bf16 only: against PyTorch's fused scaled_dot_product_attention).
 #
@@ -39,7 +43,7 @@ while [ $# -gt 0 ]; do
     --bundle) bundle=1; shift ;;
     --sizes) sizes=$2; shift 2 ;;
     --limit) limit=$2; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)"; exit 2 ;;
     *) build=$1; shift ;;
   esac
@@ -55,14 +59,15 @@ if ! grep -q 'nvcc_wrapper' "$cache" || [[ "$devices" != *CUDA* ]]; then
   echo "gpu-check: $build is not a CUDA build (Kokkos devices: ${devices:-unknown}, compiler: $(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$cache")); nothing to check on a GPU"
   exit 2
 fi
-train="$build/apps/kpipe-train"
+train="$build/apps/kpipe-train" sim="$build/apps/kpipe-sim" timer="$build/tools/kernel_timer/libkpipe_kernel_timer.so"
 [ -x "$train" ] || { echo "gpu-check: $train is missing: build the apps (KPIPE_ENABLE_APPS=ON)"; exit 2; }
 
 if [ $bundle -eq 1 ]; then
   # The shared libraries the programs load, except the GPU driver's, CUDA's own and the C library's (the node
   # has its own).
   mkdir -p "$build/gpu-libs"
-  find "$build/apps" "$build/tests" "$build/benchmarks" -maxdepth 1 -type f -perm -u+x 2>/dev/null |
+  find "$build/apps" "$build/tests" "$build/benchmarks" "$build/tools/kernel_timer" -maxdepth 1 -type f -perm -u+x \
+    2>/dev/null |
     xargs -r ldd 2>/dev/null | awk '/=> \// {print $3}' | sort -u |
     grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libnvidia[^/]*|libcublas[^/]*|libcudart|libnccl)\.so' |
     xargs -r -I{} cp -L {} "$build/gpu-libs/"
@@ -91,6 +96,12 @@ if [ -z "$peaks" ]; then
     *) peaks="" ;;
   esac
 fi
+# The ledger's GPU (model/roofline.hpp): its bounds are for an H100 or an H200.
+case $gpu_name in
+  *H200*) ledger_gpu=h200 ;;
+  *H100*) ledger_gpu=h100 ;;
+  *) ledger_gpu="" ;;
+esac
 out=${out:-$build/gpu-check}
 mkdir -p "$out"
 failed=0
@@ -146,6 +157,56 @@ torch_run() {  # torch_run TAG SIZE PRECISION [--compile]: prints PyTorch's medi
     return 1
   fi
 }
+# 4. kernel_profile SIZE: the kernel timer's run of SIZE in bf16 (a few steps: every kernel is fenced) and the
+# ledger of the same model, joined by label into $out/kernels-SIZE.txt.
+kernel_profile() {
+  local size=$1 tag="kernels-$1"
+  if [ -z "$ledger_gpu" ]; then
+    echo "gpu-check: per-kernel bounds are for an H100 or H200, not $gpu_name: $tag skipped"; return 0
+  fi
+  [ -f "$timer" ] || { echo "gpu-check: $timer is missing: $tag skipped"; return 0; }
+  # shellcheck disable=SC2086
+  if ! "${kpipe_env[@]}" "$sim" --kernels --gpu "$ledger_gpu" --format csv ${model_args[$size]} --precision bf16 \
+    >"$out/$tag-ledger.csv" 2>"$out/$tag-ledger.log"; then
+    failed=1; echo "gpu-check: kpipe-sim --kernels $size FAILED (log: $out/$tag-ledger.log)"; return 0
+  fi
+  # Kokkos 4 reads KOKKOS_TOOLS_LIBS, Kokkos 3 KOKKOS_PROFILE_LIBRARY.
+  # shellcheck disable=SC2086
+  if ! KOKKOS_TOOLS_LIBS="$timer" KOKKOS_PROFILE_LIBRARY="$timer" KPIPE_KERNEL_TIMES="$out/$tag-measured.csv" \
+    "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision bf16 --steps 3 --train.log_every 1000000 \
+    --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
+    failed=1; echo "gpu-check: kpipe $tag FAILED (log: $out/$tag.log)"; return 0
+  fi
+  python3 - "$out/$tag-ledger.csv" "$out/$tag-measured.csv" "$size" "$ledger_gpu" >"$out/$tag.txt" <<'EOF'
+import csv, sys
+ledger_path, measured_path, size, gpu = sys.argv[1:]
+predicted, vendor = {}, {}  # label: [launches per micro-batch, bound in us over them]
+for row in csv.DictReader(open(ledger_path)):
+    entry = (predicted if row["kind"] == "kernel" else vendor).setdefault(row["label"], [0, 0.0])
+    entry[0] += int(row["launches"])
+    entry[1] += float(row["bound_us"])
+measured = {row["label"]: (int(row["launches"]), float(row["seconds"])) for row in csv.DictReader(open(measured_path))}
+print(f"gpu-check: kernels of {size}, bf16, on {gpu}: measured (fenced, mean over the run's launches) beside the "
+      "ledger's roofline bound, microseconds per launch; ! marks a kernel over 3x its bound")
+print(f"{'label':62} {'launches':>9} {'measured':>9} {'bound':>9} {'ratio':>6}")
+over = 0
+for label, (launches, bound) in predicted.items():
+    per_launch = bound / launches
+    if label not in measured:
+        print(f"{label:62} {'-':>9} {'-':>9} {per_launch:9.1f} {'-':>6}  (not launched)")
+        continue
+    count, seconds = measured[label]
+    mean = seconds / count * 1e6
+    ratio = mean / per_launch
+    over += ratio > 3
+    print(f"{label:62} {count:9d} {mean:9.1f} {per_launch:9.1f} {ratio:6.2f}{'  !' if ratio > 3 else ''}")
+outside = sum(s for label, (n, s) in measured.items() if label not in predicted)
+print(f"gpu-check: {size}: {over} of {len(predicted)} kernels over 3x their bound; vendor calls and copies (not "
+      f"timed here) bounded at {sum(b for n, b in vendor.values()) / 1e3:.2f} ms a micro-batch; kernels outside the "
+      f"ledger (initialization, optimizer, ...): {outside:.3f} s in the run")
+EOF
+}
+
 rows=()
 for size in ${sizes//,/ }; do
   [ -n "${model_args[$size]:-}" ] || { echo "gpu-check: --sizes: unknown size $size (bench, wide, long)"; exit 2; }
@@ -169,6 +230,7 @@ for size in ${sizes//,/ }; do
     fi
     rows+=("$size $precision $kpipe $kpipe_run $torch $compiled")
   done
+  kernel_profile "$size"
 done
 if [ -n "$mpiexec" ]; then
   for precision in fp32 bf16; do
@@ -217,5 +279,8 @@ for row in sys.argv[2:]:
     print(f"{size:14} {precision:9} {k[0]:>11} {k[1]:>8} {k[2]:>6} {run:>10} {t[0]:>13} {t[1]:>8} {t[2]:>6} "
           f"{compiled:>9} {ratio:>13}")
 EOF
+for size in ${sizes//,/ }; do
+  [ -f "$out/kernels-$size.txt" ] && { echo; cat "$out/kernels-$size.txt"; }
+done
 echo "gpu-check: logs and metrics in $out"
 exit $failed

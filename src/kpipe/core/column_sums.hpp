@@ -42,6 +42,12 @@ constexpr ColumnGroups column_groups(std::int64_t rows) {
 // The device path's columns per team (its vector lanes); the host path's per work item are column_block's.
 inline constexpr int column_tile = 8;
 
+// The device path's threads per team on a GPU: one per row group, up to a 1024-thread block of column_tile lanes
+// each (threads beyond that take several groups in turn).
+constexpr int column_sum_threads(std::int64_t groups) {
+  return int(std::min<std::int64_t>(std::max<std::int64_t>(groups, 1), 1024 / column_tile));
+}
+
 // K running sums per column (LayerNorm's gamma and beta gradients share one pass over dy).
 template <class T, int K> using ColumnTerms = Kokkos::Array<T, K>;
 
@@ -122,8 +128,8 @@ void column_sums(const char* label, const ExecSpace& space, std::int64_t rows, s
       const int size = probe.team_size_max(kernel, Kokkos::ParallelForTag());
       Kokkos::parallel_for(label, Policy(space, league, size).set_scratch_size(0, scratch), kernel);
     } else {
-      const int threads = int(std::min<std::int64_t>(std::max<std::int64_t>(groups, 1), 1024 / column_tile));
-      Kokkos::parallel_for(label, Policy(space, league, threads, tile).set_scratch_size(0, scratch), kernel);
+      Kokkos::parallel_for(
+          label, Policy(space, league, column_sum_threads(groups), tile).set_scratch_size(0, scratch), kernel);
     }
   }
 }
