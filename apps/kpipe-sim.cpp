@@ -42,6 +42,7 @@
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/planner/costs.hpp"
+#include "kpipe/model/roofline.hpp"
 #include "kpipe/planner/recommend.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/generate.hpp"
@@ -336,14 +337,14 @@ int run(Options o, const CLI::App& app) {
 struct ConfigModeOptions {
   bool recommend = false, memory = false;
   int ranks = 0, top = 5;
-  std::string memory_per_rank, profile;
+  std::string memory_per_rank, profile, gpu;
   planner::Machine machine;
 };
 
 // The options of this mode, as opposed to the configuration's (which go on to the recommended command lines).
 const std::vector<std::string> plan_flags = {"--recommend", "--memory"};
 const std::vector<std::string> plan_options = {"--ranks",   "--memory-per-rank", "--top",      "--profile",
-                                               "--flops-per-second", "--latency", "--bandwidth"};
+                                               "--gpu",     "--flops-per-second", "--latency", "--bandwidth"};
 
 // The keys a recommendation sets (with their short spellings): the user's own values for them are dropped.
 const std::vector<std::string> layout_options = {
@@ -371,12 +372,14 @@ std::vector<std::string> model_arguments(int argc, char** argv) {
 planner::Machine machine_of(const ConfigModeOptions& o) {
   planner::Machine m = o.machine;
   if (!o.profile.empty()) m.profile = planner::read_profile(o.profile);
+  if (!o.gpu.empty()) m.gpu = model::gpu_spec(o.gpu);
   return m;
 }
 
 std::string costs_source(const ConfigModeOptions& o) {
-  return o.profile.empty() ? fmt::format("model FLOPs at {:g} FLOP/s per rank", o.machine.flops_per_second)
-                           : fmt::format("layer times measured in {}", o.profile);
+  if (!o.profile.empty()) return fmt::format("layer times measured in {}", o.profile);
+  if (!o.gpu.empty()) return fmt::format("layer times from the work ledger's roofline on an {}", o.gpu);
+  return fmt::format("model FLOPs at {:g} FLOP/s per rank", o.machine.flops_per_second);
 }
 
 void print_memory_table(const std::vector<memory::RankMemory>& ranks) {
@@ -478,6 +481,9 @@ int plan_main(int argc, char** argv) {
     app.add_option("--top", o.top, "layouts to print")->group("[kpipe-sim]")->capture_default_str();
     app.add_option("--profile", o.profile, "layer times measured by kpipe-train --output.profile FILE")
         ->group("[kpipe-sim]");
+    app.add_option("--gpu", o.gpu, "without --profile: layer times from the work ledger's roofline on this GPU "
+                                   "(h100, h200)")
+        ->group("[kpipe-sim]");
     app.add_option("--flops-per-second", o.machine.flops_per_second, "compute rate per rank without a profile")
         ->check(CLI::PositiveNumber)->group("[kpipe-sim]")->capture_default_str();
     app.add_option("--latency", o.machine.latency, "seconds per message")
@@ -488,6 +494,10 @@ int plan_main(int argc, char** argv) {
   });
   if (command.exit_now) return command.exit_code;
   require(o.recommend != o.memory, "--recommend and --memory: give one of them");
+  require(o.gpu.empty() || model::gpu_spec(o.gpu).has_value(), "--gpu = '{}': the GPUs known are h100 and h200",
+          o.gpu);
+  require(o.gpu.empty() || o.profile.empty(), "--gpu = '{}' and --profile = '{}': give one of them", o.gpu,
+          o.profile);
   return o.recommend ? run_recommend(command.config, o, model_arguments(argc, argv)) : run_memory(command.config, o);
 }
 

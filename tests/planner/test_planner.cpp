@@ -9,6 +9,7 @@
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/planner/costs.hpp"
 #include "kpipe/planner/recommend.hpp"
+#include "kpipe/planner/roofline_profile.hpp"
 #include "kpipe/schedule/plan.hpp"
 
 namespace kpipe::planner {
@@ -163,6 +164,61 @@ TEST(Planner, RecommendationsFitAndComeFastestFirst) {
   EXPECT_TRUE(none.best.empty());
   ASSERT_TRUE(none.leanest.has_value());
   EXPECT_GT(none.leanest->memory, search.memory_per_rank);
+}
+
+}  // namespace
+}  // namespace kpipe::planner
+
+namespace kpipe::planner {
+namespace {
+
+// The roofline profile spreads the work ledger over the layers: the embedding, n blocks and the head at the
+// micro-batch's size add up to the whole model's ledger bound in every pass, whatever the number of blocks.
+TEST(RooflineProfile, LayersAddUpToTheWholeModelsLedger) {
+  const auto gpu = model::gpu_spec("h200");
+  ASSERT_TRUE(gpu.has_value());
+  for (const Precision precision : {Precision::fp32, Precision::bf16}) {
+    ModelConfig m;
+    m.n_layers = 5;
+    m.d_model = 128;
+    m.n_heads = 4;
+    m.seq_len = 96;
+    const int sequences = 3;
+    const Profile p = roofline_profile(m, sequences, precision, *gpu);
+    const auto totals = model::pass_totals(model::kernel_ledger(m, sequences, precision), *gpu);
+    std::array<double, 3> expected{};  // forward (with the loss), backward_input, backward_weight
+    for (const auto& t : totals)
+      expected[t.pass == model::Pass::backward_input ? 1 : t.pass == model::Pass::backward_weight ? 2 : 0] +=
+          t.seconds;
+    for (std::size_t k = 0; k < 3; ++k) {
+      const double layers = (p.embedding[k] + m.n_layers * p.block[k] + p.head[k]) * sequences;
+      EXPECT_NEAR(layers, expected[k], 1e-12 * expected[k]) << "pass " << k;
+      EXPECT_GT(p.block[k], 0.0);
+    }
+    EXPECT_GT(p.optimizer, 0.0);
+  }
+}
+
+// kpipe-sim --gpu and the planner: a configuration priced on a GPU costs its ledger's bounds per stage.
+TEST(RooflineProfile, StageCostsOnAGpuComeFromTheLedger) {
+  Config c = bench();
+  c.pipeline.pipeline_size = 2;
+  c.train.microbatches = 4;
+  const auto desc = model::describe(c.model);
+  const auto planned = schedule::plan(c, schedule::Delivery::buffered);
+  Machine gpu_machine;
+  gpu_machine.gpu = model::gpu_spec("h100");
+  const auto on_gpu = stage_costs(c, desc, planned.run, gpu_machine);
+  Machine flops_machine;
+  flops_machine.profile = roofline_profile(c.model, c.train.batch / c.train.microbatches, c.train.precision,
+                                           *gpu_machine.gpu);
+  const auto from_profile = stage_costs(c, desc, planned.run, flops_machine);
+  ASSERT_EQ(on_gpu.size(), from_profile.size());
+  for (std::size_t k = 0; k < on_gpu.size(); ++k) {
+    EXPECT_DOUBLE_EQ(on_gpu[k].f, from_profile[k].f);
+    EXPECT_DOUBLE_EQ(on_gpu[k].b, from_profile[k].b);
+    EXPECT_GT(on_gpu[k].f, 0.0);
+  }
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 #include "kpipe/planner/costs.hpp"
 
+#include <algorithm>
+
 #include "kpipe/core/error.hpp"
 #include "kpipe/partition/configured.hpp"
+#include "kpipe/planner/roofline_profile.hpp"
 
 namespace kpipe::planner {
 
@@ -68,9 +71,12 @@ std::vector<schedule::Costs> stage_costs(const model::ModelDesc& desc, const std
 }
 
 std::vector<schedule::Costs> stage_costs(const Config& config, const model::ModelDesc& desc,
-                                         const schedule::Replicated& replicated, const Machine& machine) {
+                                         const schedule::Replicated& replicated, const Machine& given) {
   const schedule::Schedule& s = replicated.replicas.front();
   const double sequences = double(config.train.batch) / config.train.microbatches;
+  Machine machine = given;
+  if (machine.gpu && !machine.profile)
+    machine.profile = roofline_profile(config.model, std::max(1, int(sequences)), config.train.precision, *machine.gpu);
   schedule::Costs base;
   base.latency = machine.latency;
   base.per_byte = 1.0 / machine.bytes_per_second;

@@ -1,7 +1,7 @@
 #pragma once
 // The step-time model: what each action of a configuration costs, per virtual stage, for the simulator.
-// Layer times come from a profile kpipe-train measured (profile.hpp) or from the model's FLOPs at an
-// assumed rate; messages cost latency + bytes / bandwidth; the optimizer step a time per parameter.
+// Layer times come from a profile kpipe-train measured (profile.hpp), from the work ledger's roofline on a
+// named GPU (roofline_profile.hpp), or from the model's FLOPs at an assumed rate; messages cost latency + bytes / bandwidth; the optimizer step a time per parameter.
 // Recomputation costs the forward time of what it recomputes: measured when the profile ran with the same
 // mode, else the block's forward time times the recomputed part's share of the block's forward FLOPs.
 // It is kpipe's one cost model: kpipe-sim --memory and --recommend price configurations with it, and
@@ -12,6 +12,7 @@
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/model/desc.hpp"
+#include "kpipe/model/roofline.hpp"
 #include "kpipe/nn/block.hpp"
 #include "kpipe/partition/partition.hpp"
 #include "kpipe/planner/profile.hpp"
@@ -21,8 +22,9 @@
 namespace kpipe::planner {
 
 struct Machine {
-  double flops_per_second = 1e11;     // per rank, without a profile
+  double flops_per_second = 1e11;     // per rank, without a profile or a GPU
   std::optional<Profile> profile;     // measured layer times (its widths must be the model's)
+  std::optional<model::GpuSpec> gpu;  // without a profile: layer times from the work ledger's roofline on it
   double latency = 5e-6;              // seconds per message
   double bytes_per_second = 1e10;     // per link
   double optimizer_seconds_per_parameter = 2e-9;  // without a profile
