@@ -220,7 +220,7 @@ template <class A> void open_inputs_and_outputs(TrainingRun<A>& run) {
 // A second agreement, which every rank enters: the trainer's constructor has collectives of its own
 // (memory.limit_per_rank = auto), which must not meet a rank already agreeing on an input's failure.
 template <class A>
-void build_trainer(TrainingRun<A>& run, kpipe::comm::TransportKind transport, const FaultInjection& faults) {
+void build_trainer(TrainingRun<A>& run, kpipe::comm::TransportKind transport) {
   using namespace kpipe;
   comm::agree(run.grid.world, {run.timeout(), "setting up the trainer, the trace and the timeline"}, [&] {
     runtime::TrainerOptions options;
@@ -430,7 +430,7 @@ template <class A> int train(const Job& job, kpipe::comm::TransportKind transpor
   const FaultInjection faults = fault_injection();
   TrainingRun<A> run(job.config, program.rank);
   open_inputs_and_outputs(run);
-  build_trainer(run, transport, faults);
+  build_trainer(run, transport);
   open_checkpoints(run, faults);
   program.set_up = true;
   announce(run, job.optimizer_note);
