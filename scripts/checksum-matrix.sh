@@ -31,4 +31,6 @@ for precision in fp32 bf16; do
   run bench 1f1b 1 1 1 $precision --batch 8
   run bench 1f1b 2 1 1 $precision --batch 8
   run bench interleaved 2 1 2 $precision --batch 8
+  run bench 1f1b 1 1 1 $precision  # 2 sequences a micro-batch: sums over more than one sequence's rows
+  run bench 1f1b 2 1 1 $precision
 done
