@@ -1,8 +1,6 @@
 #include "kpipe/nn/attention.hpp"
 
 #include <algorithm>
-#include <type_traits>
-#include <utility>
 
 #include "kpipe/core/blas.hpp"
 #include "kpipe/core/elementwise.hpp"

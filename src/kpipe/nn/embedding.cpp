@@ -108,7 +108,7 @@ void backward_weight(const ExecSpace& space, const Embedding<T, A>& emb, const V
                          const std::int64_t c0 = block * width;
                          const int n = channels - c0 < width ? int(channels - c0) : width;
                          T sum[width];
-                         for (int j = 0; j < n; ++j) sum[j] = pieces(p, c0 + j);
+                         for (int j = 0; j < width; ++j) sum[j] = j < n ? pieces(p, c0 + j) : T(0);
                          for (std::int64_t q = (p / piece + 1) * piece; q < rows && keys(q) / rows == t; q += piece)
                            for (int j = 0; j < n; ++j) sum[j] += pieces(q, c0 + j);
                          T* KOKKOS_RESTRICT target = &dtoken(t, c0);
