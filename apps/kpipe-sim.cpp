@@ -494,8 +494,8 @@ int plan_main(int argc, char** argv) {
   });
   if (command.exit_now) return command.exit_code;
   require(o.recommend != o.memory, "--recommend and --memory: give one of them");
-  require(o.gpu.empty() || model::gpu_spec(o.gpu).has_value(), "--gpu = '{}': the GPUs known are h100 and h200",
-          o.gpu);
+  require(o.gpu.empty() || model::gpu_spec(o.gpu).has_value(), "--gpu = {}: expected one of {}", o.gpu,
+          fmt::join(model::gpu_names(), ", "));
   require(o.gpu.empty() || o.profile.empty(), "--gpu = '{}' and --profile = '{}': give one of them", o.gpu,
           o.profile);
   return o.recommend ? run_recommend(command.config, o, model_arguments(argc, argv)) : run_memory(command.config, o);
