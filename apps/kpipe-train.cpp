@@ -368,10 +368,11 @@ void print_pipeline_report(const kpipe::runtime::PipelineReport& report) {
                          report.peak_stash[k], report.predicted_stash[k], report.allocated_slots[k]);
   fmt::print(stderr,
              "pipeline: bubble measured {:.3f}, simulated {:.3f} (measured F {:.2f} ms, B {:.2f} ms, I {:.2f} ms, "
-             "W {:.2f} ms per chunk)\n  per rank (bubble measured/simulated, peak stash measured/predicted, slots "
-             "allocated):{}\n",
+             "W {:.2f} ms per chunk; a message {:.1f} us + {:.1f} us per MiB)\n  per rank (bubble "
+             "measured/simulated, peak stash measured/predicted, slots allocated):{}\n",
              report.measured_mean, report.simulated_mean, 1e3 * report.cost_f, 1e3 * report.cost_b,
-             1e3 * report.cost_i, 1e3 * report.cost_w, ranks);
+             1e3 * report.cost_i, 1e3 * report.cost_w, 1e6 * report.messages.latency,
+             1e6 * report.messages.per_byte * (1 << 20), ranks);
 }
 
 // After the last step: the pipeline report, the layer profile, the validation loss, the memory report and the

@@ -1,6 +1,7 @@
 #include "kpipe/runtime/pipeline_report.hpp"
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/message_probe.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/simulate.hpp"
@@ -8,8 +9,26 @@
 
 namespace kpipe::runtime {
 
+namespace {
+
+// What a message between neighbouring stages costs on this run's transport (comm/message_probe.hpp). The probe
+// pauses as long as a forward (at most 5 ms), so that the receiver waits as it does in the run; it reuses
+// the first chunk's activation buffer, whose contents no longer matter after the step.
+template <class T, class A> comm::MessageCost probe_messages(StageModel<T, A>& stage, double forward_s) {
+  const auto& grid = stage.grid();
+  if (grid.pipeline_size == 1) return {};
+  auto& chunk = stage.chunk(0);
+  // Stage 0's first chunk has no input buffer, every other stage's has; each is an activation message's size.
+  const View2<A>& buffer = grid.stage == 0 ? chunk.output(0) : chunk.input(0);
+  return comm::measure_message_cost(stage.transport(), ExecSpace{}, grid.pipeline, buffer.data(),
+                                    buffer.span() * sizeof(A), std::min(forward_s, 5e-3),
+                                    stage.config().pipeline.recv_timeout_s);
+}
+
+}  // namespace
+
 template <class T, class A>
-PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
+PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
                                const schedule::RankTime& time) {
   const auto& grid = stage.grid();
   PipelineReport r;
@@ -27,14 +46,16 @@ PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& pla
   r.allocated_slots = comm::allgather(std::vector<int>{slots}, grid.pipeline, bound);
 
   // Per-action costs as each virtual stage measured them (stages differ: the first has the embedding, the
-  // last the head, and a rank's chunks differ as well); the report's single figures are their means over
-  // the stages that ran each kind.
+  // last the head, and a rank's chunks differ as well), with the bytes of its gradients (the replicas' running
+  // sum); the report's single figures are their means over the stages that ran each kind.
   const auto& lowered = plan.lists();
   const int chunks = stage.chunks();
-  std::vector<double> own(4 * std::size_t(chunks));
+  constexpr std::size_t per_chunk = 5;
+  std::vector<double> own(per_chunk * std::size_t(chunks));
   for (int c = 0; c < chunks; ++c) {
     const auto seconds = executor.mean_action_seconds(c);
-    std::copy(seconds.begin(), seconds.end(), own.begin() + 4 * c);
+    std::copy(seconds.begin(), seconds.end(), own.begin() + per_chunk * c);
+    own[per_chunk * c + 4] = double(stage.chunk(c).params().grads().span() * sizeof(T));
   }
   const std::vector<double> all = comm::allgather(own, grid.pipeline, bound);
   std::vector<schedule::Costs> costs(lowered.virtual_stages());
@@ -42,11 +63,12 @@ PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& pla
   for (int rank = 0; rank < p; ++rank) {
     for (int chunk = 0; chunk < chunks; ++chunk) {
       const int k = lowered.virtual_stage(rank, chunk);
-      const double* c = &all[4 * (std::size_t(rank) * chunks + chunk)];
+      const double* c = &all[per_chunk * (std::size_t(rank) * chunks + chunk)];
       costs[k].f = c[0];
       costs[k].b = c[1];
       costs[k].i = c[2];
       costs[k].w = c[3];
+      costs[k].gradient_bytes = c[4];
       for (int op = 0; op < 4; ++op)
         if (c[op] > 0) {
           sum[op] += c[op];
@@ -58,8 +80,14 @@ PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& pla
   r.cost_b = ran[1] > 0 ? sum[1] / ran[1] : 0;
   r.cost_i = ran[2] > 0 ? sum[2] / ran[2] : 0;
   r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
-  // What runs: every replica's lists with the reduction's actions (the running sum's hops cost what its
-  // bytes would at zero latency: messages are not measured here), this replica's ranks reported.
+  r.messages = probe_messages(stage, r.cost_f);
+  const auto& first = stage.chunk(0);
+  for (auto& c : costs) {
+    c.latency = r.messages.latency;
+    c.per_byte = r.messages.per_byte;
+    c.activation_bytes = double(first.rows() * first.channels() * std::int64_t(sizeof(A)));
+  }
+  // What runs: every replica's lists with the reduction's actions, this replica's ranks reported.
   const auto sim = schedule::simulate(plan.schedule, costs);
   // Asynchronous schedules: the steady state's (the steps kpipe-train counts; schedule/simulate.hpp).
   const auto& idle = lowered.asynchronous() ? sim.steady_idle_fraction : sim.idle_fraction;
@@ -72,7 +100,7 @@ PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& pla
 }
 
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
-  template PipelineReport pipeline_report(const StageModel<T, A>&, const RunPlan&, const Executor<T, A>&,             \
+  template PipelineReport pipeline_report(StageModel<T, A>&, const RunPlan&, const Executor<T, A>&,             \
                                           const schedule::RankTime&);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE

@@ -4,6 +4,7 @@
 // predicts).
 #include <vector>
 
+#include "kpipe/comm/message_probe.hpp"
 #include "kpipe/runtime/executor.hpp"
 #include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/stage_model.hpp"
@@ -16,16 +17,17 @@ struct PipelineReport {
   std::vector<double> simulated_bubble;  // per pipeline rank, from schedule::simulate
   double measured_mean = 0, simulated_mean = 0;
   double cost_f = 0, cost_b = 0, cost_i = 0, cost_w = 0;  // mean seconds per action on one chunk
+  comm::MessageCost messages;            // measured after the run: what the simulator charges a message
   std::vector<int> peak_stash;           // measured, per pipeline rank
   std::vector<int> predicted_stash;      // schedule::peak_stash
   std::vector<int> allocated_slots;      // measured, per pipeline rank: slots in the pools of its chunks
 };
 
 // Collective over the stage's pipeline (every rank of it calls it): what `executor` measured running the
-// plan's lists on `stage`. `time`: this rank's busy time and span summed over the steps to count (e.g. all but
+// plan's lists on `stage`, and what a message costs on its transport (measured here, through its buffers). `time`: this rank's busy time and span summed over the steps to count (e.g. all but
 // the first), each step's from the executor's timeline (schedule::add_step).
 template <class T, class A>
-PipelineReport pipeline_report(const StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
+PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
                                const schedule::RankTime& time);
 
 }  // namespace kpipe::runtime
