@@ -51,36 +51,22 @@ template <class T> TensorStats tensor_stats(const ExecSpace& space, const View2<
   const std::int64_t n = std::int64_t(x.extent(0)) * cols;
   TensorStats s;
   if (n == 0) return s;
-  double sum = 0;
+  // Two passes over the tensor: count, sum, min and max together, then the squares about the mean (not
+  // E[x^2] - E[x]^2, which cancels). A traced step runs this between its actions, so each pass is time the
+  // step's neighbours wait for.
+  double sum = 0, lo = 0, hi = 0;
   std::int64_t finite = 0;
   Kokkos::parallel_reduce(
-      "kpipe::io::tensor_stats::count", range(space, n),
-      KOKKOS_LAMBDA(std::int64_t k, std::int64_t& c) {
-        if (math::isfinite(widen<double>(x(k / cols, k % cols)))) ++c;
-      },
-      finite);
-  Kokkos::parallel_reduce(
-      "kpipe::io::tensor_stats::sum", range(space, n),
-      KOKKOS_LAMBDA(std::int64_t k, double& acc) {
+      "kpipe::io::tensor_stats::count_sum_min_max", range(space, n),
+      KOKKOS_LAMBDA(std::int64_t k, std::int64_t& c, double& acc, double& lo_k, double& hi_k) {
         const double v = widen<double>(x(k / cols, k % cols));
-        if (math::isfinite(v)) acc += v;
+        if (!math::isfinite(v)) return;
+        ++c;
+        acc += v;
+        if (v < lo_k) lo_k = v;
+        if (v > hi_k) hi_k = v;
       },
-      sum);
-  double lo = 0, hi = 0;
-  Kokkos::parallel_reduce(
-      "kpipe::io::tensor_stats::min", range(space, n),
-      KOKKOS_LAMBDA(std::int64_t k, double& m) {
-        const double v = widen<double>(x(k / cols, k % cols));
-        if (math::isfinite(v) && v < m) m = v;
-      },
-      Kokkos::Min<double>(lo));
-  Kokkos::parallel_reduce(
-      "kpipe::io::tensor_stats::max", range(space, n),
-      KOKKOS_LAMBDA(std::int64_t k, double& m) {
-        const double v = widen<double>(x(k / cols, k % cols));
-        if (math::isfinite(v) && v > m) m = v;
-      },
-      Kokkos::Max<double>(hi));
+      finite, sum, Kokkos::Min<double>(lo), Kokkos::Max<double>(hi));
   s.nonfinite_fraction = double(n - finite) / double(n);
   if (finite == 0) {
     s.mean = s.std = s.min = s.max = s.absmax = nan();
