@@ -8,6 +8,7 @@
 
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/runtime/generator.hpp"
+#include "kpipe/runtime/trainer.hpp"
 
 #include "support/mpi_world.hpp"
 
