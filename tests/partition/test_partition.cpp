@@ -13,6 +13,8 @@
 #include "kpipe/nn/block.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/partition/partition.hpp"
+#include "kpipe/runtime/run_plan.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/plan.hpp"
 #include "kpipe/schedule/validate.hpp"
 
@@ -252,6 +254,66 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatTheScheduleHolds) {
   c.pipeline.schedule = ScheduleKind::one_f_one_b;
   EXPECT_EQ(in_flight(schedule::plan(c, schedule::Delivery::buffered).run, 2).per_rank,
             (std::vector<int>{4, 3, 2, 1}));
+}
+
+// The bound an asynchronous run's partition weighs (schedule::stash_bound, from the configuration) is what
+// the lists of the run from step 0 hold at their peak: every rule, short and long runs, with replicas, on
+// either delivery. So a fresh run's partition is what it was when it was read off those lists.
+TEST(Partition, TheAsynchronousStashBoundIsTheFreshRunsPeak) {
+  for (const std::string schedule : {"pipedream", "2bw"})
+    for (const int vertical_sync : {0, 1})
+      for (const int stages : {1, 2, 3, 5})
+        for (const int local : {1, 2, 4})
+          for (const int replicas : {1, 2})
+            for (const int steps : {1, 2, 3, 12}) {
+              if (schedule == "2bw" && (vertical_sync == 1 || local < stages)) continue;
+              Config c;
+              c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
+              c.pipeline.vertical_sync = vertical_sync;
+              c.pipeline.pipeline_size = stages;
+              c.pipeline.data_parallel = replicas;
+              c.train.microbatches = local * replicas;
+              c.train.batch = 2 * c.train.microbatches;
+              c.train.steps = steps;
+              const std::string what = fmt::format("{} vs {} p {} m {} x {} steps {}", schedule, vertical_sync, stages,
+                                                   local, replicas, steps);
+              for (const auto delivery : {schedule::Delivery::buffered, schedule::Delivery::stream_ordered}) {
+                const auto run = schedule::plan(c, delivery).run;
+                for (const auto& replica : run.replicas)
+                  EXPECT_EQ(schedule::peak_stash(replica), schedule::stash_bound(stages, local, steps)) << what;
+              }
+            }
+}
+
+// Issue 28 item 5: a resumed asynchronous run is planned once, from its step, and gets the uninterrupted run's
+// partition. Near the end of a run with one micro-batch per step the resumed lists hold one micro-batch per
+// stage where the run held p - s: weighed by its own lists it would get another partition.
+TEST(Partition, AResumedAsynchronousRunHasTheUninterruptedRunsPartition) {
+  Config c;
+  c.model = small_model(8192, 4).config;
+  c.pipeline.schedule = ScheduleKind::pipedream;
+  c.pipeline.pipeline_size = 4;
+  c.pipeline.partition = PartitionKind::balanced;
+  c.train.microbatches = 1;
+  c.train.batch = 2;
+  c.train.steps = 6;
+  const auto model = model::describe(c.model);
+  comm::ProcessGrid grid;
+  grid.world_size = grid.pipeline_size = 4;
+  const runtime::RunPlan fresh = runtime::plan_run(c, model, grid, comm::TransportKind::mpi);
+  EXPECT_EQ(in_flight(fresh.run(), 2).per_rank, (std::vector<int>{4, 3, 2, 1}));
+  for (const std::int64_t step : {1, 3, 5}) {
+    const runtime::RunPlan resumed = runtime::plan_run(c, model, grid, comm::TransportKind::mpi, step);
+    EXPECT_EQ(resumed.first_step, step);
+    EXPECT_NE(resumed.schedule.passes.front().find(fmt::format("resumed at step {}", step)), std::string::npos)
+        << resumed.schedule.passes.front();
+    EXPECT_EQ(resumed.ranges, fresh.ranges) << "resumed at step " << step;
+  }
+  const runtime::RunPlan last = runtime::plan_run(c, model, grid, comm::TransportKind::mpi, 5);
+  EXPECT_EQ(in_flight(last.run(), 2).per_rank, (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_NE(partition_layers(model, 4, 1, PartitionKind::balanced, in_flight(last.run(), 2)), fresh.ranges);
+  // Resumed at or past the last step, nothing is left to run: the fresh run's lists, never executed.
+  EXPECT_EQ(runtime::plan_run(c, model, grid, comm::TransportKind::mpi, 6).first_step, 0);
 }
 
 // Under recomputation a block keeps only its kept fields in flight, and the balanced partition weighs that:

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kpipe/nn/block.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/validate.hpp"
 
 namespace kpipe::partition {
@@ -22,6 +23,9 @@ std::vector<LayerRange> configured_partition(const Config& config, const model::
   const auto& pc = config.pipeline;
   const int sequences = config.train.batch / config.train.microbatches;
   InFlight held = in_flight(schedule, sequences);
+  // Asynchronous replicas all run one pipeline's lists; a resumed run's hold fewer near its end than the run did.
+  if (const auto& lists = schedule.replicas.front(); lists.asynchronous())
+    held.per_rank = schedule::stash_bound(lists.ranks, lists.microbatches, config.train.steps);
   // Under recomputation a block keeps only part of its stash (nn/block.hpp's kept fields).
   const Recompute recompute = config.memory.recompute;
   if (recompute != nn::Recompute::none) {

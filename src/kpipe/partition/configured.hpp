@@ -18,6 +18,8 @@ InFlight in_flight(const schedule::Replicated& schedule, int sequences);
 
 // Layer ranges of every virtual stage (k = c * pipeline_size + r) of `config` running `schedule`
 // (schedule/plan.hpp: a plan's run); under memory.recompute a block's activations in flight are what it keeps.
+// Asynchronous lists weigh what the whole run holds (schedule::stash_bound over train.steps), not what the
+// lists hold: a run resumed at any step gets the uninterrupted run's partition without planning that run.
 std::vector<LayerRange> configured_partition(const Config& config, const model::ModelDesc& desc,
                                              const schedule::Replicated& schedule);
 

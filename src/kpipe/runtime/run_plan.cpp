@@ -18,11 +18,14 @@ RunPlan plan_run(const Config& config, const model::ModelDesc& desc, const comm:
   p.stage = grid.stage;
   p.local_microbatches = tc.microbatches / grid.data_parallel;
   p.sequences_per_microbatch = tc.batch / tc.microbatches;
-  p.schedule = schedule::plan(config, delivery_of(transport), {first_step});
-  // The balanced partition weighs each stage's memory with what the schedule keeps in flight there; the memory
-  // plan uses the same partition. A resumed run's lists hold what the fresh run's held: the same partition.
-  p.ranges = partition::configured_partition(config, desc, first_step > 0 ? schedule::plan(config, delivery_of(transport)).run
-                                                                          : p.schedule.run);
+  // The one pass through the schedule's pipeline a run makes. A run resumed at or past its last step runs no
+  // step: its lists are the fresh run's, which no step reads.
+  p.first_step = first_step < config.train.steps ? first_step : 0;
+  p.schedule = schedule::plan(config, delivery_of(transport), {p.first_step});
+  // The balanced partition weighs each stage's memory with what the schedule keeps in flight there (for
+  // asynchronous lists the whole run's bound, whatever step they start at: a resumed run's partition is the
+  // uninterrupted run's); the memory plan uses the same partition.
+  p.ranges = partition::configured_partition(config, desc, p.schedule.run);
   const auto& lists = p.lists();
   p.actions = lists.actions.at(grid.stage);
   p.buffers = schedule::plan_buffers(lists, grid.stage, p.actions);

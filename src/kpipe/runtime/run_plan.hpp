@@ -31,6 +31,7 @@ struct RunPlan {
   schedule::BufferPlan buffers;               // where receives are posted, slots retired, sends delivered
   std::vector<std::pair<std::size_t, std::size_t>> steps;  // [begin, end) of each step of `actions`
   int template_step = 0;                      // asynchronous: the step of the lists that repeats in a long run
+  std::int64_t first_step = 0;                // the step boundary the lists start at (asynchronous: a resume's)
 
   const schedule::Replicated& run() const { return schedule.run; }
   const schedule::Schedule& lists() const { return schedule.run.replicas.at(replica); }  // this replica's
@@ -39,9 +40,10 @@ struct RunPlan {
   int global_microbatch(int local) const { return schedule.run.global_microbatch(replica, local); }
 };
 
-// The plan of `config` on `grid` with its messages on `transport`; for an asynchronous run resumed at step
-// boundary `first_step` (> 0), the lists that continue it. InputError (the same on every rank) when the
-// schedule or the layout cannot run.
+// The plan of `config` on `grid` with its messages on `transport`, from one call of schedule::plan; for an
+// asynchronous run resumed at step boundary `first_step` (> 0, below train.steps), the lists that continue it
+// (synchronous lists are every step's). InputError (the same on every rank) when the schedule or the layout
+// cannot run.
 RunPlan plan_run(const Config& config, const model::ModelDesc& desc, const comm::ProcessGrid& grid,
                  comm::TransportKind transport, std::int64_t first_step = 0);
 

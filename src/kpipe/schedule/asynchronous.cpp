@@ -33,6 +33,13 @@ int versions_per_step(Updates updates, int microbatches) {
   return updates == Updates::two_bw ? 1 : updates == Updates::flush ? 0 : microbatches;
 }
 
+std::vector<int> stash_bound(int ranks, int microbatches, std::int64_t run_steps) {
+  std::vector<int> bound;
+  for (int s = 0; s < ranks; ++s)
+    bound.push_back(int(std::min<std::int64_t>(ranks - s, run_steps * microbatches)));
+  return bound;
+}
+
 int rule_version(Updates updates, int ranks, int microbatches, int vstage, int k, bool resumed) {
   // The rule of a run from step 0, with the lists' newest version as 0; below 0 only for micro-batches in
   // flight when a resumed run's lists begin, which read the versions the checkpoint kept.

@@ -25,6 +25,7 @@
 // last (the backwards of the micro-batches still in flight, no new forwards). So that what runs is what was
 // validated (property 2), a run executes the validated lists of a run of Horizon::steps() steps, step by
 // step, its middle steps repeating one step shifted by whole steps (step_source).
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -53,6 +54,12 @@ int rule_version(Updates updates, int ranks, int microbatches, int vstage, int k
 int versions_bound(Updates updates, int ranks, int vstage);
 // Versions produced per step (m for pipedream and vertical sync, 1 for 2BW).
 int versions_per_step(Updates updates, int microbatches);
+
+// Per stage, the most micro-batches an asynchronous run of `run_steps` steps holds at once (peak_stash of its
+// lists from step 0): the p-1-s warm-up forwards and one more, or all the run's micro-batches where fewer. A
+// property of the run, not of the lists executing it: a run resumed at any step held this before it stopped
+// (the partition weighs each stage's memory with it, partition/configured.hpp).
+std::vector<int> stash_bound(int ranks, int microbatches, std::int64_t run_steps);
 
 // How many steps of lists a run is executed from, and which of them repeats: every middle step of a run is
 // step `template_step()` shifted. Steps after it up to the last hold what a micro-batch forwarded in the
