@@ -220,12 +220,13 @@ template <class A> void open_inputs_and_outputs(TrainingRun<A>& run) {
 // A second agreement, which every rank enters: the trainer's constructor has collectives of its own
 // (memory.limit_per_rank = auto), which must not meet a rank already agreeing on an input's failure.
 template <class A>
-void build_trainer(TrainingRun<A>& run, kpipe::comm::TransportKind transport) {
+void build_trainer(TrainingRun<A>& run, kpipe::comm::TransportKind transport, std::int64_t first_step) {
   using namespace kpipe;
   comm::agree(run.grid.world, {run.timeout(), "setting up the trainer, the trace and the timeline"}, [&] {
     runtime::TrainerOptions options;
     options.transport = transport;
     options.stop_signal = runtime::received_stop_signal;
+    options.first_step = first_step;
     run.trainer = std::make_unique<runtime::Trainer<float, A>>(run.config, run.corpus, run.grid, options);
     const auto& output = run.config.output;
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
@@ -241,16 +242,24 @@ void build_trainer(TrainingRun<A>& run, kpipe::comm::TransportKind transport) {
   run.profiling = !run.config.output.profile.empty();
 }
 
-// Checkpoints: the directory checked and locked, resume (checkpoint.resume), then this run's identity; written
-// every checkpoint.every steps and on SIGUSR1/SIGTERM (the handlers are installed first thing in main).
-template <class A> void open_checkpoints(TrainingRun<A>& run, const FaultInjection& faults) {
+// Checkpoints, before the trainer: the directory checked and locked, and the checkpoint to resume from chosen
+// (checkpoint.resume, checkpoint.fallback), whose step the run is planned from. Written every checkpoint.every
+// steps and on SIGUSR1/SIGTERM (the handlers are installed first thing in main).
+template <class A>
+kpipe::io::ResumePoint open_checkpoints(TrainingRun<A>& run, const FaultInjection& faults) {
   using namespace kpipe;
   if (!run.config.checkpoint.dir.empty()) {
     run.checkpoints = std::make_unique<io::CheckpointDir>(run.config.checkpoint, run.grid.world, run.timeout());
     run.checkpoints->pause_in_write(faults.pause);
   }
+  return io::choose_resume_point(run.config.checkpoint, run.grid.world, run.timeout());
+}
+
+// The chosen checkpoint loaded into the trainer's stage and resumed from, then this run's identity.
+template <class A> void load_and_resume(TrainingRun<A>& run, const kpipe::io::ResumePoint& point) {
+  using namespace kpipe;
   auto& trainer = *run.trainer;
-  const auto resumed = io::resume_training(trainer.stage(), run.config.checkpoint);
+  const auto resumed = io::load_resume_point(trainer.stage(), point);
   if (!resumed.path.empty()) trainer.resume(resumed.step, resumed.older);
   if (run.checkpoints) {
     run.checkpoints->start_run(resumed.run_id);
@@ -431,8 +440,9 @@ template <class A> int train(const Job& job, kpipe::comm::TransportKind transpor
   const FaultInjection faults = fault_injection();
   TrainingRun<A> run(job.config, program.rank);
   open_inputs_and_outputs(run);
-  build_trainer(run, transport);
-  open_checkpoints(run, faults);
+  const kpipe::io::ResumePoint resume_point = open_checkpoints(run, faults);
+  build_trainer(run, transport, resume_point.step);
+  load_and_resume(run, resume_point);
   program.set_up = true;
   announce(run, job.optimizer_note);
   const int first_step = int(run.trainer->next_step());  // > 0 when resumed

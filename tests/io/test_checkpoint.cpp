@@ -26,6 +26,7 @@
 #include "kpipe/h5/file.hpp"
 #include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/runtime/trainer.hpp"
+#include "support/async_config.hpp"
 #include "support/checkpointing.hpp"
 #include "support/corpus.hpp"
 #include "support/tiny_config.hpp"
@@ -37,7 +38,8 @@ namespace fs = std::filesystem;
 
 // A trainer on MPI_COMM_SELF that owns its grid.
 struct SelfRun {
-  explicit SelfRun(const Config& c) : grid(comm::make_grid(MPI_COMM_SELF, 1, 1)), trainer(c, test::corpus(), grid) {}
+  explicit SelfRun(const Config& c, const runtime::TrainerOptions& options = {})
+      : grid(comm::make_grid(MPI_COMM_SELF, 1, 1)), trainer(c, test::corpus(), grid, options) {}
   ~SelfRun() { comm::free_grid(grid); }
   comm::ProcessGrid grid;
   runtime::Trainer<float> trainer;
@@ -634,6 +636,130 @@ TEST(Checkpoint, FallbackLoadsThePreviousCheckpointOfTheRun) {
   SelfRun lenient(c);
   EXPECT_EQ(fs::path(test::resume(lenient.trainer, cc).path).filename(), "step-00000001.h5");
   EXPECT_EQ(lenient.trainer.next_step(), 1);
+}
+
+// One float of a stored tensor changed in place, its manifest left as it was: only reading the tensor's bytes
+// finds the damage.
+void damage_tensor(const std::string& path, const std::string& name) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  const hid_t dataset = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  ASSERT_GE(dataset, 0) << name;
+  const hid_t space = H5Dget_space(dataset);
+  std::vector<float> values(std::size_t(H5Sget_simple_extent_npoints(space)));
+  ASSERT_GE(H5Dread(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  values.at(values.size() / 2) += 1.0f;
+  ASSERT_GE(H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  H5Sclose(space);
+  H5Dclose(dataset);
+  H5Fclose(file);
+}
+
+struct Losses {
+  std::vector<double> losses;
+  std::uint64_t checksum = 0;
+};
+
+Losses run_steps(runtime::Trainer<float>& trainer, int steps) {
+  Losses out;
+  for (int s = 0; s < steps; ++s) out.losses.push_back(trainer.step().loss);
+  out.checksum = trainer.param_checksum();
+  return out;
+}
+
+// Issue 28 item 5: an asynchronous run resumed from a checkpoint is planned once, at construction, from the
+// checkpoint's step chosen before it (TrainerOptions::first_step); resume() restores the state and plans
+// nothing, and refuses a step other than the one planned. The run continues bit for bit.
+TEST(Checkpoint, AResumedAsynchronousRunIsPlannedOnceFromTheChosenStep) {
+  test::TempDir tmp;
+  const Config c = test::async_config("pipedream", 0, 1, 2, 6);
+  SelfRun straight(c);
+  const Losses whole = run_steps(straight.trainer, 6);
+  {
+    SelfRun a(c);
+    run_steps(a.trainer, 3);
+    Dir d(tmp.path("ck"));
+    saved(a.trainer, d.dir);
+  }
+  CheckpointConfig resume;
+  resume.dir = tmp.path("ck");
+  resume.resume = "latest";
+  const io::ResumePoint point = io::choose_resume_point(resume, MPI_COMM_SELF, 30);
+  EXPECT_EQ(point.step, 3);
+  EXPECT_EQ(fs::path(point.path).filename(), "step-00000003.h5");
+  runtime::TrainerOptions options;
+  options.first_step = point.step;
+  SelfRun b(c, options);
+  const runtime::RunPlan& plan = b.trainer.plan();
+  EXPECT_EQ(plan.first_step, 3);
+  EXPECT_EQ(plan.schedule.passes.front(), "generate pipedream resumed at step 3 (p = 1, m = 2, 3 steps)");
+  const std::vector<std::string> passes = plan.schedule.passes;
+  const schedule::Action* actions = plan.actions.data();
+  const auto loaded = io::load_resume_point(b.trainer.stage(), point);
+  b.trainer.resume(loaded.step, loaded.older);
+  // The plan resume() leaves is the one made at construction: the same passes, the very same lists.
+  EXPECT_EQ(&b.trainer.plan(), &plan);
+  EXPECT_EQ(b.trainer.plan().schedule.passes, passes);
+  EXPECT_EQ(b.trainer.plan().actions.data(), actions);
+  const Losses rest = run_steps(b.trainer, 3);
+  EXPECT_EQ(rest.losses, std::vector<double>(whole.losses.begin() + 3, whole.losses.end()));
+  EXPECT_EQ(rest.checksum, whole.checksum);
+  // A trainer planned from step 0 does not resume at step 3: its lists do not continue that run.
+  SelfRun fresh(c);
+  const auto again = io::load_resume_point(fresh.trainer.stage(), point);
+  try {
+    fresh.trainer.resume(again.step, again.older);
+    ADD_FAILURE() << "resumed at step 3 on lists planned from step 0";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("planned from step 0"), std::string::npos) << e.what();
+  }
+}
+
+// With fallback = "previous" the checkpoint is chosen, and damage found, before any trainer exists: a newest
+// checkpoint whose tensor bytes are damaged (its metadata intact) gives way to the previous one, whose step the
+// run is then planned from and continues bit for bit. Without fallback the damaged one is chosen (only its
+// metadata is read) and its load names the tensor.
+TEST(Checkpoint, TheFallbackIsDecidedBeforeTheRunIsPlanned) {
+  test::TempDir tmp;
+  const Config c = test::async_config("pipedream", 0, 1, 2, 6);
+  SelfRun straight(c);
+  const Losses whole = run_steps(straight.trainer, 6);
+  {
+    SelfRun a(c);
+    Dir d(tmp.path("ck"));
+    run_steps(a.trainer, 2);
+    saved(a.trainer, d.dir);
+    run_steps(a.trainer, 1);
+    saved(a.trainer, d.dir);
+  }
+  const std::string tensor = "/model/layers/01/attn/qkv/weight";
+  damage_tensor(tmp.path("ck") + "/step-00000003.h5", tensor);
+  CheckpointConfig resume;
+  resume.dir = tmp.path("ck");
+  resume.resume = "latest";
+  const io::ResumePoint strict = io::choose_resume_point(resume, MPI_COMM_SELF, 30);
+  EXPECT_EQ(strict.step, 3);
+  {
+    runtime::TrainerOptions options;
+    options.first_step = strict.step;
+    SelfRun run(c, options);
+    const std::string message = corruption_of([&] { io::load_resume_point(run.trainer.stage(), strict); });
+    EXPECT_NE(message.find(tensor), std::string::npos) << message;
+    EXPECT_NE(message.find("checksum"), std::string::npos) << message;
+  }
+  resume.fallback = CheckpointFallback::previous;
+  const io::ResumePoint point = io::choose_resume_point(resume, MPI_COMM_SELF, 30);
+  EXPECT_EQ(point.step, 2);
+  EXPECT_EQ(fs::path(point.path).filename(), "step-00000002.h5");
+  runtime::TrainerOptions options;
+  options.first_step = point.step;
+  SelfRun b(c, options);
+  EXPECT_EQ(b.trainer.plan().first_step, 2);
+  const auto loaded = io::load_resume_point(b.trainer.stage(), point);
+  b.trainer.resume(loaded.step, loaded.older);
+  const Losses rest = run_steps(b.trainer, 4);
+  EXPECT_EQ(rest.losses, std::vector<double>(whole.losses.begin() + 2, whole.losses.end()));
+  EXPECT_EQ(rest.checksum, whole.checksum);
 }
 
 TEST(Checkpoint, TheOldFormatIsRefusedNamingItsVersion) {

@@ -19,10 +19,13 @@ template <class T, class A> io::LoadedCheckpoint<T> load(runtime::Trainer<T, A>&
   return loaded;
 }
 
-// checkpoint.resume applied to the trainer (nothing loaded: the trainer is left as it was).
+// checkpoint.resume applied to the trainer (nothing loaded: the trainer is left as it was): the checkpoint chosen,
+// loaded, resumed from. A synchronous trainer resumes at any step; an asynchronous one only at the first step it
+// was built with (kpipe-train chooses before building it).
 template <class T, class A>
 io::LoadedCheckpoint<T> resume(runtime::Trainer<T, A>& trainer, const CheckpointConfig& config) {
-  auto loaded = io::resume_training(trainer.stage(), config);
+  const auto point = io::choose_resume_point(config, trainer.stage().grid().world, trainer.config().pipeline.recv_timeout_s);
+  auto loaded = io::load_resume_point(trainer.stage(), point);
   if (!loaded.path.empty()) trainer.resume(loaded.step, loaded.older);
   return loaded;
 }

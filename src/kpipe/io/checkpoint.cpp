@@ -97,10 +97,12 @@ template <class T> void copy_to_device(const std::vector<T>& host, const View1<T
   Kokkos::deep_copy(flat, source);
 }
 
-// What a loaded checkpoint must be, when `latest` named it.
+// What a loaded checkpoint must be: when `latest` named it, its run's and the file `latest` recorded; once
+// chosen to resume from, of the step it was chosen at.
 struct Expected {
-  std::string run_id;
+  std::string run_id;               // "": any
   std::uint64_t manifest_hash = 0;  // 0: any
+  std::int64_t step = -1;           // -1: any
 };
 
 // The checks every load makes of a file before reading a tensor.
@@ -113,6 +115,10 @@ void check_identity(const CheckpointReader& reader, const Expected* expected) {
                                         "another step put in its place?)",
                                         reader.path(), step, named));
   if (!expected) return;
+  if (expected->step >= 0 && step != expected->step)
+    throw CorruptCheckpoint(fmt::format("checkpoint file '{}' holds step {}, not the step {} it held when it was chosen "
+                                        "to resume from (replaced since)",
+                                        reader.path(), step, expected->step));
   const std::string run = reader.text("run_id");
   if (!expected->run_id.empty() && run != expected->run_id)
     throw CorruptCheckpoint(fmt::format("checkpoint file '{}' belongs to run {}, not to run {} whose `latest` names "
@@ -542,17 +548,22 @@ template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageMo
   return load(stage, path, nullptr);
 }
 
-template <class T, class A>
-LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>& stage, const CheckpointConfig& config) {
-  if (config.resume.empty()) return {};
-  const auto& grid = stage.grid();
-  const double timeout = stage.config().pipeline.recv_timeout_s;
-  // Rank 0 picks the candidates (newest first) so that every rank tries the same ones: the file `latest`
-  // names, then that run's older checkpoints.
+namespace {
+
+// The checkpoints checkpoint.resume may resume from, newest first, the same on every rank: rank 0 picks them
+// (the file `latest` names, then that run's older checkpoints) and shares them, with what they must be.
+struct Candidates {
+  std::vector<std::string> paths;
+  Expected expected;  // the run `latest` names and the manifest it recorded
+};
+
+Candidates resume_candidates(const CheckpointConfig& config, MPI_Comm world, double timeout) {
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
   std::string candidates;
   Expected expected;
-  collectively(grid.world, timeout, "choosing the checkpoint to resume from", [&] {
-    if (grid.world_rank != 0) return;
+  collectively(world, timeout, "choosing the checkpoint to resume from", [&] {
+    if (rank != 0) return;
     if (config.resume != "latest") {
       candidates = config.resume + "\n";
       return;
@@ -576,7 +587,8 @@ LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>& stage, const Chec
                 config.dir);
       expected.run_id = files.back().run_id;
     } else {
-      expected = {latest.run_id, latest.manifest_hash};
+      expected.run_id = latest.run_id;
+      expected.manifest_hash = latest.manifest_hash;
       candidates += (fs::path(config.dir) / latest.name).string() + "\n";
     }
     // Then the same run's older checkpoints, newest first (without `latest`: all of them).
@@ -584,28 +596,61 @@ LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>& stage, const Chec
     for (auto it = files.rbegin(); it != files.rend(); ++it)
       if (it->step < newest && it->run_id == expected.run_id) candidates += it->path + "\n";
   });
-  candidates = comm::bcast(candidates, 0, grid.world, {timeout, "sharing the checkpoints to resume from"});
-  expected.run_id = comm::bcast(expected.run_id, 0, grid.world, {timeout, "sharing the run to resume"});
-  comm::bcast(&expected.manifest_hash, 1, MPI_UINT64_T, 0, grid.world, {timeout, "sharing the run to resume"});
-  const std::vector<std::string> list = split_lines(candidates);
-  const bool speak = grid.world_rank == 0;
+  Candidates out;
+  out.paths = split_lines(comm::bcast(candidates, 0, world, {timeout, "sharing the checkpoints to resume from"}));
+  out.expected.run_id = comm::bcast(expected.run_id, 0, world, {timeout, "sharing the run to resume"});
+  out.expected.manifest_hash = expected.manifest_hash;
+  comm::bcast(&out.expected.manifest_hash, 1, MPI_UINT64_T, 0, world, {timeout, "sharing the run to resume"});
+  return out;
+}
+
+// A candidate as every rank finds it: its metadata and identity checked (what a load checks before reading a
+// tensor) and, with `all_bytes`, every dataset's bytes against the manifest, each rank a share, so that damage
+// anywhere in it is found before the run is planned from its step.
+ResumePoint checked_candidate(const std::string& path, const Expected& expected, bool all_bytes, MPI_Comm world,
+                              double timeout) {
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(world, &rank);
+  MPI_Comm_size(world, &ranks);
+  ResumePoint point;
+  collectively(world, timeout, fmt::format("checking checkpoint '{}'", path), [&] {
+    const CheckpointReader reader(checkpoint_file_of(path));
+    check_identity(reader, &expected);
+    point.path = reader.path();
+    point.step = reader.number("step");
+    require(point.step >= 0, "checkpoint file '{}': step = {}", reader.path(), point.step);
+    if (all_bytes)
+      for (std::size_t i = std::size_t(rank); i < reader.datasets().size(); i += std::size_t(ranks))
+        reader.read_verified(reader.datasets()[i]);
+  });
+  point.run_id = expected.run_id;
+  point.manifest_hash = expected.manifest_hash;
+  return point;
+}
+
+}  // namespace
+
+ResumePoint choose_resume_point(const CheckpointConfig& config, MPI_Comm world, double timeout_s) {
+  if (config.resume.empty()) return {};
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  const bool speak = rank == 0;
+  const Candidates candidates = resume_candidates(config, world, timeout_s);
+  const auto& list = candidates.paths;
   if (list.empty()) {
     if (speak) std::fprintf(stderr, "kpipe: no checkpoint in '%s' yet: starting from step 0\n", config.dir.c_str());
     return {};
   }
   const bool from_latest = config.resume == "latest";
+  const bool may_fall_back = config.fallback == CheckpointFallback::previous;
   for (std::size_t i = 0; i < list.size(); ++i) {
     try {
       // The first candidate must be exactly what `latest` recorded; older ones of the same run.
-      Expected want = expected;
-      if (i > 0 || !from_latest) want.manifest_hash = 0;
-      LoadedCheckpoint<T> loaded = load(stage, list[i], from_latest ? &want : nullptr);
-      if (speak)
-        std::fprintf(stderr, "kpipe: resumed from checkpoint %s (step %lld)\n", loaded.path.c_str(),
-                     static_cast<long long>(loaded.step));
-      return loaded;
+      Expected want = from_latest ? candidates.expected : Expected{};
+      if (i > 0) want.manifest_hash = 0;
+      return checked_candidate(list[i], want, may_fall_back && i + 1 < list.size(), world, timeout_s);
     } catch (const CorruptCheckpoint& e) {
-      if (config.fallback != CheckpointFallback::previous || i + 1 == list.size()) throw;
+      if (!may_fall_back || i + 1 == list.size()) throw;
       if (speak)
         std::fprintf(stderr, "kpipe: %s; falling back to the previous complete checkpoint %s\n", e.what(),
                      list[i + 1].c_str());
@@ -614,11 +659,22 @@ LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>& stage, const Chec
   return {};
 }
 
+template <class T, class A>
+LoadedCheckpoint<T> load_resume_point(runtime::StageModel<T, A>& stage, const ResumePoint& point) {
+  if (point.path.empty()) return {};
+  const Expected expected{point.run_id, point.manifest_hash, point.step};
+  LoadedCheckpoint<T> loaded = load(stage, point.path, &expected);
+  if (stage.grid().world_rank == 0)
+    std::fprintf(stderr, "kpipe: resumed from checkpoint %s (step %lld)\n", loaded.path.c_str(),
+                 static_cast<long long>(loaded.step));
+  return loaded;
+}
+
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
   template SaveResult save_checkpoint(runtime::StageModel<T, A>&, std::int64_t, const data::Tokenizer&,               \
                                       CheckpointDir&);                                                                \
   template LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>&, const std::string&);                       \
-  template LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>&, const CheckpointConfig&);
+  template LoadedCheckpoint<T> load_resume_point(runtime::StageModel<T, A>&, const ResumePoint&);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE
 

@@ -125,12 +125,31 @@ template <class T> struct LoadedCheckpoint {
 // resumes from what it returns (Trainer::resume). Throws CorruptCheckpoint or InputError on every rank alike.
 template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>& stage, const std::string& path);
 
-// Applies checkpoint.resume: "" does nothing; "latest" loads the checkpoint `latest` names in
-// checkpoint.dir (none there: starts fresh), checking that it is the file `latest` recorded; anything else
-// is a checkpoint file. With fallback = "previous", a corrupt one gives way to the same run's next older
-// one. Progress lines go to stderr on world rank 0. Returns what was loaded (path "" when nothing).
+// The checkpoint a run resumes from, chosen before the run is planned: its step is the run's first, where an
+// asynchronous run's lists start (runtime::TrainerOptions::first_step).
+struct ResumePoint {
+  std::string path;       // the checkpoint file ("": none, the run starts from step 0)
+  std::int64_t step = 0;  // its step
+  // What the file must still be when it is loaded: of the run `latest` named ("": any) and, for the file
+  // `latest` names, the manifest it recorded (0: any).
+  std::string run_id;
+  std::uint64_t manifest_hash = 0;
+};
+
+// Collective over world, bounded by timeout_s: applies checkpoint.resume. "" chooses nothing; "latest" the
+// checkpoint `latest` names in checkpoint.dir (none there: start fresh), which must be the file `latest`
+// recorded; anything else is a checkpoint file. Reads each candidate's metadata on every rank; with fallback =
+// "previous" a corrupt one gives way to the same run's next older one, and so that the choice is final before
+// the run is planned, a candidate with an older one behind it has every dataset's bytes verified too (each rank
+// a share). Progress lines go to stderr on world rank 0. Throws CorruptCheckpoint or InputError on every rank
+// alike.
+ResumePoint choose_resume_point(const CheckpointConfig& config, MPI_Comm world, double timeout_s);
+
+// Loads the chosen checkpoint into the stage model (load_checkpoint; nothing when point.path is ""), the file
+// as it was chosen (CorruptCheckpoint on every rank otherwise), and says so on world rank 0. The trainer, built
+// with first_step = point.step, resumes from what it returns (Trainer::resume).
 template <class T, class A>
-LoadedCheckpoint<T> resume_training(runtime::StageModel<T, A>& stage, const CheckpointConfig& config);
+LoadedCheckpoint<T> load_resume_point(runtime::StageModel<T, A>& stage, const ResumePoint& point);
 
 
 

@@ -25,7 +25,7 @@ template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T
   ListRange step_range(std::int64_t) const override { return {0, plan_->actions.size(), {}}; }
   bool steady_step(std::int64_t) const override { return true; }
   bool report_completes_in_step() const override { return true; }
-  bool plans_lists_at_resume(std::int64_t) const override { return false; }
+  bool runs_lists_from(std::int64_t) const override { return false; }
   void resume(std::int64_t, const std::vector<std::vector<std::vector<T>>>&) override {}
 
   Windows windows(std::int64_t step, std::int64_t microbatch) const override {

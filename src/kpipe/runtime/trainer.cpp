@@ -51,17 +51,24 @@ template <class T> class StepTokens final : public TokenSource {
   std::vector<std::int64_t> drawn_;  // per row: the micro-batch drawn into it this step, -1 for none
 };
 
+// The run's plan, made once, from its first step; first the data's vocabulary checked against the model's
+// (every id indexes the embedding and the head).
+RunPlan checked_plan(const Config& config, const data::Corpus& corpus, const model::ModelDesc& desc,
+                     const comm::ProcessGrid& grid, const TrainerOptions& options) {
+  require(corpus.vocab() <= config.model.vocab,
+          "model.vocab = {}: the data ({}) has a vocabulary of {} ({} tokens)", config.model.vocab, corpus.source,
+          corpus.vocab(), data::to_string(corpus.tokenizer.kind()));
+  return plan_run(config, desc, grid, options.transport.value_or(default_transport(config.pipeline)),
+                  options.first_step);
+}
+
 }  // namespace
 
 template <class T, class A>
 Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid,
                        const TrainerOptions& options)
-    : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)), options_(options) {
-  // Every id indexes the embedding and the head: the data's vocabulary must fit the model's.
-  require(corpus.vocab() <= config.model.vocab,
-          "model.vocab = {}: the data ({}) has a vocabulary of {} ({} tokens)", config.model.vocab, corpus.source,
-          corpus.vocab(), data::to_string(corpus.tokenizer.kind()));
-  plan_ = plan_run(config, desc_, grid, options.transport.value_or(default_transport(config.pipeline)));
+    : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)), options_(options),
+      plan_(checked_plan(config, corpus, desc_, grid, options)) {
   // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank).
   memory::enforce_limit(config, desc_, plan_.run(), grid.world);
 
@@ -145,11 +152,12 @@ template <class T, class A> double Trainer<T, A>::evaluate() {
 
 template <class T, class A>
 void Trainer<T, A>::resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) {
+  // The lists were planned at construction; an asynchronous run's continue only the step they were planned from.
+  if (updates_->runs_lists_from(step) && step != plan_.first_step)
+    throw std::logic_error(fmt::format("Trainer::resume at step {}: the asynchronous lists were planned from step {} "
+                                       "(TrainerOptions::first_step: choose the checkpoint before building the trainer)",
+                                       step, plan_.first_step));
   step_ = step;
-  if (updates_->plans_lists_at_resume(step)) {
-    plan_ = plan_run(config_, desc_, grid_, plan_.transport, step);
-    program_ = Program{plan_.lists(), plan_.actions, plan_.buffers, 0, "step"};
-  }
   updates_->resume(step, older);
 }
 

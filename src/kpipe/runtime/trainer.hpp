@@ -37,6 +37,10 @@ struct TrainerOptions {
   // The stop signal this rank has received (signals.hpp: received_stop_signal), read as each step's lists end
   // and passed on with the step's report; none: no signal is ever passed on.
   std::function<int()> stop_signal;
+  // The step boundary the run starts at: a checkpoint's, chosen before the trainer is built (io/checkpoint.hpp's
+  // choose_resume_point), since an asynchronous run's lists continue the run from there. The trainer plans
+  // once, for that step; resume() then restores the checkpoint's state at it.
+  std::int64_t first_step = 0;
 };
 
 template <class T, class A = T> class Trainer {
@@ -66,7 +70,9 @@ template <class T, class A = T> class Trainer {
   // Resuming at step boundary `step` from a checkpoint already loaded into stage() (the newest weights and the
   // optimizer state); an asynchronous run also gets the older weight versions its micro-batches in flight read,
   // older[c][j - 1] = version j updates back on chunk c (empty: a drained run's checkpoint), and continues with
-  // the validated lists that forward those micro-batches again on their versions.
+  // the validated lists, planned at construction, that forward those micro-batches again on their versions.
+  // Plans nothing: an asynchronous run resumed at another step than TrainerOptions::first_step is a
+  // std::logic_error (synchronous lists are every step's: any step).
   void resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older = {});
   std::uint64_t param_checksum() { return stage_->param_checksum(); }  // every rank gets the whole model's
 
@@ -102,7 +108,7 @@ template <class T, class A = T> class Trainer {
   comm::ProcessGrid grid_;
   model::ModelDesc desc_;
   TrainerOptions options_;
-  RunPlan plan_;
+  const RunPlan plan_;  // once per run, at construction
   std::unique_ptr<StageModel<T, A>> stage_;
   std::unique_ptr<UpdatePolicy<T>> updates_;
   Program program_;  // this rank's list

@@ -66,11 +66,11 @@ template <class T> class UpdatePolicy {
   virtual bool report_completes_in_step() const = 0;
   virtual void finish(std::int64_t step, const StepReport& report, StepStats& stats) = 0;
 
-  // Resuming at step boundary `step`, the newest weights and the optimizer state loaded. Whether the run then
-  // continues with lists planned from that step (the trainer plans them before resume()); older[c][j - 1]:
-  // version j updates before the newest on chunk c, for the micro-batches in flight (empty: a drained run's
-  // checkpoint).
-  virtual bool plans_lists_at_resume(std::int64_t step) const = 0;
+  // Resuming at step boundary `step`, the newest weights and the optimizer state loaded. Whether a run resumed
+  // there runs lists planned from that step (the trainer planned them at construction, for its first step);
+  // older[c][j - 1]: version j updates before the newest on chunk c, for the micro-batches in flight (empty: a
+  // drained run's checkpoint).
+  virtual bool runs_lists_from(std::int64_t step) const = 0;
   virtual void resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) = 0;
 
   // Per micro-batch run here, the versions its forward and backward read (none where every action reads the

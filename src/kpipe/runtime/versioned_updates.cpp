@@ -119,7 +119,7 @@ template <class T, class A> bool VersionedUpdates<T, A>::version_needed(int c, i
                                            int(next_forward_[c]), false);
 }
 
-template <class T, class A> bool VersionedUpdates<T, A>::plans_lists_at_resume(std::int64_t step) const {
+template <class T, class A> bool VersionedUpdates<T, A>::runs_lists_from(std::int64_t step) const {
   return step < stage_->config().train.steps;  // none is left to plan after the last step
 }
 

@@ -46,8 +46,9 @@ template <class T, class A = T> class VersionedUpdates final : public UpdatePoli
   void finish(std::int64_t step, const StepReport& report, StepStats& stats) override;
 
   // A resumed run continues with the validated lists that forward its micro-batches in flight again on their
-  // versions (the plan now holds them), numbered from the resume; the parameters are the newest version.
-  bool plans_lists_at_resume(std::int64_t step) const override;
+  // versions (the plan holds them, planned from the resume's step), numbered from the resume; the parameters are
+  // the newest version.
+  bool runs_lists_from(std::int64_t step) const override;
   void resume(std::int64_t step, const std::vector<std::vector<std::vector<T>>>& older) override;
   const AsyncRules& rules() const { return rules_; }
 
