@@ -262,9 +262,9 @@ void record_gemm_region(const char* name) {
 }
 
 void run_host_path_products() {
-  Attention<double, KernelPath::host> a(long_seq);
-  View2<double> dout("dout", long_seq.rows(), long_seq.channels());
-  View2<double> dqkv("dqkv", long_seq.rows(), 3 * long_seq.channels());
+  Attention<float, KernelPath::host> a(long_seq);
+  View2<float> dout("dout", long_seq.rows(), long_seq.channels());
+  View2<float> dqkv("dqkv", long_seq.rows(), 3 * long_seq.channels());
   gemm_regions.clear();
   Kokkos::Tools::Experimental::set_push_region_callback(record_gemm_region);
   a.forward();
