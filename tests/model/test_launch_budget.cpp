@@ -207,27 +207,60 @@ template <class A> StepCounts count_step(ScheduleKind schedule) {
   return result;
 }
 
-template <class A> StepCounts expect_step_within_budget(ScheduleKind schedule, const char* what) {
-  SCOPED_TRACE(what);
-  const StepCounts n = count_step<A>(schedule);
+// Fences a device build does not have: a host backend's stand-in for a stream event (core/stream_event.cpp:
+// recording one fences there; CUDA records a cudaEvent_t), and Kokkos' host sort (the embedding's backward;
+// CUDA sorts on the stream).
+bool host_only_fence(const std::string& name) {
+  return name.rfind("kpipe::StreamEvent::record", 0) == 0 || name.rfind("Kokkos::sort", 0) == 0;
+}
+
+StepCounts count_and_print(ScheduleKind schedule, bool bf16_run, const char* what) {
+  const StepCounts n = bf16_run ? count_step<bf16>(schedule) : count_step<float>(schedule);
   std::printf("%s: per step: launches %d (+%d host bf16 widenings), fences %d, deep copies %d; allocations after "
               "the first step %d\n",
               what, n.step.launches, n.step.widenings, n.step.fences, n.step.copies, n.later_allocations);
-  for (const auto& [name, count] : n.fences) std::printf("  fence x%d: %s\n", count, name.c_str());
-  // Every buffer a step uses exists once the first step has run.
-  EXPECT_EQ(n.later_allocations, 0);
+  for (const auto& [name, count] : n.fences)
+    std::printf("  fence x%d%s: %s\n", count, host_only_fence(name) ? " (host only)" : "", name.c_str());
   return n;
 }
 
-TEST(LaunchBudget, TrainingStepOneFOneBFloat) {
-  expect_step_within_budget<float>(ScheduleKind::one_f_one_b, "1f1b fp32");
+// Per step, against the budgets: launches (no more in bf16 than in fp32: the compute copy is written by the
+// update's own kernel), no allocation after the first step, and, where Kokkos names fences (4.x), only the
+// named waits the step needs (`fence_budget`, by name).
+void expect_step_within_budget(ScheduleKind schedule, const char* name, int launch_budget,
+                               const std::map<std::string, int>& fence_budget) {
+  const StepCounts fp32 = count_and_print(schedule, false, (std::string(name) + " fp32").c_str());
+  const StepCounts mixed = count_and_print(schedule, true, (std::string(name) + " bf16").c_str());
+  for (const StepCounts* n : {&fp32, &mixed}) {
+    SCOPED_TRACE(n == &fp32 ? "fp32" : "bf16");
+    EXPECT_LE(n->step.launches, launch_budget);
+    EXPECT_EQ(n->later_allocations, 0);  // every buffer a step uses exists once the first step has run
+    if (KOKKOS_VERSION < 30500) continue;  // Kokkos 3.4 reports no fences
+    std::map<std::string, int> device_fences;
+    for (const auto& [fence, count] : n->fences)
+      if (!host_only_fence(fence)) device_fences[fence] = count;
+    EXPECT_EQ(device_fences, fence_budget);
+  }
+  // The host path's fp32 forward has one launch a block more than its bf16 one (see expect_within_budget).
+  EXPECT_LE(mixed.step.launches, fp32.step.launches) << "the compute copy costs launches of its own";
 }
-TEST(LaunchBudget, TrainingStepOneFOneBBf16) { expect_step_within_budget<bf16>(ScheduleKind::one_f_one_b, "1f1b bf16"); }
-TEST(LaunchBudget, TrainingStepPipeDreamFloat) {
-  expect_step_within_budget<float>(ScheduleKind::pipedream, "pipedream fp32");
+
+// Budgets: 4 micro-batches through 2 blocks, launches as measured (docs/performance.md lists them before and
+// after): on the device path, and on the host path, whose fp32 forward has a launch a block more. Fences: the losses read once per step, and the gradient norm's sums once per
+// optimizer step (clipping scales the update by the norm, which the host computes): once after the flush
+// (1F1B), once per micro-batch's update (PipeDream).
+constexpr const char* losses_fence = "kpipe::runtime::TokenSource::read_losses: the host reads the losses";
+
+TEST(LaunchBudget, TrainingStepOneFOneB) {
+  expect_step_within_budget(
+      ScheduleKind::one_f_one_b, "1f1b", default_kernel_path == KernelPath::device ? 218 : 226,
+      {{losses_fence, 1},
+       {"kpipe::runtime::FlushUpdates::optimizer_step: the host reads the gradient norm's sums", 1}});
 }
-TEST(LaunchBudget, TrainingStepPipeDreamBf16) {
-  expect_step_within_budget<bf16>(ScheduleKind::pipedream, "pipedream bf16");
+TEST(LaunchBudget, TrainingStepPipeDream) {
+  expect_step_within_budget(
+      ScheduleKind::pipedream, "pipedream", default_kernel_path == KernelPath::device ? 233 : 241,
+      {{losses_fence, 1}, {"kpipe::model::ParameterStore::layer_grad_squares: the host reads the sums", 4}});
 }
 
 }  // namespace
