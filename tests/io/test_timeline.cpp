@@ -10,6 +10,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/io/timeline.hpp"
+#include "kpipe/runtime/trainer.hpp"
 #include "support/tiny_config.hpp"
 
 namespace kpipe {

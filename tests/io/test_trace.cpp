@@ -15,6 +15,7 @@
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/h5/file.hpp"
 #include "kpipe/io/trace.hpp"
+#include "kpipe/runtime/trainer.hpp"
 #include "support/corpus.hpp"
 #include "support/tiny_config.hpp"
 

@@ -59,15 +59,16 @@ ParameterStore<T, A>::ParameterStore(const ModelDesc& desc, int first, int last)
       starts = View1<std::int64_t>(uninitialized("kpipe::model::ParameterStore::segment_starts"), segments.size() + 1);
       offsets = View1<std::int64_t>(uninitialized("kpipe::model::ParameterStore::segment_offsets"), segments.size());
     }
-    const auto host_starts = Kokkos::create_mirror_view(starts);
-    const auto host_offsets = Kokkos::create_mirror_view(offsets);
-    for (std::size_t k = 0; k < segments.size(); ++k) {
-      host_starts(k) = segments[k].start;
-      host_offsets(k) = segments[k].compute_offset;
+    // From host vectors, not mirrors: on a device a mirror would be an allocation outside any category.
+    std::vector<std::int64_t> host_starts, host_offsets;
+    for (const CopySegment& segment : segments) {
+      host_starts.push_back(segment.start);
+      host_offsets.push_back(segment.compute_offset);
     }
-    host_starts(segments.size()) = total;
-    Kokkos::deep_copy(starts, host_starts);
-    Kokkos::deep_copy(offsets, host_offsets);
+    host_starts.push_back(total);
+    using HostIndices = Kokkos::View<const std::int64_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    Kokkos::deep_copy(starts, HostIndices(host_starts.data(), host_starts.size()));
+    Kokkos::deep_copy(offsets, HostIndices(host_offsets.data(), host_offsets.size()));
     segment_starts_ = starts;
     segment_offsets_ = offsets;
   }

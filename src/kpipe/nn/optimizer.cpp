@@ -206,15 +206,15 @@ template <class T> void check_apart(const char* what, const View1<const T>& from
   if (a != b && a < b + n && b < a + n) throw std::invalid_argument(fmt::format("{}: from and into overlap", what));
 }
 
-// A rounded copy is of float weights, and its table covers the buffer it rounds.
-template <class T> void check_rounded(const char* what, const RoundedCopy& rounded, std::size_t length) {
+// A rounded copy is of float weights, with a table of one start more than segments. (That the table covers
+// the buffer is the store's to ensure, model/parameters.cpp: its last start is on the device.)
+template <class T> void check_rounded(const char* what, const RoundedCopy& rounded) {
   if (rounded.empty()) return;
   if (!std::is_same_v<T, float>) throw std::invalid_argument(fmt::format("{}: a bf16 copy of weights not in float", what));
   const std::size_t segments = rounded.offsets.extent(0);
   if (rounded.starts.extent(0) != segments + 1 || segments == 0)
     throw std::invalid_argument(fmt::format("{}: a segment table of {} starts for {} segments", what,
                                             rounded.starts.extent(0), segments));
-  (void)length;  // the table's last start is on the device: the store that made it checks it (model/parameters.cpp)
 }
 
 }  // namespace
@@ -235,7 +235,7 @@ void adamw_update_into(const ExecSpace& space, const OptimizerConfig& cfg, doubl
                        const RoundedCopy& rounded) {
   check_lengths("adamw_update_into", into.extent(0), grads.extent(0), m.extent(0), v.extent(0), decay_mask.extent(0));
   check_apart("adamw_update_into", from, into);
-  check_rounded<T>("adamw_update_into", rounded, into.extent(0));
+  check_rounded<T>("adamw_update_into", rounded);
   const AdamwScalars<T> s = adamw_scalars<T>(cfg, lr, step, grad_scale, lookahead);
   adamw_passes<P, T>("kpipe::nn::adamw_update_into", space, s, from, into, grads, m, v, decay_mask, rounded);
 }
@@ -261,7 +261,7 @@ void sgd_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double 
   check_lengths("sgd_update_into", into.extent(0), grads.extent(0), momentum_buf.extent(0), momentum_buf.extent(0),
                 decay_mask.extent(0));
   check_apart("sgd_update_into", from, into);
-  check_rounded<T>("sgd_update_into", rounded, into.extent(0));
+  check_rounded<T>("sgd_update_into", rounded);
   const SgdScalars<T> s = sgd_scalars<T>(cfg, lr, grad_scale, lookahead);
   const View1<const T> source = from;
   // Element i is read before it is written, so in place is fine here (no pointers promised apart). In blocks,
