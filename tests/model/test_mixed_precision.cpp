@@ -9,6 +9,7 @@
 #include "kpipe/core/hash.hpp"
 #include "kpipe/memory/meter.hpp"
 #include "kpipe/model/chunk.hpp"
+#include "kpipe/nn/optimizer.hpp"
 #include "support/precision.hpp"
 
 namespace kpipe::model {
@@ -150,6 +151,37 @@ TEST(MixedPrecision, ComputeCopyHoldsTheProductMatricesRounded) {
   EXPECT_EQ(test::host_values(store.compute_values()), copy);
   store.refresh_compute_copy(space);
   for (double x : test::host_values(store.compute_values())) EXPECT_EQ(x, 0.5);
+}
+
+// The optimizer's update writes the compute copy in its own kernel (nn/optimizer.hpp): the same bits a refresh
+// after it would give, for AdamW and SGD, in place and from another version's weights.
+TEST(MixedPrecision, UpdateWritesTheComputeCopyARefreshWould) {
+  const auto desc = describe(tiny_model());
+  ExecSpace space;
+  ParameterStore<float, bf16> store(desc, 0, int(desc.layers.size()));
+  OptimizerConfig cfg;
+  cfg.weight_decay = 0.1;
+  const View1<float> other("other version", store.size());
+  for (const bool sgd : {false, true})
+    for (const bool apart : {false, true}) {
+      SCOPED_TRACE(std::string(sgd ? "sgd" : "adamw") + (apart ? " from another buffer" : " in place"));
+      store.initialize(space, 5);
+      Kokkos::deep_copy(other, store.values());
+      const View1<float> grads = store.grads();
+      Kokkos::parallel_for("test grads", range(space, store.size()), KOKKOS_LAMBDA(std::int64_t i) {
+        grads(i) = float(0.01 * double((i * 7919) % 201 - 100));
+      });
+      const View1<const float> from = apart ? View1<const float>(other) : View1<const float>(store.values());
+      if (sgd)
+        nn::sgd_update_into(space, cfg, 0.5, 1.0, from, store.values(), store.grads(), store.moment1(),
+                            store.decay_mask(), 0, store.rounded_copy());
+      else
+        nn::adamw_update_into(space, cfg, 0.5, 2, 1.0, from, store.values(), store.grads(), store.moment1(),
+                              store.moment2(), store.decay_mask(), 0, store.rounded_copy());
+      const auto written = test::host_values(store.compute_values());
+      store.refresh_compute_copy(space);
+      EXPECT_EQ(written, test::host_values(store.compute_values()));
+    }
 }
 
 // What a chunk allocates, category by category, after two micro-batches with split backwards (two slots and

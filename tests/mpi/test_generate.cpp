@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kpipe/comm/grid.hpp"
+#include "kpipe/data/corpus.hpp"
 #include "kpipe/runtime/generator.hpp"
 #include "kpipe/runtime/trainer.hpp"
 

@@ -8,6 +8,7 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/clock.hpp"
 #include "kpipe/core/exit_codes.hpp"
+#include "kpipe/core/fence.hpp"
 
 namespace kpipe::comm {
 
@@ -82,7 +83,7 @@ class Prober {
       abort_job(ExitCode::peer_lost, fmt::format("kpipe: stage {}: stage {} did not answer the message probe within "
                                                  "{} s (pipeline.recv_timeout_s); aborting",
                                                  stage_, peer, timeout_s_));
-    space_.fence();  // stream-ordered transports: the data is there once the stream got through
+    named_fence(space_, "kpipe::comm::message_probe: the data is there");  // stream-ordered transports: the data is there once the stream got through
   }
 
   Transport& transport_;

@@ -6,6 +6,7 @@
 
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/comm/mpi_scalar.hpp"
+#include "kpipe/core/fence.hpp"
 
 namespace kpipe::comm {
 
@@ -14,7 +15,7 @@ constexpr int the_tag = 0;  // NCCL has no tags: messages between a pair match i
 }  // namespace
 
 Transfer StreamOrderedMpiTransport::send(const ExecSpace& space, const void* data, std::size_t bytes, int peer, int) {
-  space.fence();  // the "stream" reached the send
+  named_fence(space, "kpipe::comm::StreamOrderedMpiTransport::send: the stream reached the send");  // the "stream" reached the send
   group_.emplace_back();
   MPI_Issend(data, mpi_count(bytes), MPI_BYTE, peer, the_tag, comm_, &group_.back());
   if (!in_group_) complete_group();
@@ -22,7 +23,7 @@ Transfer StreamOrderedMpiTransport::send(const ExecSpace& space, const void* dat
 }
 
 Transfer StreamOrderedMpiTransport::recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int) {
-  space.fence();
+  named_fence(space, "kpipe::comm::StreamOrderedMpiTransport::recv: the stream reached the receive");
   group_.emplace_back();
   MPI_Irecv(data, mpi_count(bytes), MPI_BYTE, peer, the_tag, comm_, &group_.back());
   if (!in_group_) complete_group();
@@ -54,20 +55,20 @@ void StreamOrderedMpiTransport::complete_group() {
 // Collectives bounded like every other (comm/bounded.hpp).
 Transfer StreamOrderedMpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
                                                    const std::string& what) {
-  space.fence();
+  named_fence(space, "kpipe::comm::StreamOrderedMpiTransport::all_reduce_sum: the stream reached it");
   allreduce(data, mpi_count(count), mpi_type_of(type), MPI_SUM, comm_, {timeout_s_, what});
   return Transfer();
 }
 
 Transfer StreamOrderedMpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type,
                                               int root, const std::string& what) {
-  space.fence();
+  named_fence(space, "kpipe::comm::StreamOrderedMpiTransport::broadcast: the stream reached it");
   bcast(data, mpi_count(count), mpi_type_of(type), root, comm_, {timeout_s_, what});
   return Transfer();
 }
 
 bool StreamOrderedMpiTransport::synchronize(const ExecSpace& space, double) {
-  space.fence();
+  named_fence(space, "kpipe::comm::StreamOrderedMpiTransport::synchronize");
   return !failed_;
 }
 

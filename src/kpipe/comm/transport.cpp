@@ -11,6 +11,7 @@
 #include "kpipe/comm/mpi_scalar.hpp"
 #include "kpipe/comm/nccl_transport.hpp"
 #include "kpipe/comm/stream_ordered_mpi.hpp"
+#include "kpipe/core/fence.hpp"
 #include "kpipe/core/stream_event.hpp"
 
 namespace kpipe::comm {
@@ -32,21 +33,21 @@ struct MpiState : Transfer::State {
 std::size_t scalar_bytes(Scalar type) { return type == Scalar::f32 ? sizeof(float) : sizeof(double); }
 
 bool Transport::synchronize(const ExecSpace& space, double /*timeout_s*/) {
-  space.fence();
+  named_fence(space, "kpipe::comm::Transport::synchronize");
   return true;
 }
 
 // ---- MpiTransport ----
 
 Transfer MpiTransport::send(const ExecSpace& space, const void* data, std::size_t bytes, int peer, int tag) {
-  space.fence();  // the buffer is complete before MPI reads it
+  named_fence(space, "kpipe::comm::MpiTransport::send: the buffer is complete before MPI reads it");
   auto s = std::make_shared<MpiState>();
   MPI_Isend(data, mpi_count(bytes), MPI_BYTE, peer, tag, comm_, &s->request);
   return Transfer(s);
 }
 
 Transfer MpiTransport::recv(const ExecSpace& space, void* data, std::size_t bytes, int peer, int tag) {
-  space.fence();  // no queued work still reads the buffer MPI is about to write
+  named_fence(space, "kpipe::comm::MpiTransport::recv: no queued work still reads the buffer");
   auto s = std::make_shared<MpiState>();
   MPI_Irecv(data, mpi_count(bytes), MPI_BYTE, peer, tag, comm_, &s->request);
   return Transfer(s);
@@ -55,14 +56,14 @@ Transfer MpiTransport::recv(const ExecSpace& space, void* data, std::size_t byte
 // Collectives: comm/bounded.hpp's, done when they return (a rank that never joins ends the job, named).
 Transfer MpiTransport::all_reduce_sum(const ExecSpace& space, void* data, std::size_t count, Scalar type,
                                       const std::string& what) {
-  space.fence();
+  named_fence(space, "kpipe::comm::MpiTransport::all_reduce_sum: the buffer is complete");
   allreduce(data, mpi_count(count), mpi_type_of(type), MPI_SUM, comm_, {timeout_s_, what});
   return Transfer();
 }
 
 Transfer MpiTransport::broadcast(const ExecSpace& space, void* data, std::size_t count, Scalar type, int root,
                                  const std::string& what) {
-  space.fence();
+  named_fence(space, "kpipe::comm::MpiTransport::broadcast: the buffer is complete");
   bcast(data, mpi_count(count), mpi_type_of(type), root, comm_, {timeout_s_, what});
   return Transfer();
 }

@@ -7,6 +7,8 @@
 
 #include <stdexcept>
 
+#include "kpipe/core/fence.hpp"
+
 #if defined(KOKKOS_ENABLE_CUDA)
 #if !defined(KOKKOSKERNELS_ENABLE_TPL_CUBLAS)
 #error "kpipe's CUDA build needs Kokkos Kernels built with its cuBLAS TPL (KokkosKernels_ENABLE_TPL_CUBLAS=ON)"
@@ -171,7 +173,7 @@ void float_product(const ExecSpace& space, bool trans_a, bool trans_b, const Sha
 #if KPIPE_HAVE_VENDOR_BF16_GEMM
   (void)workspace;
   (void)used;
-  space.fence();  // the BLAS runs outside Kokkos: what the space's kernels wrote into C (beta) must be there
+  named_fence(space, "kpipe::blas::gemm_bf16: the host BLAS reads what the space wrote");  // the BLAS runs outside Kokkos: what the space's kernels wrote into C (beta) must be there
   static_assert(sizeof(bf16) == sizeof(bfloat16), "cblas_sbgemm's bfloat16 is bf16's 16 bits");
   cblas_sbgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, blasint(s.m),
                blasint(s.n), blasint(s.k), alpha, reinterpret_cast<const bfloat16*>(a.data), blasint(a.ld),

@@ -5,6 +5,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "kpipe/core/fence.hpp"
+
 #if defined(KOKKOS_ENABLE_CUDA)
 #include <cuda_runtime.h>
 #endif
@@ -53,7 +55,7 @@ double elapsed_seconds(const StreamEvent& from, const StreamEvent& to) {
 StreamEvent::StreamEvent(bool timing) : timing_(timing) {}
 StreamEvent::~StreamEvent() = default;
 void StreamEvent::record(const ExecSpace& space) {
-  space.fence();
+  named_fence(space, "kpipe::StreamEvent::record: on host backends an event is a fence");
   host_time_ = std::chrono::steady_clock::now();
   recorded_ = true;
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "kpipe/core/fence.hpp"
 #include "kpipe/core/memory_category.hpp"
 #include "kpipe/core/precisions.hpp"
 
@@ -246,10 +247,10 @@ template <class T, class A>
 template <class F>
 void Chunk<T, A>::timed(const ExecSpace& space, int chunk_layer, int kind, const F& f) const {
   if (!layer_times_) return f();
-  space.fence();
+  named_fence(space, "kpipe::model::Chunk::timed: a layer profile's wall clock starts");
   const auto start = std::chrono::steady_clock::now();
   f();
-  space.fence();
+  named_fence(space, "kpipe::model::Chunk::timed: a layer profile's wall clock stops");
   auto& entry = (*layer_times_)[chunk_layer];
   entry.seconds[kind] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ++entry.calls[kind];
@@ -412,6 +413,7 @@ ChunkBytes chunk_bytes(const ModelDesc& desc, int first, int last, int sequences
   m.workspace += chunk_products_size<T, A>(desc, first, last, sequences).bytes(sizeof(T));
   if (has_first) m.workspace += nn::scratch_bytes<T>(n, width);  // the embedding's row order and pieces
   m.workspace += std::int64_t(last - first) * std::int64_t(sizeof(double));  // the store's per-layer squares
+  m.workspace += copy_segments_bytes<T, A>(desc, first, last);  // and its compute copy's segment table
   return m;
 }
 

@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "kpipe/core/elementwise.hpp"
+#include "kpipe/core/fence.hpp"
 #include "kpipe/core/hash.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/core/rng.hpp"
@@ -49,6 +51,27 @@ ParameterStore<T, A>::ParameterStore(const ModelDesc& desc, int first, int last)
     memory::Scope scope(memory::Category::workspaces);  // chunk_bytes counts it
     layer_squares_ = View1<double>(uninitialized("kpipe::model::ParameterStore::layer_squares"), last - first);
   }
+  const auto segments = copy_segments<T, A>(desc, first, last);
+  if (!segments.empty()) {
+    View1<std::int64_t> starts, offsets;
+    {
+      memory::Scope scope(memory::Category::workspaces);  // chunk_bytes counts them
+      starts = View1<std::int64_t>(uninitialized("kpipe::model::ParameterStore::segment_starts"), segments.size() + 1);
+      offsets = View1<std::int64_t>(uninitialized("kpipe::model::ParameterStore::segment_offsets"), segments.size());
+    }
+    // From host vectors, not mirrors: on a device a mirror would be an allocation outside any category.
+    std::vector<std::int64_t> host_starts, host_offsets;
+    for (const CopySegment& segment : segments) {
+      host_starts.push_back(segment.start);
+      host_offsets.push_back(segment.compute_offset);
+    }
+    host_starts.push_back(total);
+    using HostIndices = Kokkos::View<const std::int64_t*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    Kokkos::deep_copy(starts, HostIndices(host_starts.data(), host_starts.size()));
+    Kokkos::deep_copy(offsets, HostIndices(host_offsets.data(), host_offsets.size()));
+    segment_starts_ = starts;
+    segment_offsets_ = offsets;
+  }
 }
 
 template <class T, class A> void ParameterStore<T, A>::initialize(const ExecSpace& space, std::uint64_t seed) {
@@ -71,15 +94,21 @@ template <class T, class A> void ParameterStore<T, A>::initialize(const ExecSpac
   refresh_compute_copy(space);
 }
 
+template <class T, class A> RoundedCopy ParameterStore<T, A>::rounded_copy() const {
+  if constexpr (mixed_precision<T, A>) {
+    static_assert(std::is_same_v<T, float> && std::is_same_v<A, bf16>, "RoundedCopy rounds float to bf16");
+    return {compute_.data(), segment_starts_, segment_offsets_};
+  } else {
+    return {};
+  }
+}
+
 template <class T, class A> void ParameterStore<T, A>::refresh_compute_copy(const ExecSpace& space) {
   if constexpr (mixed_precision<T, A>) {
-    for (const auto& s : slots_) {
-      if (s.compute_offset < 0) continue;
-      const T* const from = values_.data() + s.offset;
-      A* const to = compute_.data() + s.compute_offset;
-      Kokkos::parallel_for("kpipe::model::ParameterStore::refresh_compute_copy", range(space, s.spec->numel()),
-                           KOKKOS_LAMBDA(std::int64_t i) { to[i] = narrow<A>(from[i]); });
-    }
+    const RoundedCopy copy = rounded_copy();
+    const T* const values = values_.data();
+    for_each_block("kpipe::model::ParameterStore::refresh_compute_copy", space, values_.extent(0),
+                   KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) { round_range(copy, values, begin, end); });
   } else {
     (void)space;
   }
@@ -111,16 +140,21 @@ template <class T, class A> void ParameterStore<T, A>::zero_grads(const ExecSpac
 }
 
 template <class T, class A>
-std::vector<double> ParameterStore<T, A>::layer_grad_squares(const ExecSpace& space) const {
+void ParameterStore<T, A>::queue_layer_grad_squares(const ExecSpace& space, double* into) const {
   for (int l = first_; l < last_; ++l) {
     const auto [offset, length] = layer_range(l);
     nn::sum_squares<T>(space, View1<const T>(grads_.data() + offset, length),
                        Kokkos::subview(layer_squares_, l - first_));
   }
-  std::vector<double> sums(last_ - first_);
   using HostDoubles = Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  Kokkos::deep_copy(space, HostDoubles(sums.data(), sums.size()), layer_squares_);
-  space.fence();  // the host reads sums next
+  Kokkos::deep_copy(space, HostDoubles(into, std::size_t(last_ - first_)), layer_squares_);
+}
+
+template <class T, class A>
+std::vector<double> ParameterStore<T, A>::layer_grad_squares(const ExecSpace& space) const {
+  std::vector<double> sums(last_ - first_);
+  queue_layer_grad_squares(space, sums.data());
+  named_fence(space, "kpipe::model::ParameterStore::layer_grad_squares: the host reads the sums");
   return sums;
 }
 

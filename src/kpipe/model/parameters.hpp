@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kpipe/core/bfloat16.hpp"
+#include "kpipe/core/rounded_copy.hpp"
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/model/desc.hpp"
 
@@ -42,12 +43,19 @@ template <class T, class A = T> class ParameterStore {
   // Fills every parameter from (seed, global layer index, parameter name): the same values on any layout.
   // Refreshes the compute copy.
   void initialize(const ExecSpace& space, std::uint64_t seed);
-  // The compute copy := the values, each rounded to A once (nothing to do when A is T).
+  // The compute copy := the values, each rounded to A once (nothing to do when A is T): one kernel for the
+  // whole store, walking its segment table.
   void refresh_compute_copy(const ExecSpace& space);
+  // Where a kernel over the values writes their compute copy too (the optimizer's update): the current
+  // buffers' copy and the store's segment table; empty when A is T.
+  RoundedCopy rounded_copy() const;
   void zero_grads(const ExecSpace& space);
   // The sum of squares of each layer's gradients, in layer order: one queued reduction per layer into a
   // device buffer and one copy out, so the caller waits for the device once, not once per layer.
   std::vector<double> layer_grad_squares(const ExecSpace& space) const;
+  // The same queued into `into` (last - first doubles of host memory) without waiting, for a caller that reads
+  // several stores' sums after one fence.
+  void queue_layer_grad_squares(const ExecSpace& space, double* into) const;
 
   const std::vector<TensorSlot>& slots() const { return slots_; }
   int first_layer() const { return first_; }
@@ -93,7 +101,42 @@ template <class T, class A = T> class ParameterStore {
   View1<const std::uint8_t> decay_mask_;
   View1<A> compute_;
   View1<double> layer_squares_;  // [last - first]: layer_grad_squares' device results (a workspace)
+  View1<const std::int64_t> segment_starts_, segment_offsets_;  // rounded_copy()'s table (mixed precision)
 };
+
+// The flat buffer cut into runs that either all have a compute copy, contiguous there, or all have none, in
+// buffer order (RoundedCopy's table, core/rounded_copy.hpp). Empty when A is T.
+struct CopySegment {
+  std::int64_t start = 0, length = 0, compute_offset = -1;
+};
+template <class T, class A>
+std::vector<CopySegment> copy_segments(const ModelDesc& desc, int first, int last) {
+  std::vector<CopySegment> segments;
+  if constexpr (mixed_precision<T, A>) {
+    std::int64_t offset = 0, compute = 0;
+    for (int l = first; l < last; ++l)
+      for (const auto& spec : desc.layers.at(l).params) {
+        const std::int64_t to = spec.product_operand ? compute : -1;
+        CopySegment* back = segments.empty() ? nullptr : &segments.back();
+        const bool continues = back && (to < 0 ? back->compute_offset < 0
+                                               : back->compute_offset >= 0 && back->compute_offset + back->length == to);
+        if (continues) {
+          back->length += spec.numel();
+        } else {
+          segments.push_back({offset, spec.numel(), to});
+        }
+        offset += spec.numel();
+        if (spec.product_operand) compute += spec.numel();
+      }
+  }
+  return segments;
+}
+
+// Bytes of a store's segment table (a chunk's workspace in the memory plan): starts and offsets.
+template <class T, class A> std::int64_t copy_segments_bytes(const ModelDesc& desc, int first, int last) {
+  const std::int64_t segments = std::int64_t(copy_segments<T, A>(desc, first, last).size());
+  return segments > 0 ? (2 * segments + 1) * std::int64_t(sizeof(std::int64_t)) : 0;
+}
 
 // Elements of the compute copy of layers [first, last) in A (0 when A is T: no copy).
 template <class T, class A> std::int64_t compute_copy_elements(const ModelDesc& desc, int first, int last) {

@@ -4,6 +4,7 @@
 
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/fence.hpp"
 #include "kpipe/core/math.hpp"
 #include "kpipe/core/precisions.hpp"
 
@@ -40,7 +41,7 @@ static void sort_unique_keys(const ExecSpace& space, const View1<std::int64_t>& 
 #if KOKKOS_VERSION >= 40000
   Kokkos::sort(space, keys);
 #else
-  space.fence();  // Kokkos 3.4's sort takes no execution space instance: it runs on the default one
+  named_fence(space, "kpipe::nn::embedding: sort on the default instance");  // Kokkos 3.4's sort takes no execution space instance: it runs on the default one
   Kokkos::sort(keys);
 #endif
 }

@@ -143,25 +143,38 @@ KOKKOS_INLINE_FUNCTION void adamw_block(const AdamwScalars<T>& s, std::int64_t b
   }
 }
 
+// The block's new weights rounded into their compute copy, while they are at hand (mixed precision only: the
+// copy is bf16 of float weights; there is none otherwise).
+template <class T>
+KOKKOS_INLINE_FUNCTION void round_block(const RoundedCopy& rounded, const T* weights, std::int64_t begin,
+                                        std::int64_t end) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (!rounded.empty()) round_range(rounded, weights, begin, end);
+  } else {
+    (void)rounded, (void)weights, (void)begin, (void)end;
+  }
+}
+
 template <bool Ahead, bool Apart, KernelPath P, class T, class G>
 void adamw_pass(const char* label, const ExecSpace& space, const AdamwScalars<T>& s, const View1<const T>& from,
                 const View1<T>& into, const View1<G>& grads, const View1<T>& m,
-                const View1<T>& v, const View1<const std::uint8_t>& decay_mask) {
+                const View1<T>& v, const View1<const std::uint8_t>& decay_mask, const RoundedCopy& rounded) {
   for_each_block<P>(label, space, std::int64_t(into.extent(0)), KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
     adamw_block<Ahead, Apart>(s, begin, end, Apart ? from.data() : nullptr, into.data(), grads.data(), m.data(),
                               v.data(), decay_mask.data());
+    round_block(rounded, into.data(), begin, end);
   });
 }
 
 template <KernelPath P, class T, class G>
 void adamw_passes(const char* label, const ExecSpace& space, const AdamwScalars<T>& s, const View1<const T>& from,
                   const View1<T>& into, const G& grads, const View1<T>& m, const View1<T>& v,
-                  const View1<const std::uint8_t>& decay_mask) {
+                  const View1<const std::uint8_t>& decay_mask, const RoundedCopy& rounded = {}) {
   const bool apart = from.data() != into.data();
-  if (s.ahead && apart) adamw_pass<true, true, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
-  if (s.ahead && !apart) adamw_pass<true, false, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
-  if (!s.ahead && apart) adamw_pass<false, true, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
-  if (!s.ahead && !apart) adamw_pass<false, false, P, T>(label, space, s, from, into, grads, m, v, decay_mask);
+  if (s.ahead && apart) adamw_pass<true, true, P, T>(label, space, s, from, into, grads, m, v, decay_mask, rounded);
+  if (s.ahead && !apart) adamw_pass<true, false, P, T>(label, space, s, from, into, grads, m, v, decay_mask, rounded);
+  if (!s.ahead && apart) adamw_pass<false, true, P, T>(label, space, s, from, into, grads, m, v, decay_mask, rounded);
+  if (!s.ahead && !apart) adamw_pass<false, false, P, T>(label, space, s, from, into, grads, m, v, decay_mask, rounded);
 }
 
 // SGD's scalars and one element's step (every SGD kernel calls it).
@@ -193,6 +206,17 @@ template <class T> void check_apart(const char* what, const View1<const T>& from
   if (a != b && a < b + n && b < a + n) throw std::invalid_argument(fmt::format("{}: from and into overlap", what));
 }
 
+// A rounded copy is of float weights, with a table of one start more than segments. (That the table covers
+// the buffer is the store's to ensure, model/parameters.cpp: its last start is on the device.)
+template <class T> void check_rounded(const char* what, const RoundedCopy& rounded) {
+  if (rounded.empty()) return;
+  if (!std::is_same_v<T, float>) throw std::invalid_argument(fmt::format("{}: a bf16 copy of weights not in float", what));
+  const std::size_t segments = rounded.offsets.extent(0);
+  if (rounded.starts.extent(0) != segments + 1 || segments == 0)
+    throw std::invalid_argument(fmt::format("{}: a segment table of {} starts for {} segments", what,
+                                            rounded.starts.extent(0), segments));
+}
+
 }  // namespace
 
 template <class T, KernelPath P>
@@ -207,11 +231,13 @@ void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr,
 template <class T, KernelPath P>
 void adamw_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step,
                        double grad_scale, In1<T> from, const View1<T>& into, const View1<T>& grads, const View1<T>& m,
-                       const View1<T>& v, const View1<const std::uint8_t>& decay_mask, double lookahead) {
+                       const View1<T>& v, const View1<const std::uint8_t>& decay_mask, double lookahead,
+                       const RoundedCopy& rounded) {
   check_lengths("adamw_update_into", into.extent(0), grads.extent(0), m.extent(0), v.extent(0), decay_mask.extent(0));
   check_apart("adamw_update_into", from, into);
+  check_rounded<T>("adamw_update_into", rounded);
   const AdamwScalars<T> s = adamw_scalars<T>(cfg, lr, step, grad_scale, lookahead);
-  adamw_passes<P, T>("kpipe::nn::adamw_update_into", space, s, from, into, grads, m, v, decay_mask);
+  adamw_passes<P, T>("kpipe::nn::adamw_update_into", space, s, from, into, grads, m, v, decay_mask, rounded);
 }
 
 template <class T>
@@ -231,19 +257,25 @@ void sgd_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, d
 template <class T>
 void sgd_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double lr, double grad_scale, In1<T> from,
                      const View1<T>& into, const View1<T>& grads, const View1<T>& momentum_buf,
-                     const View1<const std::uint8_t>& decay_mask, double lookahead) {
+                     const View1<const std::uint8_t>& decay_mask, double lookahead, const RoundedCopy& rounded) {
   check_lengths("sgd_update_into", into.extent(0), grads.extent(0), momentum_buf.extent(0), momentum_buf.extent(0),
                 decay_mask.extent(0));
   check_apart("sgd_update_into", from, into);
+  check_rounded<T>("sgd_update_into", rounded);
   const SgdScalars<T> s = sgd_scalars<T>(cfg, lr, grad_scale, lookahead);
   const View1<const T> source = from;
-  // Element i is read before it is written, so in place is fine here (no pointers promised apart).
-  Kokkos::parallel_for("kpipe::nn::sgd_update_into", range(space, into.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
-    T buf = momentum_buf(i);
-    into(i) = sgd_step(s, grads(i), buf, source(i), decay_mask(i));
-    momentum_buf(i) = buf;
-    grads(i) = T(0);
-  });
+  // Element i is read before it is written, so in place is fine here (no pointers promised apart). In blocks,
+  // so that the compute copy is written per contiguous run; elementwise, so the same bits as one per element.
+  for_each_block("kpipe::nn::sgd_update_into", space, std::int64_t(into.extent(0)),
+                 KOKKOS_LAMBDA(std::int64_t begin, std::int64_t end) {
+                   for (std::int64_t i = begin; i < end; ++i) {
+                     T buf = momentum_buf(i);
+                     into(i) = sgd_step(s, grads(i), buf, source(i), decay_mask(i));
+                     momentum_buf(i) = buf;
+                     grads(i) = T(0);
+                   }
+                   round_block(rounded, into.data(), begin, end);
+                 });
 }
 
 #define KPIPE_INSTANTIATE_KERNEL(T, P)                                                                                \
@@ -254,12 +286,13 @@ void sgd_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double 
                                    const View1<const std::uint8_t>&, double);                                         \
   template void adamw_update_into<T, P>(const ExecSpace&, const OptimizerConfig&, double, std::int64_t, double,       \
                                         In1<T>, const View1<T>&, const View1<T>&, const View1<T>&, const View1<T>&,   \
-                                        const View1<const std::uint8_t>&, double);
+                                        const View1<const std::uint8_t>&, double, const RoundedCopy&);
 #define KPIPE_INSTANTIATE(T)                                                                                          \
   template void sgd_update(const ExecSpace&, const OptimizerConfig&, double, double, const View1<T>&, In1<T>,         \
                            const View1<T>&, const View1<const std::uint8_t>&, double);                                \
   template void sgd_update_into(const ExecSpace&, const OptimizerConfig&, double, double, In1<T>, const View1<T>&,    \
-                                const View1<T>&, const View1<T>&, const View1<const std::uint8_t>&, double);
+                                const View1<T>&, const View1<T>&, const View1<const std::uint8_t>&, double,           \
+                                const RoundedCopy&);
 KPIPE_CHECKED_ACCUMULATION_KERNELS(KPIPE_INSTANTIATE_KERNEL)
 KPIPE_CHECKED_ACCUMULATIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE_KERNEL

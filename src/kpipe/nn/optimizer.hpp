@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kpipe/core/config.hpp"
+#include "kpipe/core/rounded_copy.hpp"
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/nn/views.hpp"
 
@@ -39,10 +40,14 @@ void adamw_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr,
 // the new weights written into `into` from the weights `from` (the same buffer, or another one of the same
 // length, which is left as it was: the next weight version's), and the gradients left zero as they are read.
 // Element for element the arithmetic of adamw_update (look-ahead included), so the bits are the same.
+// With a rounded copy (float weights only), the same kernel writes the new weights' bf16 compute copy too, as
+// ParameterStore::refresh_compute_copy would (each rounded once from the value just written): no pass of
+// its own.
 template <class T, KernelPath P = default_kernel_path>
 void adamw_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double lr, std::int64_t step,
                        double grad_scale, In1<T> from, const View1<T>& into, const View1<T>& grads, const View1<T>& m,
-                       const View1<T>& v, const View1<const std::uint8_t>& decay_mask, double lookahead = 0);
+                       const View1<T>& v, const View1<const std::uint8_t>& decay_mask, double lookahead = 0,
+                       const RoundedCopy& rounded = {});
 
 // One SGD step with momentum: g = grad_scale * grads + wd * decay_mask * params; buf = momentum buf + g;
 // params -= lr * d, d = buf, or with a look-ahead L, d = buf + L (buf - the buffer before this step).
@@ -51,10 +56,12 @@ void sgd_update(const ExecSpace& space, const OptimizerConfig& cfg, double lr, d
                 const View1<T>& params, In1<T> grads, const View1<T>& momentum_buf,
                 const View1<const std::uint8_t>& decay_mask, double lookahead = 0);
 
-// The same SGD step from `from` into `into`, the gradients left zero (as adamw_update_into).
+// The same SGD step from `from` into `into`, the gradients left zero and the compute copy written (as
+// adamw_update_into).
 template <class T>
 void sgd_update_into(const ExecSpace& space, const OptimizerConfig& cfg, double lr, double grad_scale, In1<T> from,
                      const View1<T>& into, const View1<T>& grads, const View1<T>& momentum_buf,
-                     const View1<const std::uint8_t>& decay_mask, double lookahead = 0);
+                     const View1<const std::uint8_t>& decay_mask, double lookahead = 0,
+                     const RoundedCopy& rounded = {});
 
 }  // namespace kpipe::nn

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/fence.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/partition/configured.hpp"
@@ -142,7 +143,7 @@ template <class T, class A> typename AsyncReference<T, A>::StepResult AsyncRefer
       peak_versions_[s] = std::max(peak_versions_[s], int(versions_[s].size()));
     }
   }
-  space_.fence();
+  named_fence(space_, "kpipe::runtime::AsyncReference::step: the host reads the losses");
   double loss_sum = 0;
   for (double l : result.microbatch_losses) loss_sum += l;  // in the trainer's order (AsyncRules::loss_index)
   result.loss = loss_sum / double(std::int64_t(m) * d * rows);

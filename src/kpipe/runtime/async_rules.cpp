@@ -68,16 +68,20 @@ double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, 
   if (std::isfinite(norm)) {
     const double lr = rules.learning_rate(optim, update), scale = nn::clip_factor(norm, optim.grad_clip);
     const double lookahead = rules.delay(stage, update);
+    // The update writes the compute copy the products read too (mixed precision): no refresh after it.
     if (optim.kind == OptimizerKind::sgd)
-      nn::sgd_update_into(space, optim, lr, scale, from, p.values(), p.grads(), p.moment1(), p.decay_mask(), lookahead);
+      nn::sgd_update_into(space, optim, lr, scale, from, p.values(), p.grads(), p.moment1(), p.decay_mask(), lookahead,
+                          p.rounded_copy());
     else
       nn::adamw_update_into(space, optim, lr, update + 1, scale, from, p.values(), p.grads(), p.moment1(),
-                            p.moment2(), p.decay_mask(), lookahead);
+                            p.moment2(), p.decay_mask(), lookahead, p.rounded_copy());
   } else {
-    if (from.data() != p.values().data()) Kokkos::deep_copy(space, p.values(), from);
+    if (from.data() != p.values().data()) {  // the version carried over unchanged, its compute copy with it
+      Kokkos::deep_copy(space, p.values(), from);
+      p.refresh_compute_copy(space);
+    }
     p.zero_grads(space);
   }
-  p.refresh_compute_copy(space);
   return squares;
 }
 

@@ -53,7 +53,7 @@ template <class T, class A> double Evaluator<T, A>::evaluate(std::int64_t step) 
     RowPerMicrobatch<decltype(draw)> tokens(*tokens_, losses_, draw);
     const Program& list = program(n);
     executor_->run(list, whole(list), nullptr, tokens, step);
-    const std::vector<double> losses = tokens.read_losses();
+    const std::vector<double> losses = tokens.read_losses(ExecSpace());
     for (int k = 0; k < n; ++k) loss_sum += losses[k];  // in window order, as on one rank
     done += n;
   }

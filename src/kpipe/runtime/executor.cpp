@@ -147,10 +147,13 @@ template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i
     case Op::recv_sum:
     case Op::send_sum: run.updates->run(a); break;
     case Op::update: {
+      // Timed on the stream as F and B are (no fence: the span is read at the run's end), and work as they
+      // are (the simulator charges it as `step`).
+      const std::size_t timed = clock_.begin(space_);
       run.updates->run(a);
-      space_.fence();
-      timeline_.push_back({a, start - run.start, seconds_now() - run.start, 0});
-      run.busy += seconds_now() - start;  // work, as F and B are (the simulator charges it as `step`)
+      clock_.end(space_, timed);
+      timeline_.push_back({a, 0, 0, 0});
+      run.timed.push_back(timeline_.size() - 1);
       break;
     }
     case Op::step: return;  // a step boundary: the sends it delivers are the next run's to wait on
@@ -231,7 +234,7 @@ template <class T, class A> void Executor<T, A>::read_action_times(Run& run) {
     entry.end = spans[k].end;
     const double seconds = spans[k].end - spans[k].start;
     run.busy += seconds;
-    if (runs_ > 0) {  // the first run allocates the stash: not representative
+    if (runs_ > 0 && schedule::is_compute(entry.action.op)) {  // the first run allocates the stash: not representative
       action_seconds_[entry.action.chunk][int(entry.action.op)] += seconds;
       ++action_count_[entry.action.chunk][int(entry.action.op)];
     }

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "kpipe/core/clock.hpp"
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/fence.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/runtime/peer_lost.hpp"
@@ -40,21 +40,28 @@ template <class T, class A> void FlushUpdates<T, A>::finish(std::int64_t step, c
   std::vector<View1<T>> grads;
   for (int c = 0; c < stage_->chunks(); ++c) grads.push_back(stage_->chunk(c).params().grads());
   reduction_->finish(space_, grads, step);
-  const double start = seconds_now();
+  // Timed on the stream, not by a fence and the wall clock: the host goes on to queue the next step while the
+  // update runs. The previous update's events are done by now (the stream has run this step's actions since).
+  const double previous = update_timed_ ? elapsed_seconds(update_began_, update_ended_) : 0.0;
+  update_began_.record(space_);
   optimizer_step(step, stats);  // skips the update when the loss or the gradient is not finite
-  space_.fence();
-  stats.optimizer_seconds = seconds_now() - start;
+  update_ended_.record(space_);
+  update_timed_ = true;
+  // Host backends: done already (there an event is a fence); on a device, most likely still running: the
+  // report carries the latest update the stream has finished, this one or the one before.
+  stats.optimizer_seconds = update_ended_.done() ? elapsed_seconds(update_began_, update_ended_) : previous;
 }
 
 template <class T, class A> void FlushUpdates<T, A>::optimizer_step(std::int64_t step, StepStats& stats) {
   const auto& config = stage_->config();
   // Global norm from per-layer sums placed by global layer index, so it is the same on every layout.
+  // Every chunk's sums queued, then one wait.
   std::vector<double> squares(stage_->desc().layers.size(), 0.0);
   for (int c = 0; c < stage_->chunks(); ++c) {
     const auto& params = stage_->chunk(c).params();
-    const auto sums = params.layer_grad_squares(space_);
-    for (std::size_t k = 0; k < sums.size(); ++k) squares[params.first_layer() + k] = sums[k];
+    params.queue_layer_grad_squares(space_, squares.data() + params.first_layer());
   }
+  named_fence(space_, "kpipe::runtime::FlushUpdates::optimizer_step: the host reads the gradient norm's sums");
   comm::allreduce(squares, MPI_SUM, stage_->grid().pipeline,
                   {config.pipeline.recv_timeout_s, fmt::format("the gradient-norm allreduce of step {}", step)});
   double total = 0;
@@ -70,14 +77,14 @@ template <class T, class A> void FlushUpdates<T, A>::optimizer_step(std::int64_t
   const double scale = nn::clip_factor(stats.grad_norm, config.optim.grad_clip);
   for (int c = 0; c < stage_->chunks(); ++c) {
     auto& p = stage_->chunk(c).params();
-    // In place, the gradients zeroed as the update reads them: one pass over them instead of two.
+    // In place, the gradients zeroed as the update reads them and the compute copy the products read written
+    // as the new weights are (mixed precision): one pass instead of three.
     if (config.optim.kind == OptimizerKind::sgd)
       nn::sgd_update_into(space_, config.optim, stats.lr, scale, p.values(), p.values(), p.grads(), p.moment1(),
-                          p.decay_mask());
+                          p.decay_mask(), 0, p.rounded_copy());
     else
       nn::adamw_update_into(space_, config.optim, stats.lr, step + 1, scale, p.values(), p.values(), p.grads(),
-                            p.moment1(), p.moment2(), p.decay_mask());
-    p.refresh_compute_copy(space_);  // what the products read (mixed precision)
+                            p.moment1(), p.moment2(), p.decay_mask(), 0, p.rounded_copy());
   }
 }
 

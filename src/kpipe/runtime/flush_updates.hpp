@@ -6,6 +6,7 @@
 // loss or the norm is not finite, clipping, AdamW or SGD.
 #include <memory>
 
+#include "kpipe/core/stream_event.hpp"
 #include "kpipe/runtime/gradient_reduction.hpp"
 #include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/stage_model.hpp"
@@ -48,6 +49,8 @@ template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T
   std::unique_ptr<GradientReduction<T>> reduction_;
   std::int64_t step_ = 0;
   ExecSpace space_;
+  StreamEvent update_began_{/*timing=*/true}, update_ended_{/*timing=*/true};  // the last optimizer step's span
+  bool update_timed_ = false;
 };
 
 }  // namespace kpipe::runtime

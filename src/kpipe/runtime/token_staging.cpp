@@ -1,5 +1,6 @@
 #include "kpipe/runtime/token_staging.hpp"
 
+#include "kpipe/core/fence.hpp"
 #include "kpipe/core/memory_category.hpp"
 #include "kpipe/core/precisions.hpp"
 
@@ -11,10 +12,12 @@ TokenStaging::TokenStaging(int rows, std::int64_t tokens_per_row) {
   targets_ = decltype(targets_)(uninitialized("kpipe::runtime::TokenStaging::targets"), rows, tokens_per_row);
 }
 
-std::vector<double> TokenSource::read_losses() const {
+std::vector<double> TokenSource::read_losses(const ExecSpace& space) const {
   std::vector<double> host(losses_.extent(0));
-  Kokkos::deep_copy(Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(), host.size()),
+  Kokkos::deep_copy(space,
+                    Kokkos::View<double*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(host.data(), host.size()),
                     losses_);
+  named_fence(space, "kpipe::runtime::TokenSource::read_losses: the host reads the losses");
   return host;
 }
 

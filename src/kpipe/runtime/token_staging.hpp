@@ -38,7 +38,8 @@ class TokenSource {
   virtual int loss_slot(std::int64_t microbatch) const = 0;
   const TokenStaging& staging() const { return *staging_; }
   const Kokkos::View<double*, MemSpace>& losses() const { return losses_; }  // per slot, on the device
-  std::vector<double> read_losses() const;  // a host copy, once the run is over
+  // A host copy, once the run is over: queued on space behind the run's kernels, then one fence.
+  std::vector<double> read_losses(const ExecSpace& space) const;
 
  protected:
   TokenStaging* staging_;

@@ -102,7 +102,7 @@ template <class T, class A> void Trainer<T, A>::run_step() {
   stats.tokens = std::int64_t(config_.train.batch) * config_.model.seq_len;
   stats.busy_seconds = executor_->run(program_, range, updates_.get(), tokens, step_);
   StepReport report;
-  report.losses = tokens.read_losses();
+  report.losses = tokens.read_losses(space_);
   stats.pipeline_seconds = seconds_now() - start;
   report.stop_votes = stop_votes(options_.stop_signal ? options_.stop_signal() : 0);
   updates_->contribute(report, stats);

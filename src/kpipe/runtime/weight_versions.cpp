@@ -4,6 +4,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kpipe/core/fence.hpp"
 #include "kpipe/core/memory_category.hpp"
 #include "kpipe/core/precisions.hpp"
 
@@ -103,7 +104,7 @@ template <class T, class A> void WeightVersions<T, A>::restart(int newest, const
     }
   }
   chunk_->use_parameters(current);
-  space_.fence();
+  named_fence(space_, "kpipe::runtime::WeightVersions::restart: the host copies of the older versions are read");
   peak_ = std::max(peak_, int(held_.size()));
 }
 
