@@ -156,7 +156,9 @@ template <class In> void check_batched(bool trans_a, bool trans_b, float beta) {
                                                                              << j << ")";
       }
   for (std::size_t e = 0; e < before.size(); ++e)
-    if (!inside[e]) ASSERT_EQ(double(after(e)), before[e]) << "element " << e << " is outside every matrix";
+    if (!inside[e]) {
+      ASSERT_EQ(double(after(e)), before[e]) << "element " << e << " is outside every matrix";
+    }
 }
 
 TEST(Blas, StridedBatchedProductsAreEachMatrixsProduct) {

@@ -53,7 +53,9 @@ TEST(MessageProbe, MeasuresEveryNeighbouringPairOnce) {
   EXPECT_EQ(cost.hops, world_size() - 1);
   EXPECT_TRUE(std::isfinite(cost.latency) && cost.latency >= 0) << cost.latency;
   EXPECT_TRUE(std::isfinite(cost.per_byte) && cost.per_byte >= 0) << cost.per_byte;
-  if (world_size() == 1) EXPECT_EQ(cost.latency, 0.0);  // no messages: nothing to charge
+  if (world_size() == 1) {
+    EXPECT_EQ(cost.latency, 0.0);  // no messages: nothing to charge
+  }
   expect_same_on_every_rank(cost);
 }
 

@@ -39,7 +39,9 @@ TEST(ForwardOnly, ListsPassTheValidatorAndTheStreamOrderProof) {
           EXPECT_NO_THROW(validate(plan.run));
           EXPECT_EQ(stream_order_violation(lists), "");
           EXPECT_EQ(stream_order_violation(plan.run, plan.sums), "");
-          if (p > 1) EXPECT_EQ(plan.passes.at(1), "lower");
+          if (p > 1) {
+            EXPECT_EQ(plan.passes.at(1), "lower");
+          }
           if (delivery == Delivery::stream_ordered) {
             EXPECT_EQ(plan.passes.back().rfind("order_for_streams", 0), 0u) << passes_text(plan);
             // A chain of forwards already receives where a stream runs it: the buffered lists, unchanged (so the
