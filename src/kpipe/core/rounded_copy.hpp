@@ -16,7 +16,7 @@ struct RoundedCopy {
   View1<const std::int64_t> starts;   // [segments + 1]: 0, ..., the buffer's length
   View1<const std::int64_t> offsets;  // [segments]: into compute, -1 for a segment without a copy
 
-  bool empty() const { return compute == nullptr; }
+  KOKKOS_INLINE_FUNCTION bool empty() const { return compute == nullptr; }
 };
 
 // The segment that holds element i: the last k with starts(k) <= i (a binary search; tables are a few
