@@ -153,6 +153,14 @@ TEST(MixedPrecision, ComputeCopyHoldsTheProductMatricesRounded) {
   for (double x : test::host_values(store.compute_values())) EXPECT_EQ(x, 0.5);
 }
 
+// Gradients in [-1, 1], different per element. A free function: CUDA refuses a kernel lambda in a test body
+// (a private member function of the test's class).
+void fill_gradients(const ExecSpace& space, const View1<float>& grads) {
+  Kokkos::parallel_for("test grads", range(space, grads.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
+    grads(i) = float(0.01 * double((i * 7919) % 201 - 100));
+  });
+}
+
 // The optimizer's update writes the compute copy in its own kernel (nn/optimizer.hpp): the same bits a refresh
 // after it would give, for AdamW and SGD, in place and from another version's weights.
 TEST(MixedPrecision, UpdateWritesTheComputeCopyARefreshWould) {
@@ -167,10 +175,7 @@ TEST(MixedPrecision, UpdateWritesTheComputeCopyARefreshWould) {
       SCOPED_TRACE(std::string(sgd ? "sgd" : "adamw") + (apart ? " from another buffer" : " in place"));
       store.initialize(space, 5);
       Kokkos::deep_copy(other, store.values());
-      const View1<float> grads = store.grads();
-      Kokkos::parallel_for("test grads", range(space, store.size()), KOKKOS_LAMBDA(std::int64_t i) {
-        grads(i) = float(0.01 * double((i * 7919) % 201 - 100));
-      });
+      fill_gradients(space, store.grads());
       const View1<const float> from = apart ? View1<const float>(other) : View1<const float>(store.values());
       if (sgd)
         nn::sgd_update_into(space, cfg, 0.5, 1.0, from, store.values(), store.grads(), store.moment1(),
