@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The CUDA build (../shared's kokkos-cuda toolchain: Kokkos 4.6, CUDA sm_90, nvcc_wrapper) with NCCL:
 # library, apps, tests and benchmarks compile and link, with warnings in kpipe's own code as errors, and the
-# NCCL transport is really in the binaries. Nothing CUDA runs here (no GPU): scripts/gpu-check.sh does that.
+# NCCL transport is really in the binaries. Nothing CUDA runs here (no GPU): scripts/gpu-check.sh does that,
+# on a node that gets the build as a pack (scripts/gpu-pack.sh), which this job makes, weighs and starts on a
+# stand-in for a node without kpipe's libraries.
 set -euo pipefail
 job=30-cuda
 source "$(dirname "$0")/../lib.sh"
@@ -33,3 +35,15 @@ for program in apps/kpipe-train tests/kpipe_test_mpi; do
   grep -q 'ncclCommInitRankConfig' <<<"$symbols" || { echo "$job: $program has no NCCL transport"; exit 1; }
 done
 echo "$job: kpipe-train and the MPI tests load libnccl and call ncclCommInitRankConfig"
+
+# The pack a GPU node gets: small enough to travel (a node's upload may be limited to tens of MiB), and it starts
+# where none of kpipe's libraries are installed.
+pack=build-ci/gpu-pack.tar.xz
+timed scripts/gpu-pack.sh "$build" "$pack"
+size=$(stat -c %s "$pack")
+[ "$size" -le $((48 * 1048576)) ] || { echo "$job: the GPU pack is $((size / 1048576)) MiB, over 48 MiB"; exit 1; }
+if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
+  timed bash tests/e2e/gpu_pack_bare_node.sh "$pack" "$cuda"
+else
+  echo "$job: no mount namespace here (not root, or unshare refused): the pack's start on a bare node is not checked"
+fi
