@@ -23,10 +23,13 @@
 # at seq_len 2048 with 4 sequences, bf16 only: against PyTorch's fused scaled_dot_product_attention).
 #
 #   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests] [--sizes bench,wide,long] [--limit SECONDS]
+#                        [--budget SECONDS]
 #   scripts/gpu-check.sh BUILD_DIR --env     prints the environment kpipe's programs run with (NAME=value a line),
 #                                            for running them by hand: env $(scripts/gpu-check.sh PACK --env) ...
 #
-# Every program runs under a time limit (--limit, default 300 s): a hang is a failure, not a stuck node.
+# Every program runs under a time limit (--limit, default 300 s): a hang is a failure, not a stuck node. With
+# --budget, the whole check ends within that many seconds: a program gets what is left of it at most, and what
+# would start after it is spent is skipped, named in one line, so a node lent for minutes still returns tables.
 # torch.compile runs for the wide model in bf16 only: compiling takes a minute or more a model, and the check
 # should end within a few minutes.
 #
@@ -39,7 +42,7 @@
 # Exit codes: 0 all checks passed; 1 a check failed; 2 nothing to check here (no CUDA build, no GPU).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=build-cuda steps=30 out="" skip_tests=0 sizes=bench,wide,long limit=300 print_env=0
+build=build-cuda steps=30 out="" skip_tests=0 sizes=bench,wide,long limit=300 budget=0 print_env=0
 while [ $# -gt 0 ]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -48,7 +51,8 @@ while [ $# -gt 0 ]; do
     --env) print_env=1; shift ;;
     --sizes) sizes=$2; shift 2 ;;
     --limit) limit=$2; shift 2 ;;
-    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
+    --budget) budget=$2; shift 2 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)"; exit 2 ;;
     *) build=$1; shift ;;
   esac
@@ -67,9 +71,25 @@ fi
 train="$build/apps/kpipe-train" sim="$build/apps/kpipe-sim" timer="$build/tools/kernel_timer/libkpipe_kernel_timer.so"
 [ -x "$train" ] || { echo "gpu-check: $train is missing: build the apps (KPIPE_ENABLE_APPS=ON)"; exit 2; }
 
+# limited COMMAND...: runs it under --limit, and under what is left of --budget.
+limited() {
+  local slot=$limit
+  if [ "$budget" -gt 0 ]; then
+    local left=$((budget - SECONDS))
+    [ $left -lt "$slot" ] && slot=$left
+    [ "$slot" -ge 1 ] || slot=1
+  fi
+  timeout "$slot" "$@"
+}
+# spent WHAT: true (and says so) when --budget is spent, so that WHAT is skipped.
+spent() {
+  [ "$budget" -gt 0 ] && [ $SECONDS -ge "$budget" ] || return 1
+  echo "gpu-check: the budget of $budget s is spent: $1 skipped"
+}
+
 # kpipe's programs run with a pack's libraries first (Open MPI's plugins and help texts in it too: a singleton
 # MPI_Init with no mpiexec on the node); Python (PyTorch) keeps its own.
-kpipe_env=(timeout "$limit" env)
+kpipe_env=(limited env)
 if [ -d "$build/gpu-libs" ]; then
   libs=$(cd "$build/gpu-libs" && pwd)
   # CUDA's libraries the loader does not find: in the toolkit's directories, or in PyTorch's nvidia wheels.
@@ -90,7 +110,7 @@ if [ -d "$build/gpu-libs" ]; then
   fi
 fi
 if [ $print_env -eq 1 ]; then
-  printf '%s\n' "${kpipe_env[@]:3}"
+  printf '%s\n' "${kpipe_env[@]:2}"
   exit 0
 fi
 
@@ -130,6 +150,7 @@ if [ $skip_tests -eq 0 ]; then
     [ -x "$program" ] || continue
     name=$(basename "$program")
     [ "$name" = kpipe_test_stalled_peer ] && continue  # a stage of tests/e2e/recv_timeout.sh, not a test program
+    spent "$name" && continue
     if [ "$name" = kpipe_test_mpi ]; then
       [ -n "$mpiexec" ] || { echo "gpu-check: no mpiexec here: $name skipped"; continue; }
       runs=("${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$program")
@@ -163,9 +184,12 @@ final_field() {  # final_field METRICS KEY: the final record's KEY
 have_torch=0
 python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && have_torch=1
 [ $have_torch -eq 1 ] || echo "gpu-check: torch with CUDA does not import here: the PyTorch comparison is skipped"
-torch_run() {  # torch_run TAG SIZE PRECISION [--compile]: prints PyTorch's median tokens/s, or - and fails
+# torch_run TAG SIZE PRECISION [--compile]: prints PyTorch's median tokens/s; or - and fails (1), or - when the
+# budget is spent (2).
+torch_run() {
+  spent "PyTorch $1" >&2 && { echo "-"; return 2; }
   # shellcheck disable=SC2086
-  if timeout "$limit" python3 benchmarks/pytorch/gpt.py --device cuda --precision "$3" --steps "$steps" ${torch_args[$2]} \
+  if limited python3 benchmarks/pytorch/gpt.py --device cuda --precision "$3" --steps "$steps" ${torch_args[$2]} \
     "${@:4}" >"$out/torch-$1.json" 2>"$out/torch-$1.log"; then
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_s"])' "$out/torch-$1.json"
   else
@@ -177,6 +201,7 @@ torch_run() {  # torch_run TAG SIZE PRECISION [--compile]: prints PyTorch's medi
 # ledger of the same model, joined by label into $out/kernels-SIZE.txt.
 kernel_profile() {
   local size=$1 tag="kernels-$1"
+  spent "$tag" && return 0
   if [ -z "$ledger_gpu" ]; then
     echo "gpu-check: per-kernel bounds are for an H100 or H200, not $gpu_name: $tag skipped"; return 0
   fi
@@ -228,6 +253,7 @@ for size in ${sizes//,/ }; do
   [ -n "${model_args[$size]:-}" ] || { echo "gpu-check: --sizes: unknown size $size (bench, wide, long)"; exit 2; }
   for precision in ${precisions[$size]}; do
     tag="$size-$precision" kpipe="-" kpipe_run="-" torch="-" compiled="-"
+    spent "kpipe $tag" && continue
     # shellcheck disable=SC2086
     if "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision $precision --steps "$steps" --train.log_every 1000000 \
       --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
@@ -237,13 +263,12 @@ for size in ${sizes//,/ }; do
       failed=1; echo "gpu-check: kpipe $tag FAILED (log: $out/$tag.log)"; tail -3 "$out/$tag.log" | sed 's/^/gpu-check:   /'
     fi
     if [ $have_torch -eq 1 ]; then
-      if ! torch=$(torch_run "$tag" "$size" "$precision"); then
-        failed=1; echo "gpu-check: PyTorch $tag FAILED (log: $out/torch-$tag.log)"
-      fi
+      torch=$(torch_run "$tag" "$size" "$precision")
+      [ $? -eq 1 ] && { failed=1; echo "gpu-check: PyTorch $tag FAILED (log: $out/torch-$tag.log)"; }
       # torch.compile needs a working compiler toolchain (Triton) on the node: where it fails, its column says -.
       # The wide model in bf16 only (the issue's headline comparison): compiling takes a minute or more a model.
       if [ "$size" = wide ] && [ "$precision" = bf16 ]; then
-        compiled=$(torch_run "$tag-compiled" "$size" "$precision" --compile) ||
+        compiled=$(torch_run "$tag-compiled" "$size" "$precision" --compile) || [ $? -eq 2 ] ||
           echo "gpu-check: torch.compile $tag did not run here (log: $out/torch-$tag-compiled.log)"
       fi
     fi
@@ -253,6 +278,7 @@ for size in ${sizes//,/ }; do
 done
 if [ -n "$mpiexec" ]; then
   for precision in fp32 bf16; do
+    spent "two ranks $precision" && continue
     if "${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$train" --preset bench --precision $precision --steps "$steps" --pipeline-size 2 \
       --microbatches 8 --transport auto --train.log_every 1000000 --train.eval_batches 1 \
       --metrics "$out/two-ranks-$precision.jsonl" >"$out/two-ranks-$precision.log" 2>&1; then
