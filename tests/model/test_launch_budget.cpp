@@ -151,6 +151,10 @@ template <class T, class A> void expect_within_budget(const char* precision) {
   EXPECT_LE(forward, 10);
   EXPECT_LE(input, 8);
   EXPECT_EQ(weight, 6);
+  // Nor a copy: the residual stream's gradient is added by the LayerNorm backwards as they write (it was two
+  // deep copies of [rows, C] a block).
+  for (const Counts* c : {&three.forward, &three.backward_input, &three.backward_weight})
+    EXPECT_EQ(c->copies, 0);
   // Nothing is allocated once the first micro-batch has run: every buffer is the chunk's own, made up front.
   for (const PassCounts* p : {&one, &three})
     for (const Counts* c : {&p->forward, &p->loss, &p->backward_input, &p->backward_weight})

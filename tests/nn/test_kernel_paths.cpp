@@ -89,12 +89,16 @@ TEST(KernelPaths, LayerNormForwardAndBackwardAgree) {
   expect_close("LayerNorm forward mean", mean_h, mean_d);
   expect_close("LayerNorm forward rstd", rstd_h, rstd_d);
 
-  View2<float> dx_h("dx", n, c);
-  test::fill_uniform(dx_h, 5);  // accumulate onto a residual gradient
+  View2<float> dx_h("dx", n, c), residual("residual", n, c), dx_apart_h("dx", n, c), dx_apart_d("dx", n, c);
+  test::fill_uniform(dx_h, 5);  // add to a residual gradient in place
   auto dx_d = copy_of(dx_h, "dx");
-  backward_input<float, float, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, true);
-  backward_input<float, float, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, true);
+  backward_input<float, float, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, dx_h);
+  backward_input<float, float, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, dx_d);
   expect_close("LayerNorm backward_input", dx_h, dx_d);
+  test::fill_uniform(residual, 5);  // and apart from dx
+  backward_input<float, float, host>(space, ln, x, mean_h, rstd_h, dy, dx_apart_h, residual);
+  backward_input<float, float, device>(space, ln, x, mean_h, rstd_h, dy, dx_apart_d, residual);
+  expect_close("LayerNorm backward_input, the residual apart", dx_apart_h, dx_apart_d);
 
   auto ln_d = ln;
   ln_d.dgamma = View1<float>("dgamma", c);
@@ -292,12 +296,16 @@ TEST(KernelPaths, Bf16LayerNormAgrees) {
   expect_close_bf16("bf16 LayerNorm forward y", y_h, y_d);
   expect_close("bf16 LayerNorm forward mean", mean_h, mean_d);
   expect_close("bf16 LayerNorm forward rstd", rstd_h, rstd_d);
-  View2<bf16> dx_h("dx", n, c);
+  View2<bf16> dx_h("dx", n, c), residual("residual", n, c), dx_apart_h("dx", n, c), dx_apart_d("dx", n, c);
   test::fill(dx_h, 5);
   auto dx_d = copy_of(dx_h, "dx");
-  backward_input<float, bf16, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, true);
-  backward_input<float, bf16, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, true);
+  backward_input<float, bf16, host>(space, ln, x, mean_h, rstd_h, dy, dx_h, dx_h);
+  backward_input<float, bf16, device>(space, ln, x, mean_h, rstd_h, dy, dx_d, dx_d);
   expect_close_bf16("bf16 LayerNorm backward_input", dx_h, dx_d);
+  test::fill(residual, 5);
+  backward_input<float, bf16, host>(space, ln, x, mean_h, rstd_h, dy, dx_apart_h, residual);
+  backward_input<float, bf16, device>(space, ln, x, mean_h, rstd_h, dy, dx_apart_d, residual);
+  expect_close_bf16("bf16 LayerNorm backward_input, the residual apart", dx_apart_h, dx_apart_d);
   auto ln_d = ln;
   ln_d.dgamma = View1<float>("dgamma", c);
   ln_d.dbeta = View1<float>("dbeta", c);

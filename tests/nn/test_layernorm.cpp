@@ -93,7 +93,7 @@ TEST(LayerNorm, GradientsMatchFiniteDifferences) {
   test::expect_gradient("dbeta", ln.beta, ln.dbeta, loss, c);
 }
 
-TEST(LayerNorm, BackwardAccumulatesWhenAsked) {
+TEST(LayerNorm, BackwardAddsTheResidualsGradient) {
   const int n = 4, c = 7;
   ExecSpace space;
   auto ln = make_layernorm<double>(c);
@@ -104,16 +104,28 @@ TEST(LayerNorm, BackwardAccumulatesWhenAsked) {
   test::fill_uniform(dy, 11);
   forward(space, ln, x, y, mean, rstd);
 
-  // backward_input: accumulate adds the same gradient that overwrite writes.
+  // backward_input: a residual adds the same gradient that no residual writes, whether it lies in dx (in
+  // place) or apart (then it is left as it was, and dx's old values are ignored), to the same bits.
   test::fill_uniform(dx, 12);  // garbage that overwrite must ignore
   backward_input(space, ln, x, mean, rstd, dy, dx);
   auto fresh = snapshot(dx);
   test::fill_uniform(dx, 13);
   auto before = snapshot(dx);
-  backward_input(space, ln, x, mean, rstd, dy, dx, true);
+  backward_input(space, ln, x, mean, rstd, dy, dx, dx);
   auto added = snapshot(dx);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < c; ++j) EXPECT_DOUBLE_EQ(added(i, j), before(i, j) + fresh(i, j)) << i << "," << j;
+  View2<double> residual("residual", n, c);
+  test::fill_uniform(residual, 13);
+  test::fill_uniform(dx, 14);
+  backward_input(space, ln, x, mean, rstd, dy, dx, residual);
+  auto apart = snapshot(dx);
+  auto residual_after = snapshot(residual);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < c; ++j) {
+      EXPECT_EQ(apart(i, j), added(i, j)) << i << "," << j;
+      EXPECT_EQ(residual_after(i, j), before(i, j)) << i << "," << j;
+    }
 
   // backward_weight: a second call adds the same sums again.
   backward_weight(space, ln, x, mean, rstd, dy);

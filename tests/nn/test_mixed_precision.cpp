@@ -147,8 +147,8 @@ TEST(MixedPrecision, LayerNormWithinItsRoundingBound) {
   expect_within("LayerNorm rstd", host_values(rstd), r, zeros_like(r), r);
 
   // dx = round(dx0 + rstd (g - mean(g) - x̂ mean(g x̂))), g = gamma dy: rounded once.
-  backward_input(space, lo, x, mean, rstd, dy, dx, /*accumulate=*/true);
-  backward_input(space, hi, x64, mean64, rstd64, dy64, dx64, true);
+  backward_input(space, lo, x, mean, rstd, dy, dx, /*residual=*/dx);
+  backward_input(space, hi, x64, mean64, rstd64, dy64, dx64, dx64);
   std::vector<double> m_dx(n * c);
   for (std::int64_t i = 0; i < n; ++i) {
     double mean_g = 0, mean_gx = 0;

@@ -153,11 +153,12 @@ void layernorm_forward(Builder& b, const Shapes& s) {
            row_team_launch(s.rows, s.c, 9 * elements, 2 * elements * s.a + 2 * s.c * s.t + 2 * s.rows * s.t));
 }
 
-void layernorm_backward_input(Builder& b, const Shapes& s, bool accumulate) {
+// residual: dx = residual + the LayerNorm's gradient (one more read of [rows, c]).
+void layernorm_backward_input(Builder& b, const Shapes& s, bool residual) {
   const double elements = double(s.rows * s.c);
   b.kernel(Pass::backward_input, "kpipe::nn::LayerNorm::backward_input",
            row_team_launch(s.rows, s.c, 14 * elements,
-                           (accumulate ? 4 : 3) * elements * s.a + s.c * s.t + 2 * s.rows * s.t));
+                           (residual ? 4 : 3) * elements * s.a + s.c * s.t + 2 * s.rows * s.t));
 }
 
 void layernorm_backward_weight(Builder& b, const Shapes& s) {
@@ -292,12 +293,10 @@ void block_backward_input(Builder& b, const Shapes& s) {
   b.kernel(Pass::backward_input, "kpipe::nn::gelu_backward_input",
            range_launch(s.rows * s.f, 18 * elements, 3 * elements * s.a));
   linear_backward_input(b, s, "fc", s.c, s.f);
-  b.copy(Pass::backward_input, "deep_copy::Block::dx2", 2.0 * s.rows * s.c * s.a);
   layernorm_backward_input(b, s, true);
   linear_backward_input(b, s, "proj", s.c, s.c);
   attention_backward_input(b, s);
   linear_backward_input(b, s, "qkv", s.c, 3 * s.c);
-  b.copy(Pass::backward_input, "deep_copy::Block::dx", 2.0 * s.rows * s.c * s.a);
   layernorm_backward_input(b, s, true);
 }
 

@@ -226,18 +226,17 @@ void recompute(const ExecSpace& space, const Block<T, A>& b, Recompute mode, In2
 template <class T, class A>
 void backward_input(const ExecSpace& space, const Block<T, A>& b, In2<A> x, const BlockStash<T, A>& s,
                     const BlockGrads<T, A>& g, const BlockWork<T, A>& w, In2<A> dout, const View2<A>& dx) {
-  // MLP branch: dout -> dg -> df (in place) -> dh2; the residual passes dout straight to dx2.
+  // MLP branch: dout -> dg -> df (in place) -> dh2; the residual passes dout straight to dx2, which the
+  // LayerNorm's backward adds as it writes dx2 (no copy of dout first).
   backward_input(space, b.fc_proj, dout, g.df);
   gelu_backward_input(space, s.f, g.df, g.df);
   backward_input(space, b.fc, g.df, g.dh2);
-  Kokkos::deep_copy(space, g.dx2, dout);
-  backward_input(space, b.ln2, s.x2, s.mean2, s.rstd2, g.dh2, g.dx2, /*accumulate=*/true);
-  // Attention branch: dx2 -> datt -> dqkv -> dh1; the residual passes dx2 straight to dx.
+  backward_input(space, b.ln2, s.x2, s.mean2, s.rstd2, g.dh2, g.dx2, /*residual=*/dout);
+  // Attention branch: dx2 -> datt -> dqkv -> dh1; the residual passes dx2 straight to dx, likewise.
   backward_input(space, b.proj, g.dx2, w.datt);
   attention_backward_input(space, b.shape, s.attn, w.attn, w.datt, g.dqkv);
   backward_input(space, b.qkv, g.dqkv, g.dh1);
-  Kokkos::deep_copy(space, dx, g.dx2);
-  backward_input(space, b.ln1, x, s.mean1, s.rstd1, g.dh1, dx, /*accumulate=*/true);
+  backward_input(space, b.ln1, x, s.mean1, s.rstd1, g.dh1, dx, /*residual=*/g.dx2);
 }
 
 template <class T, class A>

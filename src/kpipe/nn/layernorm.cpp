@@ -71,29 +71,40 @@ void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const 
       });
 }
 
-// dy[N, C] -> dx[N, C]: dx = rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma.
+// dy[N, C] -> dx[N, C] = residual + rstd (g - mean(g) - xhat mean(g xhat)) with g = dy gamma.
 template <class T, class A, KernelPath P>
 void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd, In2<A> dy,
-                    const View2<A>& dx, bool accumulate) {
+                    const View2<A>& dx, In2<A> residual) {
   const auto gamma = ln.gamma;
   const int cols = int(x.extent(1));
   const T inv_cols = T(1) / T(cols);
+  const View2<const A> plus = residual;
+  const bool has_residual = plus.extent(0) > 0;
   if constexpr (P == KernelPath::host) {
+    // In place (residual is dx) reads dx through dx's own pointer: a second pointer to it would break restrict.
+    const bool in_place = plus.data() == dx.data();
     Kokkos::parallel_for(
         "kpipe::nn::LayerNorm::backward_input", range(space, x.extent(0)), KOKKOS_LAMBDA(std::int64_t i) {
           const A* KOKKOS_RESTRICT xr = &x(i, 0);
           const A* KOKKOS_RESTRICT dyr = &dy(i, 0);
           const T* KOKKOS_RESTRICT g = gamma.data();
           A* KOKKOS_RESTRICT dxr = &dx(i, 0);
+          const A* KOKKOS_RESTRICT pr = has_residual && !in_place ? &plus(i, 0) : nullptr;
           const T mu = mean(i), r = rstd(i);
           const T mean_g = lane_sum<T>(cols, [&](std::int64_t j) { return widen<T>(dyr[j]) * g[j]; }) * inv_cols;
           const T mean_g_xhat = lane_sum<T>(cols, [&](std::int64_t j) {
                                   return widen<T>(dyr[j]) * g[j] * (widen<T>(xr[j]) - mu) * r;
                                 }) * inv_cols;
-          for (int j = 0; j < cols; ++j) {
-            const T d = r * (widen<T>(dyr[j]) * g[j] - mean_g - (widen<T>(xr[j]) - mu) * r * mean_g_xhat);
-            // a select, not beta * dx + d (0 * NaN is NaN); rounded once, after the add
-            dxr[j] = narrow<A>(accumulate ? widen<T>(dxr[j]) + d : d);
+          const auto d = [&](int j) {
+            return r * (widen<T>(dyr[j]) * g[j] - mean_g - (widen<T>(xr[j]) - mu) * r * mean_g_xhat);
+          };
+          // Three loops, not beta * dx + d (0 * NaN is NaN); each value rounded once, after the add.
+          if (in_place) {
+            for (int j = 0; j < cols; ++j) dxr[j] = narrow<A>(widen<T>(dxr[j]) + d(j));
+          } else if (pr) {
+            for (int j = 0; j < cols; ++j) dxr[j] = narrow<A>(widen<T>(pr[j]) + d(j));
+          } else {
+            for (int j = 0; j < cols; ++j) dxr[j] = narrow<A>(d(j));
           }
         });
     return;
@@ -112,12 +123,13 @@ void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x,
             [&](int j, T& s) { s += widen<T>(dy(i, j)) * gamma(j) * (widen<T>(x(i, j)) - mu) * r; }, sum_g_xhat);
         const T mean_g = sum_g * inv_cols;
         const T mean_g_xhat = sum_g_xhat * inv_cols;
+        // Each thread reads residual(i, j) before it writes dx(i, j): in place is safe.
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
           const T xhat = (widen<T>(x(i, j)) - mu) * r;
           const T d = r * (widen<T>(dy(i, j)) * gamma(j) - mean_g - xhat * mean_g_xhat);
-          // A branch, not dx = beta dx + d: 0 * NaN from an uninitialized dx would still be NaN.
-          if (accumulate) {
-            dx(i, j) = narrow<A>(widen<T>(dx(i, j)) + d);
+          // A branch, not beta * residual + d: 0 * NaN from an uninitialized dx would still be NaN.
+          if (has_residual) {
+            dx(i, j) = narrow<A>(widen<T>(plus(i, j)) + d);
           } else {
             dx(i, j) = narrow<A>(d);
           }
@@ -148,7 +160,7 @@ void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x
   template void forward<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, const View2<A>&,                   \
                                  const View1<T>&, const View1<T>&);                                                   \
   template void backward_input<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, In1<T>, In1<T>, In2<A>,     \
-                                        const View2<A>&, bool);                                                       \
+                                        const View2<A>&, In2<A>);                                                     \
   template void backward_weight<T, A, P>(const ExecSpace&, const LayerNorm<T, A>&, In2<A>, In1<T>, In1<T>, In2<A>);
 KPIPE_CHECKED_KERNELS(KPIPE_INSTANTIATE_KERNEL)
 #undef KPIPE_INSTANTIATE_KERNEL

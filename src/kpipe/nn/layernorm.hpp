@@ -18,10 +18,12 @@ template <class T, class A = T> struct LayerNorm {
 template <class T, class A = T, KernelPath P = default_kernel_path>
 void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const View2<A>& y, const View1<T>& mean,
              const View1<T>& rstd);
-// dy[N, C] -> dx[N, C] (overwritten, or added to when accumulate: the residual stream's gradient).
+// dy[N, C] -> dx[N, C] = residual + (dL/dx through the LayerNorm), rounded once. residual[N, C] is the gradient
+// the residual stream carries past the LayerNorm: empty (dx is overwritten), another buffer (the block's
+// dout, so that no copy of it into dx is needed first), or dx itself (added to in place).
 template <class T, class A = T, KernelPath P = default_kernel_path>
 void backward_input(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd, In2<A> dy,
-                    const View2<A>& dx, bool accumulate = false);
+                    const View2<A>& dx, In2<A> residual = {});
 // dgamma += sum_rows dy * xhat, dbeta += sum_rows dy
 template <class T, class A = T, KernelPath P = default_kernel_path>
 void backward_weight(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, In1<T> mean, In1<T> rstd,
