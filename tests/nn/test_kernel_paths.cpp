@@ -279,6 +279,56 @@ template <class V> void expect_close_bf16(const std::string& what, const V& a, c
   EXPECT_LE(worst, 1.0) << what << ": element " << at << " host " << x[at] << " device " << y[at];
 }
 
+// The residual's add and ln2 in one kernel (the mixed-precision block's): on each path, its sum has the bits of
+// Linear's epilogue (product + bias + residual, rounded once) and its y, mean and rstd those of forward on that
+// sum; the two paths agree as forward's do.
+template <class A> void expect_add_residual_forward_agrees(const char* what) {
+  SCOPED_TRACE(what);
+  const int n = 37, c = 70;
+  ExecSpace space;
+  LayerNorm<float, A> ln{View1<float>("gamma", c), View1<float>("beta", c), View1<float>("dgamma", c),
+                         View1<float>("dbeta", c)};
+  View2<float> product("product", n, c);
+  View1<float> bias("bias", c);
+  View2<A> residual("residual", n, c);
+  test::fill_uniform(ln.gamma, 1, 0.5, 1.5);
+  test::fill_uniform(ln.beta, 2);
+  test::fill_uniform(product, 3, -2.0, 3.0);
+  test::fill_uniform(bias, 4);
+  const auto r = test::fill(residual, 5);
+  const auto p = values(product), b = values(bias);
+  std::vector<double> want(p.size());
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < c; ++j)
+      want[i * c + j] = double(widen<float>(narrow<A>(float(p[i * c + j]) + float(b[j]) + float(r[i * c + j]))));
+  View2<A> sum_h("sum", n, c), sum_d("sum", n, c), y_h("y", n, c), y_d("y", n, c), y_ref("y", n, c);
+  View1<float> mean_h("mean", n), mean_d("mean", n), rstd_h("rstd", n), rstd_d("rstd", n), mean_ref("mean", n),
+      rstd_ref("rstd", n);
+  add_residual_forward<float, A, host>(space, ln, product, bias, residual, sum_h, y_h, mean_h, rstd_h);
+  add_residual_forward<float, A, device>(space, ln, product, bias, residual, sum_d, y_d, mean_d, rstd_d);
+  EXPECT_EQ(values(sum_h), want);
+  EXPECT_EQ(values(sum_d), want);
+  forward<float, A, host>(space, ln, sum_h, y_ref, mean_ref, rstd_ref);
+  expect_same_bits("host y against forward", y_h, y_ref);
+  expect_same_bits("host mean against forward", mean_h, mean_ref);
+  expect_same_bits("host rstd against forward", rstd_h, rstd_ref);
+  forward<float, A, device>(space, ln, sum_d, y_ref, mean_ref, rstd_ref);
+  expect_same_bits("device y against forward", y_d, y_ref);
+  expect_same_bits("device mean against forward", mean_d, mean_ref);
+  expect_same_bits("device rstd against forward", rstd_d, rstd_ref);
+  if constexpr (std::is_same_v<A, bf16>) {
+    expect_close_bf16("add_residual_forward y", y_h, y_d);
+  } else {
+    expect_close("add_residual_forward y", y_h, y_d);
+  }
+  expect_close("add_residual_forward mean", mean_h, mean_d);
+}
+
+TEST(KernelPaths, LayerNormAfterTheResidualsAddAgrees) {
+  expect_add_residual_forward_agrees<float>("fp32");
+  expect_add_residual_forward_agrees<bf16>("bf16");
+}
+
 TEST(KernelPaths, Bf16LayerNormAgrees) {
   const int n = 37, c = 70;
   ExecSpace space;

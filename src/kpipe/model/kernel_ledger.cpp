@@ -277,12 +277,26 @@ void attention_backward_input(Builder& b, const Shapes& s) {
            range_launch(3 * s.rows * s.c, 0, elements * (s.a + 2 * s.t) + 3 * elements * s.a));
 }
 
+// Mixed: proj's product in T, then its bias, the residual and ln2 in one team per row (the row it writes is
+// read again from cache, not memory).
+void add_residual_layernorm_forward(Builder& b, const Shapes& s) {
+  const double elements = double(s.rows * s.c);
+  b.product(Pass::forward, gemm_label("proj", Pass::forward), s.linear, s.rows, s.c, s.c, s.a, s.t, false);
+  b.kernel(Pass::forward, "kpipe::nn::LayerNorm::add_residual_forward",
+           row_team_launch(s.rows, s.c, 11 * elements,
+                           elements * (s.t + 3 * s.a) + 3 * s.c * s.t + 2 * s.rows * s.t));
+}
+
 void block_forward(Builder& b, const Shapes& s) {
   layernorm_forward(b, s);
   linear_forward(b, s, "qkv", s.c, 3 * s.c, false);
   attention_forward(b, s);
-  linear_forward(b, s, "proj", s.c, s.c, true);
-  layernorm_forward(b, s);
+  if (s.mixed) {
+    add_residual_layernorm_forward(b, s);
+  } else {
+    linear_forward(b, s, "proj", s.c, s.c, true);
+    layernorm_forward(b, s);
+  }
   mlp_activation(b, s);
   linear_forward(b, s, "fc_proj", s.f, s.c, true);
 }

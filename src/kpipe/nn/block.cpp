@@ -152,19 +152,29 @@ template <class T, class A> BlockWork<T, A> allocate_work(const Block<T, A>& b) 
   return {matrix<A>("kpipe::nn::Block::datt", n, c), allocate_work<T, A>(b.shape)};
 }
 
-// The forward in its three parts; recompute runs the parts that produce what a mode drops, so a recomputed
+// The forward in its parts; recompute runs the parts that produce what a mode drops, so a recomputed
 // activation comes from the very kernels, inputs and order that produced it the first time.
 
 namespace block_detail {
 
-// x -> h1, q|k|v, softmax statistics, att, x2 = x + proj(att)
+// x -> h1, q|k|v, softmax statistics, att, x2 = x + proj(att), h2 = ln2(x2)
 template <class T, class A>
 void attention_half(const ExecSpace& space, const Block<T, A>& b, In2<A> x, const BlockStash<T, A>& s,
                     const BlockWork<T, A>& w) {
   forward(space, b.ln1, x, s.h1, s.mean1, s.rstd1);
   forward(space, b.qkv, s.h1, s.attn.qkv);  // straight into the stash: attention reads its heads there
   attention_forward(space, b.shape, s.attn.qkv, s.attn, w.attn, s.att);
-  forward_residual(space, b.proj, s.att, x, s.x2);
+  if constexpr (mixed_precision<T, A>) {
+    // The product in T, then the residual's add and ln2 in one pass over each row (Linear's epilogue would
+    // have been a pass of its own, and ln2 another over x2).
+    const View2<T> product = accumulator(b.proj.products, s.x2.extent(0), s.x2.extent(1));
+    forward_product(space, b.proj, s.att, product);
+    add_residual_forward(space, b.ln2, product, b.proj.bias, x, s.x2, s.h2, s.mean2, s.rstd2);
+  } else {
+    // Here the product is added onto bias + residual (beta 1): no pass of its own to fold ln2 into.
+    forward_residual(space, b.proj, s.att, x, s.x2);
+    forward(space, b.ln2, s.x2, s.h2, s.mean2, s.rstd2);
+  }
 }
 
 // h2 -> f, g
@@ -187,12 +197,6 @@ template <class T, class A> void mlp_activation(const ExecSpace& space, const Bl
   }
 }
 
-// x2 -> h2, f = fc(h2), g = gelu(f)
-template <class T, class A> void mlp_hidden(const ExecSpace& space, const Block<T, A>& b, const BlockStash<T, A>& s) {
-  forward(space, b.ln2, s.x2, s.h2, s.mean2, s.rstd2);
-  mlp_activation(space, b, s);
-}
-
 }  // namespace block_detail
 
 template <class T, class A>
@@ -200,7 +204,7 @@ void forward(const ExecSpace& space, const Block<T, A>& b, In2<A> x, const Block
              const BlockWork<T, A>& w) {
   using namespace block_detail;
   attention_half(space, b, x, s, w);
-  mlp_hidden(space, b, s);
+  mlp_activation(space, b, s);
   forward_residual(space, b.fc_proj, s.g, s.x2, s.out);
 }
 
@@ -218,7 +222,7 @@ void recompute(const ExecSpace& space, const Block<T, A>& b, Recompute mode, In2
       return;
     case Recompute::block:  // everything but the output, which is kept
       attention_half(space, b, x, s, w);
-      mlp_hidden(space, b, s);
+      mlp_activation(space, b, s);
       return;
   }
 }
