@@ -14,7 +14,7 @@ namespace kpipe::nn {
 using RowTeam = Kokkos::TeamPolicy<ExecSpace>::member_type;
 
 // One row's normalization, the one expression forward and add_residual_forward both evaluate, so that they
-// give the same bits. A named namespace, not an anonymous one: CUDA's kernels may not be lambdas in one.
+// give the same bits.
 namespace layernorm_detail {
 
 // Host path: row xr -> yr, its mean and reciprocal deviation; three vectorized sweeps.

@@ -21,7 +21,7 @@ void forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<A> x, const 
 // The residual stream's add and the LayerNorm after it, in one pass over each row (mixed precision, where a
 // product in T is added to the stream anyway): sum[N, C] = product + bias + residual, rounded once to A as
 // Linear's forward_residual rounds it, then y[N, C] = LayerNorm(sum) with mean[N] and rstd[N] as forward gives
-// them from sum: the same bits as those two kernels. bias may be empty.
+// them from sum: the same bits as those two kernels. bias may be empty; residual lies apart from sum.
 template <class T, class A = T, KernelPath P = default_kernel_path>
 void add_residual_forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2<T> product, In1<T> bias,
                           In2<A> residual, const View2<A>& sum, const View2<A>& y, const View1<T>& mean,
