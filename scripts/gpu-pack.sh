@@ -39,7 +39,6 @@ done
 # list them). Left to the node: the C library's (its own, and at least as new), the driver's, CUDA's.
 node_owns='/(libc|libm|libpthread|libdl|librt|libresolv|ld-linux[^/]*|libcuda|libnvidia[^/]*|libcudart|libcublas[^/]*|libnccl)\.so'
 libmpi=$(ldd "$build/apps/kpipe-train" | awk '$1 ~ /^libmpi\.so/ {print $3}')
-plugins="" help=""
 if [ -n "$libmpi" ]; then
   # Open MPI's layout as it was installed: its plugins in pkglibdir, its help texts in pkgdatadir.
   plugins=$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed -n 's/^path:pkglibdir://p')
@@ -49,7 +48,7 @@ if [ -n "$libmpi" ]; then
   cp -rL "$plugins" "$pack/gpu-libs/openmpi"
   mkdir -p "$pack/share" && cp -rL "$help" "$pack/share/openmpi"
 fi
-find "$pack/apps" "$pack/tests" "$pack/tools" "$pack/gpu-libs" -type f -name '*' -print0 |
+find "$pack/apps" "$pack/tests" "$pack/tools" "$pack/gpu-libs" -type f -print0 |
   xargs -0 ldd 2>/dev/null | awk '/=> \// {print $3}' | sort -u | grep -Ev "$node_owns" |
   xargs -r -I{} cp -nL {} "$pack/gpu-libs/"
 
