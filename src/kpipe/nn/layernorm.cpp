@@ -4,6 +4,7 @@
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/math.hpp"
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/nn/linear.hpp"
 
 namespace kpipe::nn {
 
@@ -114,7 +115,7 @@ void add_residual_forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2
           const T* KOKKOS_RESTRICT pr = &p(i, 0);
           const T* KOKKOS_RESTRICT br = has_bias ? b.data() : nullptr;
           const A* KOKKOS_RESTRICT rr = &r(i, 0);
-          for (int j = 0; j < cols; ++j) out[j] = narrow<A>(pr[j] + (has_bias ? br[j] : T(0)) + widen<T>(rr[j]));
+          for (int j = 0; j < cols; ++j) out[j] = epilogue<A>(pr[j], has_bias ? br[j] : T(0), widen<T>(rr[j]));
           normalize_row<T, A>(out, &y(i, 0), gamma.data(), beta.data(), cols, inv_cols, eps, mean(i), rstd(i));
         });
     return;
@@ -123,7 +124,7 @@ void add_residual_forward(const ExecSpace& space, const LayerNorm<T, A>& ln, In2
       "kpipe::nn::LayerNorm::add_residual_forward", space, sum.extent(0), KOKKOS_LAMBDA(const RowTeam& team) {
         const auto i = team.league_rank();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, cols), [&](int j) {
-          sum(i, j) = narrow<A>(p(i, j) + (has_bias ? b(j) : T(0)) + widen<T>(r(i, j)));
+          sum(i, j) = epilogue<A>(p(i, j), has_bias ? b(j) : T(0), widen<T>(r(i, j)));
         });
         team.team_barrier();  // the normalization reads the row the team wrote, across its threads
         normalize_row<T, A>(team, i, added, y, gamma, beta, cols, inv_cols, eps, mean, rstd);

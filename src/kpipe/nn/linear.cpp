@@ -28,8 +28,8 @@ void linear_into(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, co
                            const T* KOKKOS_RESTRICT b = has_bias ? bias.data() : nullptr;
                            const A* KOKKOS_RESTRICT r = has_residual ? &residual(i, 0) : nullptr;
                            for (std::int64_t j = j0; j < j1; ++j)
-                             out[j] = narrow<A>(p[j] + (has_bias ? b[j] : T(0)) +
-                                                (has_residual ? widen<T>(r[j]) : T(0)));
+                             out[j] = epilogue<A>(p[j], has_bias ? b[j] : T(0),
+                                                  has_residual ? widen<T>(r[j]) : T(0));
                          });
   } else {
     if (has_bias || has_residual) {

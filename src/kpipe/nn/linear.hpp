@@ -39,6 +39,12 @@ void forward(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const 
 // (bias_gelu_forward), or there is none (the LM head's logits).
 template <class T, class A = T>
 void forward_product(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, const View2<T>& y);
+// Mixed precision's epilogue of one element: product + bias + residual in T, rounded to A once (zero for an
+// absent bias or residual). The one expression every kernel that finishes a product this way evaluates
+// (forward_residual, LayerNorm's add_residual_forward), so that they round alike.
+template <class A, class T> KOKKOS_INLINE_FUNCTION A epilogue(T product, T bias, T residual) {
+  return narrow<A>(product + bias + residual);
+}
 // x[N, in], residual[N, out] -> y[N, out] = residual + x W^T + b (the residual add fused into the product)
 template <class T, class A = T, KernelPath P = default_kernel_path>
 void forward_residual(const ExecSpace& space, const Linear<T, A>& layer, In2<A> x, In2<A> residual, const View2<A>& y);
