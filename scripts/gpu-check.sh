@@ -22,14 +22,16 @@
 # Sizes: bench (the bench preset), wide (d_model 1024, 16 heads, 8 layers, seq_len 256, 32 sequences), long (wide
 # at seq_len 2048 with 4 sequences, bf16 only: against PyTorch's fused scaled_dot_product_attention).
 #
-#   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests] [--sizes bench,wide,long] [--limit SECONDS]
+#   scripts/gpu-check.sh [BUILD_DIR] [--steps N] [--out DIR] [--skip-tests] [--sizes wide,bench,long] [--limit SECONDS]
 #                        [--budget SECONDS]
 #   scripts/gpu-check.sh BUILD_DIR --env     prints the environment kpipe's programs run with (NAME=value a line),
 #                                            for running them by hand: env $(scripts/gpu-check.sh PACK --env) ...
 #
 # Every program runs under a time limit (--limit, default 300 s): a hang is a failure, not a stuck node. With
-# --budget, the whole check ends within that many seconds: a program gets what is left of it at most, and what
-# would start after it is spent is skipped, named in one line, so a node lent for minutes still returns tables.
+# --budget, the whole check ends within that many seconds: the tests get a third of it, the figures the rest; a
+# program gets what is left of its phase at most, and what would start after it is spent is skipped, named in
+# one line, so a node lent for minutes still returns tables. The sizes run in the order given, the issue's
+# headline first by default (wide in bf16, against PyTorch eager and torch.compile).
 # torch.compile runs for the wide model in bf16 only: compiling takes a minute or more a model, and the check
 # should end within a few minutes.
 #
@@ -39,10 +41,11 @@
 # or a pack of one (scripts/gpu-pack.sh) for a GPU image without Open MPI, HDF5 or SentencePiece: its gpu-libs/
 # go first on the programs' library path, and cuBLAS and NCCL are looked for in CUDA's directories and in
 # PyTorch's nvidia wheels where the loader does not find them.
-# Exit codes: 0 all checks passed; 1 a check failed; 2 nothing to check here (no CUDA build, no GPU).
+# Exit codes: 0 all checks passed; 1 a check failed; 2 nothing to check here (no CUDA build, no GPU); 3 none
+# failed, but --budget ended the check before every run finished (each named in the last line).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-build=build-cuda steps=30 out="" skip_tests=0 sizes=bench,wide,long limit=300 budget=0 print_env=0
+build=build-cuda steps=30 out="" skip_tests=0 sizes=wide,bench,long limit=300 budget=0 print_env=0
 while [ $# -gt 0 ]; do
   case $1 in
     --steps) steps=$2; shift 2 ;;
@@ -52,7 +55,7 @@ while [ $# -gt 0 ]; do
     --sizes) sizes=$2; shift 2 ;;
     --limit) limit=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
-    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,45p' "$0"; exit 0 ;;
     -*) echo "gpu-check: unknown option $1 (see --help)"; exit 2 ;;
     *) build=$1; shift ;;
   esac
@@ -71,20 +74,37 @@ fi
 train="$build/apps/kpipe-train" sim="$build/apps/kpipe-sim" timer="$build/tools/kernel_timer/libkpipe_kernel_timer.so"
 [ -x "$train" ] || { echo "gpu-check: $train is missing: build the apps (KPIPE_ENABLE_APPS=ON)"; exit 2; }
 
-# limited COMMAND...: runs it under --limit, and under what is left of --budget.
+# With --budget, the current phase ends at $phase_end seconds into the check: the tests get a third of the
+# budget, so that a slow test program cannot starve the figures the node was lent for; the rest runs until the
+# budget's end. What the end cuts off is "unfinished", apart from what failed.
+phase_end=$budget phase_name="the budget of $budget s"
+unfinished=()
+# limited COMMAND...: runs it under --limit, and under what is left of the phase.
 limited() {
   local slot=$limit
   if [ "$budget" -gt 0 ]; then
-    local left=$((budget - SECONDS))
+    local left=$((phase_end - SECONDS))
     [ $left -lt "$slot" ] && slot=$left
     [ "$slot" -ge 1 ] || slot=1
   fi
   timeout "$slot" "$@"
 }
-# spent WHAT: true (and says so) when --budget is spent, so that WHAT is skipped.
+# spent WHAT: true (and says so) when the phase's share of --budget is spent, so that WHAT is skipped.
 spent() {
-  [ "$budget" -gt 0 ] && [ $SECONDS -ge "$budget" ] || return 1
-  echo "gpu-check: the budget of $budget s is spent: $1 skipped"
+  [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ] || return 1
+  echo "gpu-check: $phase_name is spent: $1 skipped"
+  unfinished+=("$1")
+}
+# did_not_pass STATUS WHAT LOG: a program's non-zero exit STATUS, reported as unfinished when it was the
+# timeout's and the budget (not --limit) ended it, else as a failure.
+did_not_pass() {
+  if [ "$1" -eq 124 ] && [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ]; then
+    unfinished+=("$2")
+    echo "gpu-check: $2 unfinished: $phase_name ended it (log: $3)"
+  else
+    failed=1
+    echo "gpu-check: $2 FAILED (log: $3)"
+  fi
 }
 
 # kpipe's programs run with a pack's libraries first (Open MPI's plugins and help texts in it too: a singleton
@@ -146,6 +166,9 @@ mpiflags=$(sed -n 's/^KPIPE_MPIEXEC_FLAGS:[A-Z]*=//p' "$cache" | tr ';' ' ')
 
 # 1. The tests: every unit-test program directly (no ctest needed); the MPI tests where mpiexec is.
 if [ $skip_tests -eq 0 ]; then
+  if [ "$budget" -gt 0 ]; then
+    phase_end=$((SECONDS + budget / 3)) phase_name="the tests' share of the budget ($((budget / 3)) s)"
+  fi
   for program in "$build"/tests/kpipe_test_*; do
     [ -x "$program" ] || continue
     name=$(basename "$program")
@@ -157,15 +180,18 @@ if [ $skip_tests -eq 0 ]; then
     else
       runs=("${kpipe_env[@]}" "$program")
     fi
-    if OPENBLAS_NUM_THREADS=1 "${runs[@]}" >"$out/$name.log" 2>&1; then
+    OPENBLAS_NUM_THREADS=1 "${runs[@]}" >"$out/$name.log" 2>&1
+    status=$?
+    if [ $status -eq 0 ]; then
       echo "gpu-check: $name: $(grep -E '\[  PASSED  \]' "$out/$name.log" | tail -1 | sed 's/.*PASSED[^0-9]*//')"
     else
-      failed=1
-      echo "gpu-check: $name FAILED (log: $out/$name.log)"
+      did_not_pass $status "$name" "$out/$name.log"
       grep -E '\[  FAILED  \]' "$out/$name.log" | sort -u | head -20 | sed 's/^/gpu-check:   /'
     fi
   done
 fi
+
+phase_end=$budget phase_name="the budget of $budget s"
 
 # 2. and 3. Every size and precision, kpipe and PyTorch.
 declare -A model_args torch_args precisions
@@ -174,7 +200,7 @@ torch_args[bench]=""
 precisions[bench]="fp32 tf32 bf16"
 model_args[wide]="--preset bench --model.d_model 1024 --model.n_heads 16 --model.seq_len 256 --train.batch 32"
 torch_args[wide]="--d-model 1024 --n-heads 16 --seq-len 256 --batch 32"
-precisions[wide]="fp32 tf32 bf16"
+precisions[wide]="bf16 fp32 tf32"
 model_args[long]="--preset bench --model.d_model 1024 --model.n_heads 16 --model.seq_len 2048 --train.batch 4"
 torch_args[long]="--d-model 1024 --n-heads 16 --seq-len 2048 --batch 4"
 precisions[long]="bf16"
@@ -189,11 +215,14 @@ python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null && have_
 torch_run() {
   spent "PyTorch $1" >&2 && { echo "-"; return 2; }
   # shellcheck disable=SC2086
-  if limited python3 benchmarks/pytorch/gpt.py --device cuda --precision "$3" --steps "$steps" ${torch_args[$2]} \
-    "${@:4}" >"$out/torch-$1.json" 2>"$out/torch-$1.log"; then
+  limited python3 benchmarks/pytorch/gpt.py --device cuda --precision "$3" --steps "$steps" ${torch_args[$2]} \
+    "${@:4}" >"$out/torch-$1.json" 2>"$out/torch-$1.log"
+  local status=$?
+  if [ $status -eq 0 ]; then
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_s"])' "$out/torch-$1.json"
   else
     echo "-"
+    [ $status -eq 124 ] && [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ] && return 2
     return 1
   fi
 }
@@ -213,11 +242,11 @@ kernel_profile() {
   fi
   # Kokkos 4 reads KOKKOS_TOOLS_LIBS, Kokkos 3 KOKKOS_PROFILE_LIBRARY.
   # shellcheck disable=SC2086
-  if ! KOKKOS_TOOLS_LIBS="$timer" KOKKOS_PROFILE_LIBRARY="$timer" KPIPE_KERNEL_TIMES="$out/$tag-measured.csv" \
+  KOKKOS_TOOLS_LIBS="$timer" KOKKOS_PROFILE_LIBRARY="$timer" KPIPE_KERNEL_TIMES="$out/$tag-measured.csv" \
     "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision bf16 --steps 3 --train.log_every 1000000 \
-    --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
-    failed=1; echo "gpu-check: kpipe $tag FAILED (log: $out/$tag.log)"; return 0
-  fi
+    --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1
+  local status=$?
+  [ $status -eq 0 ] || { did_not_pass $status "kpipe $tag" "$out/$tag.log"; return 0; }
   python3 - "$out/$tag-ledger.csv" "$out/$tag-measured.csv" "$size" "$ledger_gpu" >"$out/$tag.txt" <<'EOF'
 import csv, sys
 ledger_path, measured_path, size, gpu = sys.argv[1:]
@@ -255,16 +284,21 @@ for size in ${sizes//,/ }; do
     tag="$size-$precision" kpipe="-" kpipe_run="-" torch="-" compiled="-"
     spent "kpipe $tag" && continue
     # shellcheck disable=SC2086
-    if "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision $precision --steps "$steps" --train.log_every 1000000 \
-      --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1; then
+    "${kpipe_env[@]}" "$train" ${model_args[$size]} --precision $precision --steps "$steps" --train.log_every 1000000 \
+      --train.eval_batches 1 --metrics "$out/$tag.jsonl" >"$out/$tag.log" 2>&1
+    status=$?
+    if [ $status -eq 0 ]; then
       kpipe=$(final_field "$out/$tag.jsonl" steady_tokens_per_s)
       kpipe_run=$(final_field "$out/$tag.jsonl" tokens_per_s)
     else
-      failed=1; echo "gpu-check: kpipe $tag FAILED (log: $out/$tag.log)"; tail -3 "$out/$tag.log" | sed 's/^/gpu-check:   /'
+      did_not_pass $status "kpipe $tag" "$out/$tag.log"; tail -3 "$out/$tag.log" | sed 's/^/gpu-check:   /'
     fi
     if [ $have_torch -eq 1 ]; then
       torch=$(torch_run "$tag" "$size" "$precision")
-      [ $? -eq 1 ] && { failed=1; echo "gpu-check: PyTorch $tag FAILED (log: $out/torch-$tag.log)"; }
+      case $? in
+        1) failed=1; echo "gpu-check: PyTorch $tag FAILED (log: $out/torch-$tag.log)" ;;
+        2) unfinished+=("PyTorch $tag") ;;
+      esac
       # torch.compile needs a working compiler toolchain (Triton) on the node: where it fails, its column says -.
       # The wide model in bf16 only (the issue's headline comparison): compiling takes a minute or more a model.
       if [ "$size" = wide ] && [ "$precision" = bf16 ]; then
@@ -279,14 +313,16 @@ done
 if [ -n "$mpiexec" ]; then
   for precision in fp32 bf16; do
     spent "two ranks $precision" && continue
-    if "${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$train" --preset bench --precision $precision --steps "$steps" --pipeline-size 2 \
+    "${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$train" --preset bench --precision $precision --steps "$steps" --pipeline-size 2 \
       --microbatches 8 --transport auto --train.log_every 1000000 --train.eval_batches 1 \
-      --metrics "$out/two-ranks-$precision.jsonl" >"$out/two-ranks-$precision.log" 2>&1; then
+      --metrics "$out/two-ranks-$precision.jsonl" >"$out/two-ranks-$precision.log" 2>&1
+    status=$?
+    if [ $status -eq 0 ]; then
       rows+=("bench,2-ranks $precision $(final_field "$out/two-ranks-$precision.jsonl" steady_tokens_per_s) \
 $(final_field "$out/two-ranks-$precision.jsonl" tokens_per_s) - -")
       grep -h 'note:' "$out/two-ranks-$precision.log" | sed 's/^/gpu-check: /'
     else
-      failed=1; echo "gpu-check: two ranks $precision FAILED (log: $out/two-ranks-$precision.log)"
+      did_not_pass $status "two ranks $precision" "$out/two-ranks-$precision.log"
     fi
   done
 else
@@ -328,4 +364,10 @@ for size in ${sizes//,/ }; do
   [ -f "$out/kernels-$size.txt" ] && { echo; cat "$out/kernels-$size.txt"; }
 done
 echo "gpu-check: logs and metrics in $out"
-exit $failed
+[ $failed -eq 0 ] || exit 1
+if [ ${#unfinished[@]} -gt 0 ]; then
+  printf -v list '%s, ' "${unfinished[@]}"
+  echo "gpu-check: the budget ended the check before ${#unfinished[@]} of its runs finished: ${list%, }"
+  exit 3
+fi
+exit 0
