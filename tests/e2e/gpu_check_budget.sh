@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu-check.sh --budget on a stand-in GPU node (a fake nvidia-smi naming an H200, a stand-in CUDA build
-# whose programs are shell scripts, a torch module that says CUDA is there): the tests get a third of the budget and no more, the figures get the rest,
-# a run the budget cuts off is "unfinished" rather than failed, what would start later is skipped and named,
-# and the check exits 3 with every unfinished run in its last line. Usage: gpu_check_budget.sh GPU_CHECK
+# whose programs are shell scripts, a torch module that says CUDA is there): the tests get a third of the budget
+# and no more, the figures get the rest, a run the budget cuts off is "unfinished" rather than failed, what would
+# start later is skipped and named, and the check exits 3 with every unfinished run in its last line.
+# Usage: gpu_check_budget.sh GPU_CHECK
 set -u
 check=$1
 work=$(mktemp -d)
