@@ -4,7 +4,8 @@
 # Host threads per test process (OMP_NUM_THREADS): 1 keeps the suite's MPI tests within two cores; the OpenMP
 # CI job runs with 2, so that the threaded backend and the device path's multi-thread teams are exercised.
 # With more than one, idle OpenMP threads sleep instead of spinning (OMP_WAIT_POLICY=passive).
-set(KPIPE_TEST_THREADS 1 CACHE STRING "OMP_NUM_THREADS for every test process (an MPI test's ranks: at most cores / ranks)")
+set(KPIPE_TEST_THREADS 1 CACHE STRING
+  "OMP_NUM_THREADS for every test process (an MPI test's ranks: at most cores / ranks)")
 set(kpipe_test_environment "OPENBLAS_NUM_THREADS=1;OMP_NUM_THREADS=${KPIPE_TEST_THREADS}")
 if(KPIPE_TEST_THREADS GREATER 1)
   list(APPEND kpipe_test_environment "OMP_WAIT_POLICY=passive" "OMP_PROC_BIND=false")

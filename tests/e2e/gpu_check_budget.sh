@@ -25,11 +25,16 @@ mkdir -p "$work/python/torch"
 printf 'class cuda:\n    @staticmethod\n    def is_available():\n        return True\n' >"$work/python/torch/__init__.py"
 
 started=$SECONDS
-PATH="$work/bin:$PATH" PYTHONPATH="$work/python" "$check" "$build" --out "$work/out" --sizes wide --budget 9 >"$work/log" 2>&1
+PATH="$work/bin:$PATH" PYTHONPATH="$work/python" "$check" "$build" --out "$work/out" --sizes wide --budget 9 \
+  >"$work/log" 2>&1
 rc=$? took=$((SECONDS - started))
 failures=0
 expect() {  # expect WHAT NEEDLE: the check's output has a line with NEEDLE
-  if grep -qF -- "$2" "$work/log"; then echo "ok   $1"; else echo "FAIL $1: no line with '$2'"; failures=$((failures + 1)); fi
+  if grep -qF -- "$2" "$work/log"; then
+    echo "ok   $1"
+  else
+    echo "FAIL $1: no line with '$2'"; failures=$((failures + 1))
+  fi
 }
 expect "a test within the share passes" "gpu-check: kpipe_test_a: 3 tests."
 expect "the share cuts the slow test off" "kpipe_test_b unfinished: the tests' share of the budget (3 s) ended it"
@@ -40,7 +45,9 @@ expect "PyTorch's runs are skipped too" "the budget of 9 s is spent: PyTorch wid
 # (then the two-rank runs, where the machine has an mpiexec)
 expect "the last line names every unfinished run" \
   "of its runs finished: kpipe_test_b, kpipe_test_c, kpipe wide-bf16, PyTorch wide-bf16, PyTorch wide-bf16-compiled, kpipe wide-fp32, kpipe wide-tf32, kernels-wide"
-if grep -q FAILED "$work/log"; then echo "FAIL a run cut off by the budget is reported as FAILED"; failures=$((failures + 1)); fi
+if grep -q FAILED "$work/log"; then
+  echo "FAIL a run cut off by the budget is reported as FAILED"; failures=$((failures + 1))
+fi
 if [ $rc -ne 3 ]; then echo "FAIL exit status $rc, expected 3"; failures=$((failures + 1)); fi
 # The budget holds: 9 s, and a few for starting the stand-ins and printing the table.
 if [ $took -gt 20 ]; then echo "FAIL the check took $took s on a budget of 9 s"; failures=$((failures + 1)); fi
