@@ -95,10 +95,14 @@ spent() {
   echo "gpu-check: $phase_name is spent: $1 skipped"
   unfinished+=("$1")
 }
-# did_not_pass STATUS WHAT LOG: a program's non-zero exit STATUS, reported as unfinished when it was the
-# timeout's and the budget (not --limit) ended it, else as a failure.
+# cut_by_budget STATUS: true when a program's exit STATUS is the timeout's and the budget, not --limit, ended it.
+cut_by_budget() {
+  [ "$1" -eq 124 ] && [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ]
+}
+# did_not_pass STATUS WHAT LOG: a program's non-zero exit STATUS, reported as unfinished when the budget cut
+# it off, else as a failure.
 did_not_pass() {
-  if [ "$1" -eq 124 ] && [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ]; then
+  if cut_by_budget "$1"; then
     unfinished+=("$2")
     echo "gpu-check: $2 unfinished: $phase_name ended it (log: $3)"
   else
@@ -222,7 +226,7 @@ torch_run() {
     python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens_per_s"])' "$out/torch-$1.json"
   else
     echo "-"
-    [ $status -eq 124 ] && [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ] && return 2
+    cut_by_budget $status && return 2
     return 1
   fi
 }
