@@ -89,15 +89,19 @@ limited() {
   fi
   timeout "$slot" "$@"
 }
-# spent WHAT: true (and says so) when the phase's share of --budget is spent, so that WHAT is skipped.
+# phase_over: true when there is a --budget and the current phase's share of it is spent.
+phase_over() {
+  [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ]
+}
+# spent WHAT: true (and says so) when the phase is over, so that WHAT is skipped.
 spent() {
-  [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ] || return 1
+  phase_over || return 1
   echo "gpu-check: $phase_name is spent: $1 skipped"
   unfinished+=("$1")
 }
 # cut_by_budget STATUS: true when a program's exit STATUS is the timeout's and the budget, not --limit, ended it.
 cut_by_budget() {
-  [ "$1" -eq 124 ] && [ "$budget" -gt 0 ] && [ $SECONDS -ge "$phase_end" ]
+  [ "$1" -eq 124 ] && phase_over
 }
 # did_not_pass STATUS WHAT LOG: a program's non-zero exit STATUS, reported as unfinished when the budget cut
 # it off, else as a failure.
