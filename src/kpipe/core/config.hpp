@@ -15,7 +15,7 @@
 namespace kpipe {
 
 // The enumerated keys. Each enum's values are named, in order, once: in its EnumText specialization below,
-// which the key table (core/config_io.cpp), --help, the TOML dump and every message read.
+// which the key table (core/config_keys.cpp), --help, the TOML dump and every message read.
 enum class OptimizerKind : std::uint8_t { adamw, sgd };
 enum class ScheduleKind : std::uint8_t { naive, gpipe, one_f_one_b, interleaved, zb_h1, zb_v, pipedream, two_bw };
 enum class PartitionKind : std::uint8_t { uniform, balanced };

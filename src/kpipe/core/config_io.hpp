@@ -1,7 +1,7 @@
 #pragma once
-// Reading and writing the run configuration (core/config.hpp). One table of keys ("model.d_model",
-// "train.batch", ...) drives everything: the TOML file, the --table.key command-line options, --help and
-// the TOML dump stored with metrics and checkpoints. Precedence, lowest first:
+// Reading and writing the run configuration (core/config.hpp). One table of keys (core/config_keys.hpp)
+// drives everything: the TOML file, the --table.key command-line options, --help and the TOML dump stored
+// with metrics and checkpoints (config_io.cpp); validate() is in config_validate.cpp. Precedence, lowest first:
 //   struct defaults (the "tiny" preset) < --preset < --config FILE < explicit command-line options.
 // Every mistake is a kpipe::InputError whose message is one line naming the key and the value.
 #include <functional>
