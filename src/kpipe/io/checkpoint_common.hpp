@@ -1,0 +1,55 @@
+#pragma once
+// What the checkpoint files (io/checkpoint_*.cpp) share: where a tensor's value and optimizer moments live in
+// the file, the agreed failure of a collective step, the copies between a parameter buffer and the host, and
+// what a loaded file must be. Internal to the io part: programs use io/checkpoint.hpp.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kpipe/core/tensor.hpp"
+#include "kpipe/io/checkpoint_file.hpp"
+
+namespace kpipe::io::detail {
+
+// Where a parameter's value and its two optimizer moments live in the file.
+constexpr const char* model_root = "/model/";
+constexpr const char* moment1_root = "/optimizer/moment1/";
+constexpr const char* moment2_root = "/optimizer/moment2/";
+// Asynchronous runs: /weight_versions/<j>/<tensor> is the version j updates before the newest (/model/).
+inline std::string older_version_root(int older) { return "/weight_versions/" + std::to_string(older) + "/"; }
+
+// The UTC time as an ISO 8601 text ("2026-12-07T07:19:48Z").
+std::string utc_now();
+
+// Runs fn on this rank, then every rank learns whether any failed and the message of the lowest failing
+// rank; all throw the same error (CorruptCheckpoint or InputError). Doubles as a barrier.
+void collectively(MPI_Comm world, double timeout_s, const std::string& what, const std::function<void()>& fn);
+
+template <class T> std::vector<T> host_copy(const View1<T>& flat) {
+  std::vector<T> host(flat.extent(0));
+  Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> target(host.data(), host.size());
+  Kokkos::deep_copy(target, flat);
+  return host;
+}
+
+template <class T> void copy_to_device(const std::vector<T>& host, const View1<T>& flat) {
+  Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> source(host.data(), host.size());
+  Kokkos::deep_copy(flat, source);
+}
+
+// What a loaded checkpoint must be: when `latest` named it, its run's and the file `latest` recorded; once
+// chosen to resume from, of the step it was chosen at.
+struct Expected {
+  std::string run_id;               // "": any
+  std::uint64_t manifest_hash = 0;  // 0: any
+  std::int64_t step = -1;           // -1: any
+};
+
+// The checks every load makes of a file before reading a tensor (expected: nullptr, or what it must be).
+void check_identity(const CheckpointReader& reader, const Expected* expected);
+
+}  // namespace kpipe::io::detail

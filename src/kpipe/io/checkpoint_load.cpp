@@ -1,0 +1,127 @@
+// Loading a checkpoint into a stage model, on any layout.
+#include "kpipe/io/checkpoint.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "kpipe/core/precisions.hpp"
+#include "kpipe/io/checkpoint_common.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
+
+namespace kpipe::io {
+
+namespace fs = std::filesystem;
+
+using namespace detail;
+
+namespace {
+
+// An asynchronous run resumes only from a checkpoint of the same asynchronous run's layout: the versions in
+// flight, and which micro-batch reads which, are those of one schedule, layout and micro-batch count
+// (another layout's run would not be the uninterrupted one's continuation). Then the older versions.
+template <class T, class A>
+OlderVersions<T> read_older_versions(const runtime::StageModel<T, A>& stage, const CheckpointReader& reader) {
+  const Config& now = stage.config();
+  const Config then = checkpoint_config(reader.path());
+  const auto name = [](const Config& c) {
+    return fmt::format("{}{}", c.pipeline.schedule,
+                       c.pipeline.vertical_sync == 1 && c.pipeline.schedule == ScheduleKind::pipedream ? " --vertical-sync" : "");
+  };
+  require(is_asynchronous(then.pipeline.schedule) && then.pipeline.schedule_file.empty(),
+          "checkpoint.resume = '{}': a checkpoint of a synchronous run (pipeline.schedule = \"{}\"): an asynchronous "
+          "run (\"{}\") resumes only from an asynchronous run's checkpoint, which holds the weight versions in flight",
+          reader.path(), then.pipeline.schedule, name(now));
+  require(name(then) == name(now) && then.pipeline.pipeline_size == now.pipeline.pipeline_size &&
+              then.pipeline.data_parallel == now.pipeline.data_parallel &&
+              then.train.microbatches == now.train.microbatches,
+          "checkpoint.resume = '{}': written by \"{}\" on pipeline.pipeline_size = {}, pipeline.data_parallel = {} with "
+          "train.microbatches = {}; an asynchronous run resumes only with the same schedule, layout and micro-batches "
+          "(the versions in flight are theirs), not \"{}\", {}, {}, {}",
+          reader.path(), name(then), then.pipeline.pipeline_size, then.pipeline.data_parallel, then.train.microbatches,
+          name(now), now.pipeline.pipeline_size, now.pipeline.data_parallel, now.train.microbatches);
+  OlderVersions<T> older(stage.chunks());
+  // A checkpoint of a run's last step holds no older version: its pipeline was drained (a longer run
+  // from it starts its asynchronous pipeline anew from the newest weights).
+  if (reader.number("step") >= then.train.steps) return older;
+  for (int c = 0; c < stage.chunks(); ++c) {
+    const auto& store = stage.chunk(c).params();
+    for (int j = 1; j <= stage.older_versions(c, 0); ++j) {
+      std::vector<T> values;
+      if (reader.find(older_version_root(j) + store.slots().front().path())) values.resize(store.size());
+      // Absent: no micro-batch in flight read it, as the checkpoint's run was near its end; a run with more
+      // steps would forward more of them.
+      require(!values.empty() || then.train.steps == now.train.steps,
+              "train.steps = {}: checkpoint.resume = '{}' is of step {} of a run of {} steps, near its end, where "
+              "the pipeline keeps fewer weight versions; resume it with train.steps = {}",
+              now.train.steps, reader.path(), reader.number("step"), then.train.steps, then.train.steps);
+      for (const auto& slot : store.slots())
+        if (!values.empty())
+          reader.read_tensor(older_version_root(j) + slot.path(), slot.spec->shape, values.data() + slot.offset);
+      older[c].push_back(std::move(values));
+    }
+  }
+  return older;
+}
+
+template <class T, class A>
+LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& path, const Expected* expected) {
+  LoadedCheckpoint<T> loaded;
+  const double timeout = stage.config().pipeline.recv_timeout_s;
+  collectively(stage.grid().world, timeout, fmt::format("loading checkpoint '{}'", path), [&] {
+    const CheckpointReader reader(checkpoint_file_of(path));
+    check_identity(reader, expected);
+    loaded.path = reader.path();
+    loaded.step = reader.number("step");
+    loaded.run_id = reader.text("run_id");
+    require(loaded.step >= 0, "checkpoint file '{}': step = {}", reader.path(), loaded.step);
+    for (int c = 0; c < stage.chunks(); ++c) {
+      auto& store = stage.chunk(c).params();
+      std::vector<T> values(store.size()), moment1(store.size()), moment2(store.size());
+      for (const auto& slot : store.slots()) {
+        const std::string name = slot.path();
+        reader.read_tensor(model_root + name, slot.spec->shape, values.data() + slot.offset);
+        reader.read_tensor(moment1_root + name, slot.spec->shape, moment1.data() + slot.offset);
+        reader.read_tensor(moment2_root + name, slot.spec->shape, moment2.data() + slot.offset);
+      }
+      copy_to_device(values, store.values());
+      copy_to_device(moment1, store.moment1());
+      copy_to_device(moment2, store.moment2());
+      store.refresh_compute_copy(ExecSpace());  // what the products read (mixed precision)
+    }
+    if (stage.versioned()) loaded.older = read_older_versions(stage, reader);
+    // Every tensor of the model was found; a checkpoint with more is of a larger model.
+    std::int64_t model_tensors = 0;
+    for (const auto& layer : stage.desc().layers) model_tensors += std::int64_t(layer.params.size());
+    const std::int64_t tensors = reader.number("tensors");
+    require(tensors == model_tensors,
+            "checkpoint '{}': holds {} tensors, the model {} (model.n_layers = {}): not the same model", reader.path(),
+            tensors, model_tensors, stage.desc().config.n_layers);
+  });
+  return loaded;
+}
+}  // namespace
+
+template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>& stage, const std::string& path) {
+  return load(stage, path, nullptr);
+}
+
+template <class T, class A>
+LoadedCheckpoint<T> load_resume_point(runtime::StageModel<T, A>& stage, const ResumePoint& point) {
+  if (point.path.empty()) return {};
+  const Expected expected{point.run_id, point.manifest_hash, point.step};
+  LoadedCheckpoint<T> loaded = load(stage, point.path, &expected);
+  if (stage.grid().world_rank == 0)
+    std::fprintf(stderr, "kpipe: resumed from checkpoint %s (step %lld)\n", loaded.path.c_str(),
+                 static_cast<long long>(loaded.step));
+  return loaded;
+}
+
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>&, const std::string&);                       \
+  template LoadedCheckpoint<T> load_resume_point(runtime::StageModel<T, A>&, const ResumePoint&);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
+
+}  // namespace kpipe::io
