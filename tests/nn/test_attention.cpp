@@ -119,6 +119,16 @@ TEST(Attention, MemoryIsLinearInTheSequenceLength) {
   EXPECT_EQ(w.scores.extent(1), std::size_t(attention_block_rows));
 }
 
+// NaN in every work buffer (scratch between the passes: nothing the backward reads may come from them).
+template <class T, class A> void poison_work(const AttentionWork<T, A>& work) {
+  const auto poison = [](const auto& view) {
+    using V = typename std::decay_t<decltype(view)>::value_type;
+    if (view.size() > 0) Kokkos::deep_copy(view, V(std::numeric_limits<float>::quiet_NaN()));
+  };
+  for (const auto& v : {work.q, work.k, work.v, work.o, work.dq, work.probs, work.dscores}) poison(v);
+  for (const auto& v : {work.dk, work.dv, work.scores, work.dprobs}) poison(v);
+}
+
 // The backward recomputes each block's probabilities from q k^T and the forward's statistics: the same product
 // and the same expression, so the same bits. With one block of query rows, the work buffers end the forward
 // holding its probabilities and the backward holding its recomputed ones.
@@ -141,6 +151,9 @@ template <class T, class A, KernelPath P> void expect_recomputed_probabilities_h
   }();
   attention_forward<T, A, P>(space, shape, qkv, stash, work, out);
   const auto forward = test::host_values(probs);
+  // Between the passes every work buffer is poisoned: a backward that reused the forward's probabilities
+  // instead of recomputing them would end holding NaN.
+  poison_work(work);
   attention_backward_input<T, A, P>(space, shape, stash, work, dout, dqkv);
   const auto backward = test::host_values(probs);
   ASSERT_EQ(forward.size(), backward.size());
@@ -227,6 +240,7 @@ TEST(Attention, ResultsDoNotDependOnScratchContents) {
     clean.forward();
     clean.backward(dout, dqkv_clean);
     dirty.forward();
+    poison_work(dirty.work);  // and again between the passes: the backward recomputes what it needs
     dirty.backward(dout, dqkv_dirty);
     auto oc = Kokkos::create_mirror_view_and_copy(HostSpace(), clean.out);
     auto od = Kokkos::create_mirror_view_and_copy(HostSpace(), dirty.out);
