@@ -48,24 +48,21 @@ class Prober {
   // The opener's median one-way time over `rounds` round trips of `bytes` (after one that warms the path up);
   // the answering side returns 0.
   double one_way(const Pair& pair, std::size_t bytes, int rounds) {
-    std::vector<double> times;
+    std::vector<double> round_trips;
     for (int r = 0; r <= rounds; ++r) {
       if (pair.opens) {
         compute_for(pause_s_);
         const double start = seconds_now();
         send(pair.peer, bytes);
         receive(pair.peer, bytes);
-        // The answer left pause_s after our message arrived: what remains is the two messages.
-        if (r > 0) times.push_back((seconds_now() - start - pause_s_) / 2);
+        if (r > 0) round_trips.push_back(seconds_now() - start);
       } else {
         receive(pair.peer, bytes);
         compute_for(pause_s_);
         send(pair.peer, bytes);
       }
     }
-    if (times.empty()) return 0;
-    std::nth_element(times.begin(), times.begin() + std::ptrdiff_t(times.size() / 2), times.end());
-    return std::max(0.0, times[times.size() / 2]);
+    return pair.opens ? median_one_way(std::move(round_trips), pause_s_) : 0.0;
   }
 
  private:
@@ -95,6 +92,25 @@ class Prober {
 
 }  // namespace
 
+// The answer left pause_s after the opener's message arrived: what remains of a round trip is the two messages.
+double median_one_way(std::vector<double> round_trips, double pause_s) {
+  if (round_trips.empty()) return 0;
+  for (double& t : round_trips) t = (t - pause_s) / 2;
+  const auto middle = round_trips.begin() + std::ptrdiff_t(round_trips.size() / 2);
+  std::nth_element(round_trips.begin(), middle, round_trips.end());
+  return std::max(0.0, *middle);
+}
+
+MessageCost message_cost(double small_sum, double large_sum, int hops, std::size_t small_bytes, std::size_t bytes) {
+  MessageCost cost;
+  cost.hops = hops;
+  if (hops == 0) return cost;
+  cost.latency = small_sum / hops;
+  // Noise can make the larger message look faster: then every message costs the latency.
+  if (bytes > small_bytes) cost.per_byte = std::max(0.0, (large_sum / hops - cost.latency) / double(bytes - small_bytes));
+  return cost;
+}
+
 MessageCost measure_message_cost(Transport& transport, const ExecSpace& space, MPI_Comm pipeline, void* buffer,
                                  std::size_t bytes, double pause_s, double timeout_s, int rounds) {
   int stage = 0, stages = 1;
@@ -112,13 +128,7 @@ MessageCost measure_message_cost(Transport& transport, const ExecSpace& space, M
     sums[2] += pair.opens ? 1 : 0;
   }
   allreduce(sums, MPI_SUM, pipeline, {timeout_s, "the message probe's sums"});
-  MessageCost cost;
-  cost.hops = int(sums[2]);
-  if (cost.hops == 0) return cost;
-  cost.latency = sums[0] / cost.hops;
-  // Noise can make the larger message look faster: then every message costs the latency.
-  if (bytes > small) cost.per_byte = std::max(0.0, (sums[1] / cost.hops - cost.latency) / double(bytes - small));
-  return cost;
+  return message_cost(sums[0], sums[1], int(sums[2]), std::min(small, bytes), bytes);
 }
 
 }  // namespace kpipe::comm

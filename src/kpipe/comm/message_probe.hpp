@@ -9,6 +9,7 @@
 // bytes and the activation message) give the latency and the cost per byte.
 #include <mpi.h>
 #include <cstddef>
+#include <vector>
 
 #include "kpipe/comm/transport.hpp"
 
@@ -25,6 +26,15 @@ struct MessageCost {
 // of kpipe's memory space, overwritten); the medians, averaged over the pairs, are returned on every rank.
 // `pause_s`: how long each side computes before it answers, long enough that the other side waits as it does in
 // a run. A neighbour that does not answer within timeout_s ends the job (ExitCode::peer_lost).
+// The probe's arithmetic, apart from the messages (pure: tested on made-up times).
+// One pair's one-way time: the median over round trips (each timed from the opener's send to its receipt of the
+// answer, which left `pause_s` after the opener's message arrived) of (round trip - pause) / 2; 0 at least.
+double median_one_way(std::vector<double> round_trips, double pause_s);
+// The cost from the one-way times summed over `hops` pairs, of the smallest message (`small_bytes`) and of the
+// probe's `bytes`: latency = the small message's mean, per_byte = the rest of the large one's per further
+// byte (0 where noise makes the large message look faster, or when bytes <= small_bytes).
+MessageCost message_cost(double small_sum, double large_sum, int hops, std::size_t small_bytes, std::size_t bytes);
+
 MessageCost measure_message_cost(Transport& transport, const ExecSpace& space, MPI_Comm pipeline, void* buffer,
                                  std::size_t bytes, double pause_s, double timeout_s, int rounds = 9);
 
