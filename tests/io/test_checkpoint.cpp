@@ -426,6 +426,11 @@ TEST(Checkpoint, AFileOfAnotherStepOrRunInPlaceIsRefused) {
   const auto loaded = test::resume(run.trainer, resume);
   EXPECT_EQ(fs::path(loaded.path).filename(), "step-00000001.h5");
   EXPECT_EQ(run.trainer.next_step(), 1);
+  // Control: step 2's own file back in place, the fallback leaves it chosen.
+  write_file(two, kept);
+  SelfRun again(c);
+  EXPECT_EQ(fs::path(test::resume(again.trainer, resume).path).filename(), "step-00000002.h5");
+  EXPECT_EQ(again.trainer.next_step(), 2);
 }
 
 TEST(Checkpoint, TruncatedFilesAreNamed) {
@@ -625,10 +630,17 @@ TEST(Checkpoint, FallbackLoadsThePreviousCheckpointOfTheRun) {
     saved(run.trainer, d.dir);
   }
   const std::string newest = dir + "/step-00000002.h5";
-  write_file(newest, read_file(newest).substr(0, 2000));
   CheckpointConfig cc;
   cc.dir = dir;
   cc.resume = "latest";
+  {
+    // Control: intact, the newest loads with the fallback on.
+    cc.fallback = CheckpointFallback::previous;
+    SelfRun intact(c);
+    EXPECT_EQ(fs::path(test::resume(intact.trainer, cc).path).filename(), "step-00000002.h5");
+    cc.fallback = CheckpointFallback::error;
+  }
+  write_file(newest, read_file(newest).substr(0, 2000));
   SelfRun strict(c);
   const std::string message = error_of([&] { test::resume(strict.trainer, cc); });
   EXPECT_NE(message.find("step-00000002.h5"), std::string::npos) << message;
@@ -636,23 +648,6 @@ TEST(Checkpoint, FallbackLoadsThePreviousCheckpointOfTheRun) {
   SelfRun lenient(c);
   EXPECT_EQ(fs::path(test::resume(lenient.trainer, cc).path).filename(), "step-00000001.h5");
   EXPECT_EQ(lenient.trainer.next_step(), 1);
-}
-
-// One float of a stored tensor changed in place, its manifest left as it was: only reading the tensor's bytes
-// finds the damage.
-void damage_tensor(const std::string& path, const std::string& name) {
-  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-  ASSERT_GE(file, 0) << path;
-  const hid_t dataset = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
-  ASSERT_GE(dataset, 0) << name;
-  const hid_t space = H5Dget_space(dataset);
-  std::vector<float> values(std::size_t(H5Sget_simple_extent_npoints(space)));
-  ASSERT_GE(H5Dread(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
-  values.at(values.size() / 2) += 1.0f;
-  ASSERT_GE(H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
-  H5Sclose(space);
-  H5Dclose(dataset);
-  H5Fclose(file);
 }
 
 struct Losses {
@@ -733,10 +728,15 @@ TEST(Checkpoint, TheFallbackIsDecidedBeforeTheRunIsPlanned) {
     saved(a.trainer, d.dir);
   }
   const std::string tensor = "/model/layers/01/attn/qkv/weight";
-  damage_tensor(tmp.path("ck") + "/step-00000003.h5", tensor);
   CheckpointConfig resume;
   resume.dir = tmp.path("ck");
   resume.resume = "latest";
+  // Control: intact, the newest is chosen, byte check and all (a check that flagged an intact file would fall
+  // back here too).
+  resume.fallback = CheckpointFallback::previous;
+  EXPECT_EQ(io::choose_resume_point(resume, MPI_COMM_SELF, 30).step, 3);
+  resume.fallback = CheckpointFallback::error;
+  test::damage_tensor(tmp.path("ck") + "/step-00000003.h5", tensor);
   const io::ResumePoint strict = io::choose_resume_point(resume, MPI_COMM_SELF, 30);
   EXPECT_EQ(strict.step, 3);
   {

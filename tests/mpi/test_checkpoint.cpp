@@ -198,6 +198,52 @@ TEST(CheckpointMpi, AModelMismatchFailsOnEveryRankAlike) {
 }
 
 
+// checkpoint.fallback = "previous" checks every dataset's bytes before the run is planned, each rank a share:
+// damage in a dataset another rank than 0 checks is found all the same, and every rank falls back alike; the
+// same checkpoint intact is chosen (the share's check flags nothing intact).
+TEST(CheckpointMpi, TheFallbackFindsDamageInAnyRanksShare) {
+  SharedDir dir;
+  const int size = world_size();
+  const Config c = config(size, "1f1b", 1);
+  auto grid = comm::make_grid(MPI_COMM_WORLD, c.pipeline.pipeline_size, c.pipeline.data_parallel);
+  {
+    runtime::Trainer<float> trainer(c, test::corpus(), grid);
+    CheckpointConfig cc;
+    cc.dir = dir.path;
+    io::CheckpointDir checkpoints(cc, MPI_COMM_WORLD, 30);
+    checkpoints.start_run("");
+    for (int k = 0; k < 2; ++k) {
+      trainer.step();
+      const io::SaveResult saved = test::save(trainer, checkpoints);
+      ASSERT_TRUE(saved.ok) << saved.message;
+    }
+  }
+  comm::free_grid(grid);
+  CheckpointConfig resume;
+  resume.dir = dir.path;
+  resume.resume = "latest";
+  resume.fallback = CheckpointFallback::previous;
+  EXPECT_EQ(io::choose_resume_point(resume, MPI_COMM_WORLD, 30).step, 2) << "intact";
+  // A tensor of the last rank's share (datasets in name order, dealt out round robin) damaged in place.
+  const std::string newest = dir.path + "/step-00000002.h5";
+  std::string victim;
+  if (world_rank() == 0) {
+    {
+      const io::CheckpointReader reader(newest);
+      const auto& datasets = reader.datasets();
+      for (std::size_t i = 0; i < datasets.size() && victim.empty(); ++i)
+        if (int(i) % size == size - 1 && datasets[i].name.rfind("/model/", 0) == 0) victim = datasets[i].name;
+    }
+    test::damage_tensor(newest, victim);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const io::ResumePoint point = io::choose_resume_point(resume, MPI_COMM_WORLD, 30);
+  EXPECT_EQ(point.step, 1) << "damage in " << victim << ", rank " << size - 1 << "'s share";
+  EXPECT_EQ(fs::path(point.path).filename(), "step-00000001.h5");
+  resume.fallback = CheckpointFallback::error;
+  EXPECT_EQ(io::choose_resume_point(resume, MPI_COMM_WORLD, 30).step, 2) << "without the fallback, only metadata";
+}
+
 TEST(CheckpointMpi, EveryRankWritesItsShareOfOneFileAndReadsAnyShareBack) {
   SharedDir dir;
   const int rank = world_rank(), size = world_size();

@@ -1,7 +1,11 @@
 #pragma once
 // A trainer's checkpoint written and read back through the stage model, as kpipe-train does it: what the
 // checkpoint tests need in one place.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
 #include <string>
+#include <vector>
 
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/runtime/trainer.hpp"
@@ -28,6 +32,23 @@ io::LoadedCheckpoint<T> resume(runtime::Trainer<T, A>& trainer, const Checkpoint
   auto loaded = io::load_resume_point(trainer.stage(), point);
   if (!loaded.path.empty()) trainer.resume(loaded.step, loaded.older);
   return loaded;
+}
+
+// One float of a stored tensor changed in place, its manifest left as it was: only reading the tensor's bytes
+// finds the damage.
+inline void damage_tensor(const std::string& path, const std::string& name) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(file, 0) << path;
+  const hid_t dataset = H5Dopen2(file, name.c_str(), H5P_DEFAULT);
+  ASSERT_GE(dataset, 0) << name;
+  const hid_t space = H5Dget_space(dataset);
+  std::vector<float> values(std::size_t(H5Sget_simple_extent_npoints(space)));
+  ASSERT_GE(H5Dread(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  values.at(values.size() / 2) += 1.0f;
+  ASSERT_GE(H5Dwrite(dataset, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  H5Sclose(space);
+  H5Dclose(dataset);
+  H5Fclose(file);
 }
 
 }  // namespace kpipe::test
