@@ -42,8 +42,6 @@ pack=build-ci/gpu-pack.tar.xz
 timed scripts/gpu-pack.sh "$build" "$pack"
 size=$(stat -c %s "$pack")
 [ "$size" -le $((48 * 1048576)) ] || { echo "$job: the GPU pack is $((size / 1048576)) MiB, over 48 MiB"; exit 1; }
-if [ "$(id -u)" -eq 0 ] && unshare -m true 2>/dev/null; then
-  timed bash tests/e2e/gpu_pack_bare_node.sh "$pack" "$cuda"
-else
-  echo "$job: no mount namespace here (not root, or unshare refused): the pack's start on a bare node is not checked"
-fi
+# The pack's start on a bare node needs a mount namespace: where there is none the job is reported as skipped,
+# not passed (the build and the pack above were checked; the start was not).
+timed bash tests/e2e/gpu_pack_bare_node.sh "$pack" "$cuda"

@@ -49,7 +49,8 @@ if grep -q FAILED "$work/log"; then
   echo "FAIL a run cut off by the budget is reported as FAILED"; failures=$((failures + 1))
 fi
 if [ $rc -ne 3 ]; then echo "FAIL exit status $rc, expected 3"; failures=$((failures + 1)); fi
-# The budget holds: 9 s, and a few for starting the stand-ins and printing the table.
-if [ $took -gt 20 ]; then echo "FAIL the check took $took s on a budget of 9 s"; failures=$((failures + 1)); fi
+# The budget holds: 9 s, and 3 for starting the stand-ins and printing the table (10 s here on a loaded
+# machine; a budget that let one run go a few seconds over shows).
+if [ $took -gt 12 ]; then echo "FAIL the check took $took s on a budget of 9 s"; failures=$((failures + 1)); fi
 [ $failures -eq 0 ] || { echo "the check's output:"; sed 's/^/     /' "$work/log"; }
 [ $failures -eq 0 ]

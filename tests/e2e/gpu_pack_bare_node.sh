@@ -4,9 +4,14 @@
 # need (no Open MPI, HDF5, OpenBLAS, fmt, toml++, SentencePiece, no Open MPI plugins or help texts), kpipe-train
 # from the pack, in the environment `scripts/gpu-check.sh PACK --env` gives it, loads every library, passes
 # MPI_Init as a singleton, and stops at the first thing only a GPU has: "no GPU visible" (CUDA's driver is
-# the toolkit's stub here). Needs root (unshare -m). Usage: gpu_pack_bare_node.sh TARBALL CUDA_HOME
+# the toolkit's stub here), exit 2. Needs root and a mount namespace (unshare -m): without them it says so and
+# exits 77 (skipped). Usage: gpu_pack_bare_node.sh TARBALL CUDA_HOME
 set -euo pipefail
 tarball=$1 cuda=$2
+if [ "$(id -u)" -ne 0 ] || ! unshare -m true 2>/dev/null; then
+  echo "gpu-pack: SKIPPED: no mount namespace here (not root, or unshare refused): the pack's start on a bare node is not checked"
+  exit 77
+fi
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 system=/usr/lib/x86_64-linux-gnu
 work=$(mktemp -d)
@@ -37,7 +42,8 @@ unshare -m --propagation private bash -c '
   environment+=("LD_LIBRARY_PATH=$(printf "%s\n" "${environment[@]}" | sed -n "s/^LD_LIBRARY_PATH=//p"):$1/driver")
   env -i PATH=/usr/bin:/bin "${environment[@]}" "$3/apps/kpipe-train" --preset tiny --steps 1
 ' bare-node "$work" "$repo" "$pack" >"$work/out" 2>&1 && rc=0 || rc=$?
-if grep -q "no GPU visible to rank 0" "$work/out" && ! grep -qE "error while loading|MPI_Init|help file" "$work/out"; then
+# Exit 2: no GPU is bad input to a CUDA build, refused like any other before anything runs (runtime/placement.cpp).
+if [ $rc -eq 2 ] && grep -q "no GPU visible to rank 0" "$work/out" && ! grep -qE "error while loading|MPI_Init|help file" "$work/out"; then
   echo "gpu-pack: on a node without kpipe's libraries, kpipe-train from the pack started and stopped for want of a GPU (exit $rc)"
 else
   echo "gpu-pack: FAIL: kpipe-train from the pack did not start on a node without kpipe's libraries (exit $rc):"
