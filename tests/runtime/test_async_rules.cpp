@@ -145,7 +145,13 @@ TEST(AsyncRules, ChooseOptimizerDerivesWhatTheUserLeftAndKeepsWhatTheyGave) {
     EXPECT_EQ(choice.optim.lr, 2e-3);
     EXPECT_EQ(choice.optim.warmup_steps, 20);
     EXPECT_NE(choice.note.find(fmt::format("{} of the 4 micro-batches", p - 1)), std::string::npos) << choice.note;
+    EXPECT_NE(choice.note.find(fmt::format("looks ahead by {}", 0.5 * (p - 1))), std::string::npos) << choice.note;
     EXPECT_EQ(choice.note.find('\n'), std::string::npos);  // one line
+    // 3 of 4 is the regime the look-ahead does not fix: the note says so, and how many micro-batches would.
+    EXPECT_EQ(choice.note.find("more than a quarter trains worse") != std::string::npos, p == 4) << choice.note;
+    if (p == 4) {
+      EXPECT_NE(choice.note.find("train.microbatches >= 12"), std::string::npos) << choice.note;
+    }
   }
   // pipedream on 2 stages with the preset's schedule: the stable one, said in a note.
   const Config delayed = async_config(ScheduleKind::pipedream, 2);

@@ -120,11 +120,27 @@ OptimizerConfig stable_schedule(const OptimizerConfig& synchronous, int delay) {
   return stable;
 }
 
-std::string two_bw_note(int stages, int microbatches) {
-  return fmt::format("pipeline.schedule = \"2bw\": {} of the {} micro-batches of each step read the weights one update "
-                     "old (the update looks ahead by {:.3g} for them)",
-                     stages - 1, microbatches, 2.0 * (stages - 1) / microbatches);
+namespace {
+
+// 2bw's note: how many micro-batches of a step read the old weights, and what that cost where it was measured
+// (the small preset, 600 steps, seed 4: benchmarks/convergence.py, docs/schedules.md "A stable step under
+// delay"). Up to a quarter of them the cost is small; more is the regime the look-ahead does not fix.
+std::string two_bw_note(const Config& config) {
+  const AsyncRules rules = AsyncRules::of(config);
+  const int m = rules.microbatches, stale = int(std::lround(rules.mean_delay(0, 1) * m));
+  const std::string reads = fmt::format("pipeline.schedule = \"2bw\": {} of the {} micro-batches of each step read the "
+                                        "weights one update old (the update looks ahead by {:.3g} for them)",
+                                        stale, m, rules.lookahead(0, 1));
+  if (4 * stale <= m)
+    return reads + "; measured with 1 of 4: validation loss +0.4% against 1f1b's (small preset, 2 ranks, 600 steps) "
+                   "for 1.13x its tokens/s (bench preset): docs/schedules.md";
+  return reads + fmt::format("; more than a quarter trains worse: validation loss +5.1% against 1f1b's with 3 of 4, "
+                             "-0.6% with 3 of 16 (small preset, 4 ranks, 600 steps): train.microbatches >= {} keeps "
+                             "it to a quarter (docs/schedules.md)",
+                             4 * stale * config.pipeline.data_parallel);
 }
+
+}  // namespace
 
 OptimizerChoice choose_optimizer(const Config& config, const OptimizerConfig& preset,
                                  const std::vector<std::string>& given) {
@@ -135,7 +151,7 @@ OptimizerChoice choose_optimizer(const Config& config, const OptimizerConfig& pr
   if (config.pipeline.schedule == ScheduleKind::two_bw) {
     // Its look-ahead makes up for its few stale micro-batches at the preset's lr (a smaller one trained worse:
     // docs/schedules.md): nothing to derive; the note says what the staleness costs.
-    choice.note = two_bw_note(config.pipeline.pipeline_size, config.train.microbatches / config.pipeline.data_parallel);
+    choice.note = two_bw_note(config);
     return choice;
   }
   const OptimizerConfig stable = stable_schedule(preset, delay);

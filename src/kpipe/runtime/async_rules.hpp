@@ -73,10 +73,11 @@ struct AsyncRules {
 };
 
 // Stage `stage`'s update `update` from its accumulated gradients (zeroed as they are read): the stage's
-// gradient norm (per layer, in layer order), clipping by it, AdamW or SGD with the update's look-ahead, from the weights `from` (the newest version: the store's values, or another buffer of their
-// layout) into the store's values, in one pass over the buffers. Returns the squared norm. A non-finite norm
-// skips the update (the store's values become `from`'s; the gradients are zeroed all the same). The compute
-// copy (mixed precision) follows the new weights.
+// gradient norm (per layer, in layer order), clipping by it, AdamW or SGD with the update's look-ahead, from
+// the weights `from` (the newest version: the store's values, or another buffer of their layout) into the
+// store's values, in one pass over the buffers. Returns the squared norm. A non-finite norm skips the update
+// (the store's values become `from`'s; the gradients are zeroed all the same). The compute copy (mixed
+// precision) follows the new weights.
 template <class T, class A>
 double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
                           std::int64_t update, model::ParameterStore<T, A>& params, nn::In1<T> from);
@@ -85,18 +86,18 @@ double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, 
 // updates stale makes the largest stable step shrink with the delay, and a fast warm-up overshoots before
 // the delayed gradients turn: the peak lr is divided by sqrt(1 + delay) and the warm-up lengthened by the
 // same factor (so the lr rises (1 + delay) times slower). The schedule's largest delay counts:
-// largest_delay() = p - 1 for pipedream and vertical sync, 1 for 2bw, 0 for the synchronous schedules.
+// largest_delay() = p - 1 for pipedream and vertical sync, 1 for 2bw (0 on one stage), 0 for the synchronous
+// schedules.
 int largest_delay(const PipelineConfig& pipeline);
 double delay_factor(int delay);  // sqrt(1 + delay)
 OptimizerConfig stable_schedule(const OptimizerConfig& synchronous, int delay);
 
 // The optimizer settings a run takes. `preset` is what the defaults and the preset gave (a synchronous
 // schedule's), `given` the keys the user gave (a --config file, the command line). What the user gave
-// stays; under an asynchronous schedule optim.lr and optim.warmup_steps left to kpipe come from
-// stable_schedule(), and optim.min_lr left to kpipe stays at most the peak. The note (one line, or empty)
-// says which lr the schedule took, or that a given lr is above the one it considers stable.
-std::string two_bw_note(int stages, int microbatches);  // what 2bw's stale reads cost, measured
-
+// stays; under pipedream optim.lr and optim.warmup_steps left to kpipe come from stable_schedule(), and
+// optim.min_lr left to kpipe stays at most the peak. The note (one line, or empty) says which lr the schedule
+// took, or that a given lr is above the one it considers stable; under 2bw (which keeps the preset's lr, its
+// look-ahead making up for its few stale micro-batches) how many read the old weights and what that cost.
 struct OptimizerChoice {
   OptimizerConfig optim;
   std::string note;
