@@ -9,11 +9,12 @@ For every run STEPSxBATCH and rank count it trains the small preset on the text 
 /usr/share/common-licenses) with kpipe-train, each schedule given only as `--schedule` (so the asynchronous ones
 take kpipe's defaults, docs/schedules.md "A stable step under delay"), --pipeline-size = ranks, m micro-batches
 per step, one thread and OPENBLAS_NUM_THREADS=1 per rank, and the validation loss every --eval-every steps. On 2
-ranks it runs the PyTorch loops of benchmarks/pytorch/async_reference.py beside them from the same weights on
-the same windows (--reference: `sync`, kpipe's `2bw` rule, the `paper`'s rule; none with `--reference`): /usr/bin/
-python3 with Debian's python3-torch, or --python. Prints a markdown table of the validation loss after the last
-step, each asynchronous run's difference from its synchronous one in %, and the lr notes kpipe-train printed;
---json writes every curve for benchmarks/plot_convergence.py. With --max-gap it exits 1 when a kpipe schedule
+ranks it runs beside them the PyTorch loops of benchmarks/pytorch/async_reference.py, from the same weights on
+the same windows (--reference: `sync`, kpipe's `2bw` rule, the `paper`'s; `--reference` alone runs none;
+`--schedules` alone runs only those), with --python (default /usr/bin/python3, Debian's python3-torch). Prints a
+markdown table of the validation loss after the last step, each asynchronous run's difference from its
+synchronous one in %, and the notes kpipe-train printed; --json writes every curve for
+benchmarks/plot_convergence.py. With --max-gap it exits 1 when a kpipe schedule
 ends more than PCT % above 1F1B. The runs are deterministic: the same build gives the same losses at any load.
 See docs/performance.md.
 """
