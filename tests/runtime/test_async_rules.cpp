@@ -2,6 +2,7 @@
 // update that extrapolates the first moment that many updates on, and the lr schedule a delay calls for,
 // which keeps what the user gave.
 #include <gtest/gtest.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <string>
@@ -36,26 +37,37 @@ TEST(AsyncRules, DelayCountsTheUpdatesBetweenTheVersionReadAndTheNewest) {
       for (int s = 0; s < p; ++s)
         for (int u = 0; u < 20; ++u) {
           // Update u applies the gradients of pipedream's micro-batch u, of 2bw's window u (micro-batches
-          // u m .. u m + m - 1, which read one version), to the newest version, u.
-          const int k = rules.per_microbatch() ? u : u * m + m - 1;
+          // u m .. u m + m - 1, the first reading the oldest version), to the newest version, u.
+          const int k = rules.per_microbatch() ? u : u * m;
           const int read = schedule::rule_version(rules.updates, p, m, s, k, false);
           EXPECT_EQ(rules.delay(s, u), u - read) << to_string(schedule) << vertical << " p " << p << " s " << s << " u " << u;
+          if (rules.per_microbatch()) {
+            EXPECT_EQ(rules.lookahead(s, u), rules.delay(s, u));
+          }
         }
     }
-  // The values the docs give: pipedream p - 1 - s, vertical sync p - 1, 2bw 1, once the pipeline is full.
+  // The values the docs give: pipedream p - 1 - s, vertical sync p - 1, once the pipeline is full; 2bw's first
+  // p - 1 micro-batches of a window 1, the rest 0, and a look-ahead of twice their mean, 2 (p - 1) / m.
   EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::pipedream, 4)).delay(0, 10), 3);
   EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::pipedream, 4)).delay(3, 10), 0);
   EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::pipedream, 4, 1)).delay(3, 10), 3);
-  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::two_bw, 1)).delay(0, 10), 1);
-  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::two_bw, 4)).delay(2, 0), 0);
+  const auto two_stages = runtime::AsyncRules::of(async_config(ScheduleKind::two_bw, 2));
+  EXPECT_EQ(two_stages.delay(1, 10), 1);
+  EXPECT_EQ(two_stages.mean_delay(1, 10), 0.25);
+  EXPECT_EQ(two_stages.lookahead(0, 10), 0.5);
+  EXPECT_EQ(two_stages.lookahead(0, 0), 0.0);  // window 0 reads version 0, the newest
+  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::two_bw, 4)).lookahead(2, 10), 1.5);
+  EXPECT_EQ(runtime::AsyncRules::of(async_config(ScheduleKind::two_bw, 1)).lookahead(0, 10), 0.0);  // plain training
 }
 
-// apply_async_update is a clipped AdamW step whose look-ahead is the update's delay: 2bw's first update
-// (delay 0) is the plain step, its second (delay 1) extrapolates the moment one update on. The same bits in
-// place and from another buffer (the newest version's) into the store's values, whatever these held.
-TEST(AsyncRules, UpdateLooksAheadByItsDelay) {
+// apply_async_update is a clipped AdamW step with the update's look-ahead: 2bw's first update (delay 0) is the
+// plain step, the next ones on 2 stages and 4 micro-batches extrapolate the moment half an update on. The same
+// bits in place and from another buffer (the newest version's) into the store's values, whatever these held.
+TEST(AsyncRules, UpdateLooksAheadByItsLookAhead) {
   Config c = test::tiny_config(4);
   c.pipeline.schedule = ScheduleKind::two_bw;
+  c.pipeline.pipeline_size = 2;
+  c.train.microbatches = 4;
   c.optim.grad_clip = 0.5;
   const auto rules = runtime::AsyncRules::of(c);
   const auto desc = model::describe(c.model);
@@ -71,7 +83,7 @@ TEST(AsyncRules, UpdateLooksAheadByItsDelay) {
     EXPECT_EQ(runtime::apply_async_update(space, c.optim, rules, 0, u, apart, newest), squares);
     const double scale = nn::clip_factor(std::sqrt(squares), c.optim.grad_clip);
     nn::adamw_update(space, c.optim, rules.learning_rate(c.optim, u), u + 1, scale, expected.values(), expected.grads(),
-                     expected.moment1(), expected.moment2(), expected.decay_mask(), std::min(u, 1));
+                     expected.moment1(), expected.moment2(), expected.decay_mask(), u == 0 ? 0.0 : 0.5);
     expected.zero_grads(space);
     auto b = Kokkos::create_mirror_view_and_copy(HostSpace(), expected.values());
     for (auto* p : {&store, &apart}) {
@@ -92,7 +104,7 @@ TEST(AsyncRules, LargestDelayIsTheStalestStages) {
   EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::pipedream, 2).pipeline), 1);
   EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::pipedream, 4).pipeline), 3);
   EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::pipedream, 4, 1).pipeline), 3);
-  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::two_bw, 1).pipeline), 1);
+  EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::two_bw, 1).pipeline), 0);  // plain training
   EXPECT_EQ(runtime::largest_delay(async_config(ScheduleKind::two_bw, 4).pipeline), 1);
 }
 
@@ -119,16 +131,31 @@ TEST(AsyncRules, ChooseOptimizerDerivesWhatTheUserLeftAndKeepsWhatTheyGave) {
   const auto choose = [&](const Config& c, const std::vector<std::string>& given) {
     return runtime::choose_optimizer(c, small, given);
   };
-  // Synchronous, and pipedream on one stage (plain training): as configured, nothing to say.
-  for (const Config& c : {async_config(ScheduleKind::one_f_one_b, 2), async_config(ScheduleKind::pipedream, 1)}) {
+  // Synchronous, and pipedream or 2bw on one stage (plain training): as configured, nothing to say.
+  for (const Config& c : {async_config(ScheduleKind::one_f_one_b, 2), async_config(ScheduleKind::pipedream, 1),
+                          async_config(ScheduleKind::two_bw, 1)}) {
     const auto choice = choose(c, {});
     EXPECT_EQ(choice.optim.lr, 2e-3);
     EXPECT_EQ(choice.optim.warmup_steps, 20);
     EXPECT_TRUE(choice.note.empty()) << choice.note;
   }
-  // 2bw with the preset's schedule: the stable one, said in a note.
-  const Config two_bw = async_config(ScheduleKind::two_bw, 2);
-  auto choice = choose(two_bw, {});
+  // 2bw keeps the preset's lr; its note says how many micro-batches read the old weights, and what it cost.
+  for (int p : {2, 4}) {
+    const auto choice = choose(async_config(ScheduleKind::two_bw, p), {});
+    EXPECT_EQ(choice.optim.lr, 2e-3);
+    EXPECT_EQ(choice.optim.warmup_steps, 20);
+    EXPECT_NE(choice.note.find(fmt::format("{} of the 4 micro-batches", p - 1)), std::string::npos) << choice.note;
+    EXPECT_NE(choice.note.find(fmt::format("looks ahead by {}", 0.5 * (p - 1))), std::string::npos) << choice.note;
+    EXPECT_EQ(choice.note.find('\n'), std::string::npos);  // one line
+    // 3 of 4 is the regime the look-ahead does not fix: the note says so, and how many micro-batches would.
+    EXPECT_EQ(choice.note.find("more than a quarter trains worse") != std::string::npos, p == 4) << choice.note;
+    if (p == 4) {
+      EXPECT_NE(choice.note.find("train.microbatches >= 12"), std::string::npos) << choice.note;
+    }
+  }
+  // pipedream on 2 stages with the preset's schedule: the stable one, said in a note.
+  const Config delayed = async_config(ScheduleKind::pipedream, 2);
+  auto choice = choose(delayed, {});
   EXPECT_DOUBLE_EQ(choice.optim.lr, 2e-3 / std::sqrt(2.0));
   EXPECT_EQ(choice.optim.warmup_steps, 28);
   EXPECT_EQ(choice.optim.min_lr, 1e-4);
@@ -138,7 +165,7 @@ TEST(AsyncRules, ChooseOptimizerDerivesWhatTheUserLeftAndKeepsWhatTheyGave) {
   EXPECT_DOUBLE_EQ(choice.optim.lr, 1e-3);
   EXPECT_EQ(choice.optim.warmup_steps, 40);
   // An lr given wins, the schedule with it; above the stable one it is noted.
-  Config given_lr = two_bw;
+  Config given_lr = delayed;
   given_lr.optim.lr = 2e-3;
   choice = choose(given_lr, {"optim.lr"});
   EXPECT_EQ(choice.optim.lr, 2e-3);
@@ -150,7 +177,7 @@ TEST(AsyncRules, ChooseOptimizerDerivesWhatTheUserLeftAndKeepsWhatTheyGave) {
   EXPECT_EQ(choice.optim.lr, 1e-3);
   EXPECT_TRUE(choice.note.empty()) << choice.note;
   // A warm-up or a floor given stays; the peak is still derived.
-  Config given_warmup = two_bw;
+  Config given_warmup = delayed;
   given_warmup.optim.warmup_steps = 5;
   given_warmup.optim.min_lr = 1.9e-3;
   choice = choose(given_warmup, {"optim.warmup_steps", "optim.min_lr"});
@@ -158,13 +185,13 @@ TEST(AsyncRules, ChooseOptimizerDerivesWhatTheUserLeftAndKeepsWhatTheyGave) {
   EXPECT_EQ(choice.optim.warmup_steps, 5);
   EXPECT_EQ(choice.optim.min_lr, 1.9e-3);  // validate() then names it: above the peak
   // A floor left to kpipe stays at most the peak.
-  Config high_floor = two_bw;
+  Config high_floor = delayed;
   high_floor.optim.min_lr = 1.9e-3;
   EXPECT_DOUBLE_EQ(choose(high_floor, {}).optim.min_lr, 2e-3 / std::sqrt(2.0));
   // Resolved into the configuration: a run of the chosen values, given back (the checkpoint's or metrics'
   // dump as --config), is the same run, with nothing to say.
-  Config again = two_bw;
-  again.optim = choose(two_bw, {}).optim;
+  Config again = delayed;
+  again.optim = choose(delayed, {}).optim;
   const auto repeated = choose(again, {"optim.lr", "optim.warmup_steps", "optim.min_lr"});
   EXPECT_EQ(repeated.optim.lr, again.optim.lr);
   EXPECT_EQ(repeated.optim.warmup_steps, again.optim.warmup_steps);

@@ -37,12 +37,23 @@ double AsyncRules::learning_rate(const OptimizerConfig& optim, std::int64_t upda
 }
 
 int AsyncRules::delay(int stage, std::int64_t update) const {
-  // The version the update's micro-batches read is the rule's (schedule/asynchronous.hpp), the newest is
-  // version `update`; before the pipeline is full the rule's max(0, ...) reads version 0.
-  int most = 1;  // 2bw: the window before's version
-  if (updates == schedule::Updates::pipedream) most = stages - 1 - stage;
-  if (updates == schedule::Updates::vertical_sync) most = stages - 1;
-  return int(std::min<std::int64_t>(update, most));
+  // The update's first micro-batch reads the oldest version among them (the rule never goes back).
+  const std::int64_t first = per_microbatch() ? update : update * microbatches;
+  return int(update - schedule::rule_version(updates, stages, microbatches, stage, int(first), false));
+}
+
+double AsyncRules::mean_delay(int stage, std::int64_t update) const {
+  if (per_microbatch()) return delay(stage, update);
+  std::int64_t stale = 0;
+  for (std::int64_t k = update * microbatches; k < (update + 1) * microbatches; ++k)
+    stale += update - schedule::rule_version(updates, stages, microbatches, stage, int(k), false);
+  return double(stale) / microbatches;
+}
+
+double AsyncRules::lookahead(int stage, std::int64_t update) const {
+  // 2bw: twice the mean delay, the strength the 600-step curves chose (docs/schedules.md, "A stable step under
+  // delay"); on a quadratic it is also about the most stable for every share of stale micro-batches.
+  return per_microbatch() ? delay(stage, update) : 2 * mean_delay(stage, update);
 }
 
 double AsyncRules::loss_scale() const {
@@ -67,7 +78,7 @@ double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, 
   const double norm = std::sqrt(squares);
   if (std::isfinite(norm)) {
     const double lr = rules.learning_rate(optim, update), scale = nn::clip_factor(norm, optim.grad_clip);
-    const double lookahead = rules.delay(stage, update);
+    const double lookahead = rules.lookahead(stage, update);
     // The update writes the compute copy the products read too (mixed precision): no refresh after it.
     if (optim.kind == OptimizerKind::sgd)
       nn::sgd_update_into(space, optim, lr, scale, from, p.values(), p.grads(), p.moment1(), p.decay_mask(), lookahead,
@@ -93,7 +104,7 @@ KPIPE_CHECKED_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE
 
 int largest_delay(const PipelineConfig& pipeline) {
-  if (pipeline.schedule == ScheduleKind::two_bw) return 1;
+  if (pipeline.schedule == ScheduleKind::two_bw) return pipeline.pipeline_size > 1 ? 1 : 0;
   if (pipeline.schedule == ScheduleKind::pipedream) return pipeline.pipeline_size - 1;  // stage 0's, or everyone's
   return 0;
 }
@@ -109,12 +120,40 @@ OptimizerConfig stable_schedule(const OptimizerConfig& synchronous, int delay) {
   return stable;
 }
 
+namespace {
+
+// 2bw's note: how many micro-batches of a step read the old weights, and what that cost where it was measured
+// (the small preset, 600 steps, seed 4: benchmarks/convergence.py, docs/schedules.md "A stable step under
+// delay"). Up to a quarter of them the cost is small; more is the regime the look-ahead does not fix.
+std::string two_bw_note(const Config& config) {
+  const AsyncRules rules = AsyncRules::of(config);
+  const int m = rules.microbatches, stale = int(std::lround(rules.mean_delay(0, 1) * m));
+  const std::string reads = fmt::format("pipeline.schedule = \"2bw\": {} of the {} micro-batches of each step read the "
+                                        "weights one update old (the update looks ahead by {:.3g} for them)",
+                                        stale, m, rules.lookahead(0, 1));
+  if (4 * stale <= m)
+    return reads + "; measured with 1 of 4: validation loss +0.4% against 1f1b's (small preset, 2 ranks, 600 steps) "
+                   "for 1.13x its tokens/s (bench preset): docs/schedules.md";
+  return reads + fmt::format("; more than a quarter trains worse: validation loss +5.1% against 1f1b's with 3 of 4, "
+                             "-0.6% with 3 of 16 (small preset, 4 ranks, 600 steps): train.microbatches >= {} keeps "
+                             "it to a quarter (docs/schedules.md)",
+                             4 * stale * config.pipeline.data_parallel);
+}
+
+}  // namespace
+
 OptimizerChoice choose_optimizer(const Config& config, const OptimizerConfig& preset,
                                  const std::vector<std::string>& given) {
   const auto is_given = [&](const char* key) { return std::find(given.begin(), given.end(), key) != given.end(); };
   OptimizerChoice choice{config.optim, {}};
   const int delay = largest_delay(config.pipeline);
   if (delay == 0) return choice;
+  if (config.pipeline.schedule == ScheduleKind::two_bw) {
+    // Its look-ahead makes up for its few stale micro-batches at the preset's lr (a smaller one trained worse:
+    // docs/schedules.md): nothing to derive; the note says what the staleness costs.
+    choice.note = two_bw_note(config);
+    return choice;
+  }
   const OptimizerConfig stable = stable_schedule(preset, delay);
   const std::string stale = fmt::format("pipeline.schedule = \"{}\" applies gradients {}{} update{} stale",
                                         config.pipeline.schedule, delay == 1 ? "" : "up to ", delay, delay == 1 ? "" : "s");

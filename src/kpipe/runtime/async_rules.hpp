@@ -11,10 +11,12 @@
 //    and m times as many steps, bit for bit;
 //  - 2bw updates once per step, with the step's lr and step counter, the gradient the mini-batch's mean
 //    (as the synchronous schedules);
-//  - an update applies a gradient `delay` updates stale (computed on the version its micro-batches read, applied
-//    to the newest): min(u, D) for update u, D = p - 1 - s (pipedream), p - 1 (vertical sync), 1 (2bw). Its
-//    optimizer step takes the first moment extrapolated that many updates on (nn/optimizer.hpp's look-ahead),
-//    an estimate of the moment the fresh gradients would have built; with p = 1 pipedream has no delay;
+//  - an update applies gradients computed on the versions its micro-batches read and applies them to the newest:
+//    each is (newest - version read) updates stale. pipedream's one is min(u, D) for update u, D = p - 1 - s
+//    (pipedream), p - 1 (vertical sync); 2bw's first p - 1 of m are 1 stale, the rest fresh (0 in window 0).
+//    Its optimizer step takes the first moment extrapolated some updates on (nn/optimizer.hpp's look-ahead),
+//    an estimate of the moment fresh gradients would have built: pipedream's by its delay, 2bw's by twice its
+//    micro-batches' mean delay, 2 (p - 1) / m; with p = 1 neither schedule has a delay;
 //  - gradient clipping bounds each stage's norm of the gradient its update applies (the stages update at
 //    different times, so there is no global norm of one update without a flush); with p = 1 that is the
 //    global norm;
@@ -53,8 +55,11 @@ struct AsyncRules {
   // The update that applies micro-batch k's gradient (k over the run).
   std::int64_t update_of(std::int64_t microbatch) const { return per_microbatch() ? microbatch : microbatch / microbatches; }
   double learning_rate(const OptimizerConfig& optim, std::int64_t update) const;
-  // How many updates stale the gradient that update `update` applies on stage `stage` is.
+  // How many updates stale the oldest gradient that update `update` applies on stage `stage` is, and the mean
+  // over its micro-batches (the update's look-ahead), both from the version rule (schedule/asynchronous.hpp).
   int delay(int stage, std::int64_t update) const;
+  double mean_delay(int stage, std::int64_t update) const;
+  double lookahead(int stage, std::int64_t update) const;  // in updates, see above
   // Multiplies the sum of the per-token losses' gradients into the mean that one update applies.
   double loss_scale() const;
   // The sampler's (step, first sequence) of replica r's micro-batch k's windows.
@@ -68,11 +73,11 @@ struct AsyncRules {
 };
 
 // Stage `stage`'s update `update` from its accumulated gradients (zeroed as they are read): the stage's
-// gradient norm (per layer, in layer order), clipping by it, AdamW or SGD with the update's delay as
-// look-ahead, from the weights `from` (the newest version: the store's values, or another buffer of their
-// layout) into the store's values, in one pass over the buffers. Returns the squared norm. A non-finite norm
-// skips the update (the store's values become `from`'s; the gradients are zeroed all the same). The compute
-// copy (mixed precision) follows the new weights.
+// gradient norm (per layer, in layer order), clipping by it, AdamW or SGD with the update's look-ahead, from
+// the weights `from` (the newest version: the store's values, or another buffer of their layout) into the
+// store's values, in one pass over the buffers. Returns the squared norm. A non-finite norm skips the update
+// (the store's values become `from`'s; the gradients are zeroed all the same). The compute copy (mixed
+// precision) follows the new weights.
 template <class T, class A>
 double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, const AsyncRules& rules, int stage,
                           std::int64_t update, model::ParameterStore<T, A>& params, nn::In1<T> from);
@@ -81,16 +86,18 @@ double apply_async_update(const ExecSpace& space, const OptimizerConfig& optim, 
 // updates stale makes the largest stable step shrink with the delay, and a fast warm-up overshoots before
 // the delayed gradients turn: the peak lr is divided by sqrt(1 + delay) and the warm-up lengthened by the
 // same factor (so the lr rises (1 + delay) times slower). The schedule's largest delay counts:
-// largest_delay() = p - 1 for pipedream and vertical sync, 1 for 2bw, 0 for the synchronous schedules.
+// largest_delay() = p - 1 for pipedream and vertical sync, 1 for 2bw (0 on one stage), 0 for the synchronous
+// schedules.
 int largest_delay(const PipelineConfig& pipeline);
 double delay_factor(int delay);  // sqrt(1 + delay)
 OptimizerConfig stable_schedule(const OptimizerConfig& synchronous, int delay);
 
 // The optimizer settings a run takes. `preset` is what the defaults and the preset gave (a synchronous
 // schedule's), `given` the keys the user gave (a --config file, the command line). What the user gave
-// stays; under an asynchronous schedule optim.lr and optim.warmup_steps left to kpipe come from
-// stable_schedule(), and optim.min_lr left to kpipe stays at most the peak. The note (one line, or empty)
-// says which lr the schedule took, or that a given lr is above the one it considers stable.
+// stays; under pipedream optim.lr and optim.warmup_steps left to kpipe come from stable_schedule(), and
+// optim.min_lr left to kpipe stays at most the peak. The note (one line, or empty) says which lr the schedule
+// took, or that a given lr is above the one it considers stable; under 2bw (which keeps the preset's lr, its
+// look-ahead making up for its few stale micro-batches) how many read the old weights and what that cost.
 struct OptimizerChoice {
   OptimizerConfig optim;
   std::string note;

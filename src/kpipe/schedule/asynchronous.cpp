@@ -23,7 +23,7 @@ int versions_bound(Updates updates, int ranks, int vstage) {
   switch (updates) {
     case Updates::pipedream: return ranks - vstage;
     case Updates::vertical_sync: return ranks;
-    case Updates::two_bw: return 2;
+    case Updates::two_bw: return ranks > 1 ? 2 : 1;  // one stage reads no old version
     case Updates::flush: return 1;
   }
   return 1;
@@ -47,7 +47,7 @@ int rule_version(Updates updates, int ranks, int microbatches, int vstage, int k
   switch (updates) {
     case Updates::pipedream: version = k - (ranks - 1 - vstage); break;
     case Updates::vertical_sync: version = k - (ranks - 1); break;
-    case Updates::two_bw: version = k / microbatches - 1; break;
+    case Updates::two_bw: version = k / microbatches - (k % microbatches < ranks - 1 ? 1 : 0); break;
     case Updates::flush: return 0;
   }
   const int oldest = resumed ? 1 - versions_bound(updates, ranks, vstage) : 0;

@@ -13,9 +13,13 @@
 //  - vertical_sync: the same updates, but micro-batch k reads on every stage the version stage 0 read,
 //    max(0, k - (p-1)): one consistent model per micro-batch. Every stage holds p versions at most.
 //  - two_bw: the micro-batches of step t form window t; its weight gradients are accumulated in micro-batch
-//    order and applied once, after the window's last backward: W(t+1) = W(t) - lr * update(grad f(W(t-1))).
-//    Every micro-batch of window t reads version max(0, t-1) on every stage (a delay of one version), so two
-//    versions per stage suffice when m >= p (required).
+//    order and applied once, after the window's last backward, to the newest version: W(t+1) = W(t) -
+//    lr * update(gradients). Micro-batch j of window t reads on every stage the newest version the first stage
+//    holds when it forwards it: W(t) for j >= p-1, W(t-1) for the first p-1 (forwarded before update t-1, the
+//    warm-up forwards that cross the window's boundary), version 0 in window 0. So (p-1)/m of each window's
+//    gradient is one update stale, not all of it as in the paper's rule (W(t+1) = W(t) - lr * grad f(W(t-1)),
+//    measured to train far worse, docs/schedules.md); two versions per stage still suffice when m >= p
+//    (required).
 // Those are the versions of a run that starts at step 0. Here they are numbered from the newest version
 // when the lists begin (0), so that a run resumed from a checkpoint at a step boundary reads the same rule:
 // its lists begin by forwarding again the micro-batches that were in flight (warm-up forwards reading the
@@ -50,7 +54,8 @@ Updates updates_of(ScheduleKind schedule, bool vertical_sync);
 // The version rule above, numbered from the newest version when the lists begin: what micro-batch k (0 at
 // the lists' first) reads on virtual stage `vstage`.
 int rule_version(Updates updates, int ranks, int microbatches, int vstage, int k, bool resumed);
-// The versions a stage holds at most (p - s, p, 2), which are also those a resumed run starts with.
+// The versions a stage holds at most (p - s, p, 2; 2bw on one stage 1), which are also those a resumed run
+// starts with.
 int versions_bound(Updates updates, int ranks, int vstage);
 // Versions produced per step (m for pipedream and vertical sync, 1 for 2BW).
 int versions_per_step(Updates updates, int microbatches);

@@ -45,7 +45,7 @@ enum class Updates : std::uint8_t {
   flush,          // synchronous: one optimizer step after every micro-batch of the step (S)
   pipedream,      // an update after every backward; a forward reads the newest version (weight stashing)
   vertical_sync,  // the same updates; a micro-batch reads, on every stage, the version stage 0 read for it
-  two_bw,         // PipeDream-2BW: an update per window of m micro-batches, read with a delay of one version
+  two_bw,         // PipeDream-2BW: an update per window of m micro-batches, its first p-1 read one version old
 };
 
 enum class Placement : std::uint8_t { interleaved, v };
