@@ -70,7 +70,7 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
     : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)), options_(options),
       plan_(checked_plan(config, corpus, desc_, grid, options)) {
   // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank).
-  memory::enforce_limit(config, desc_, plan_.run(), grid.world);
+  memory_verdict_ = memory::enforce_limit(config, desc_, plan_.run(), grid.world);
 
   stage_ = std::make_unique<StageModel<T, A>>(config, desc_, grid, plan_);
   updates_ = make_update_policy(*stage_, plan_);
