@@ -112,7 +112,7 @@ template <class T, class A> void Trainer<T, A>::run_step() {
   report_under_way_.emplace(ReportUnderWay{
       stats, comm::PendingAllreduce<double>(report.pack(), MPI_SUM, grid_.world,
                                             {config_.pipeline.recv_timeout_s,
-                                             fmt::format("the loss allreduce of step {}", step_)})});
+                                             fmt::format("the loss allreduce of step {}", step_), grid_.nodes})});
   if (updates_->report_completes_in_step()) settle();
   // The step's wall time on this rank (with the optimizer step where the report completed in it).
   StepStats& stats_of_step = report_under_way_ ? report_under_way_->stats : reports_.back();
