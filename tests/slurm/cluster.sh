@@ -78,7 +78,7 @@ cluster_start() {
     printf 'AutoDetect=off\nNodeName=kpn[1-2] Name=gpu File=/dev/null\nNodeName=kpn[1-2] Name=gpu File=/dev/zero\n' >"$dir/etc/gres.conf"
   else
     cluster_nodes=(kpn1) ctl_addr=127.0.0.1
-    nodes_conf="NodeName=kpn1 NodeHostname=$host NodeAddr=127.0.0.1 $node State=UNKNOWN"
+    nodes_conf="NodeName=kpn1 NodeHostname=$host NodeAddr=127.0.0.1 $node State=UNKNOWN"$'\n'
   fi
   # The controller on this host. MpiDefault=none as on the sites where srun needs --mpi=pmix spelt out.
   # cred_expire: a requeued job waits that long before it may start again (default 120 s). SlurmdTimeout: a

@@ -88,7 +88,7 @@ chmod +x "$work/bin/kpipe-train"
 export PATH=$work/bin:$PATH
 
 echo "tests/slurm: $(slurmd -V), $(munged --version 2>&1 | head -n 1); work in $work"
-cluster_start "$work/cluster" || exit 1
+cluster_start "$work/cluster" || { fail "the cluster did not start"; exit 1; }
 ncpus=$(sinfo -h -n kpn1 -o %c)
 if [ -n "$cluster_net" ]; then
   echo "tests/slurm: nodes ${cluster_nodes[*]} up in $cluster_net with $ncpus CPUs each ($SECONDS s)"
