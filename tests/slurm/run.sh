@@ -45,7 +45,7 @@ shift $(($# > 0))
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] ||
   cases=(runs cpus usr1 startup_batch startup_srun startup_ranks timelimit scancel srun_fails memlimit
-         nodes_1f1b nodes_usr1 node_lost link_down gpu_script)
+         nodes_1f1b nodes_usr1 node_lost gpu_script link_down)
 # The uninterrupted run is the reference for the one-node signal cases.
 case " ${cases[*]} " in *" usr1 "* | *" startup_"*) [ "${cases[0]}" = runs ] || cases=(runs "${cases[@]}") ;; esac
 [ -x "$train" ] || { echo "tests/slurm: no $train: build kpipe first"; exit 2; }
@@ -448,26 +448,28 @@ lose_node() {  # lose_node kill|link: sets lost_dir, lost_at; the node goes mid-
   if [ "$1" = kill ]; then kill -KILL $(job_ranks kpn2); else cluster_link kpn2 down; fi
 }
 # The ranks on kpn1 end within pipeline.recv_timeout_s (plus the time the abort takes), exit 3, and one of
-# them names a rank on kpn2 (waiting for it between stages, or missing it in a collective). STATES: the job
-# states Slurm may record.
+# them names a rank on kpn2 (waiting for it between stages, or missing it in a collective); every rank of the
+# job ends (a cut-off node's by themselves: their own timeout, then a bounded abort). STATES: the job states
+# Slurm may record (it sees a cut-off node's end only once it marks the node DOWN).
 expect_lost() {  # expect_lost STATES
   wait_for $((lost_timeout + 20)) "end of the ranks on kpn1" no_job_ranks kpn1 || return
-  local kpn1_s line
+  local kpn1_s all_s line
   kpn1_s=$(since "$lost_at")
+  wait_for $((lost_timeout + 30)) "end of every rank" no_job_ranks || return
+  all_s=$(since "$lost_at")
   wait_for 60 "end of the job" ended "$job" || return
   case " $1 " in *" $(field "$job" JobState) "*) ;; *) fail "job $job is $(field "$job" JobState), expected $1" ;; esac
   [ "$(field "$job" ExitCode)" = 0:0 ] && fail "exit code 0:0"
   line=$(grep -m1 -E "^kpipe: rank [01] \((stage [01] on )?node kpn1\): .*(node kpn2\)|\(node kpn2\) )" "$dir/kpipe-$job.out")
   [ -n "$line" ] || fail "no line naming a rank on kpn2: $(grep '^kpipe: rank' "$dir/kpipe-$job.out")"
-  echo "  ranks on kpn1 ended after ${kpn1_s} s (pipeline.recv_timeout_s = $lost_timeout); job $(field "$job" JobState), exit code $(field "$job" ExitCode): ${line:0:200}"
+  echo "  ranks on kpn1 ended after ${kpn1_s} s (pipeline.recv_timeout_s = $lost_timeout), every rank after ${all_s} s;" \
+    "job $(field "$job" JobState), exit code $(field "$job" ExitCode): ${line:0:200}"
 }
 case_node_lost() {
   local ref
   ref=$(reference $nodes_steps)
   lose_node kill || return
   expect_lost FAILED
-  wait_for 30 "end of every rank" no_job_ranks || return
-  echo "  every rank ended after $(since "$lost_at") s"
   # `latest` loads: the job submitted again, onto the node left (2 ranks, 2 stages each: kpipe reshards), resumes
   # from it and ends as one rank does.
   local latest
@@ -486,9 +488,6 @@ case_node_lost() {
 case_link_down() {
   lose_node link || return
   expect_lost "FAILED NODE_FAIL"
-  # The ranks on kpn2 cannot reach anyone: each ends itself after its own timeout and a bounded abort.
-  wait_for $((lost_timeout + 30)) "end of the ranks on kpn2" no_job_ranks kpn2 || return
-  echo "  every rank ended after $(since "$lost_at") s (kpn2's by themselves)"
   cluster_link kpn2 up
   # `latest` is a whole checkpoint: kpipe-inspect reads every byte of it.
   "$build/apps/kpipe-inspect" "$lost_dir/checkpoints" >"$lost_dir/inspect" 2>&1 ||
