@@ -25,25 +25,14 @@ std::string waiting_for(const comm::ProcessGrid& grid, const WaitSite& site, con
   // A pipeline message's peer is a stage of this replica; a running sum's, the same stage of another replica.
   const bool sum = action.op == Op::send_sum || action.op == Op::recv_sum;
   const int peer = sum ? action.peer * grid.pipeline_size + grid.stage : grid.replica * grid.pipeline_size + action.peer;
+  std::string what;
   switch (action.op) {
     case Op::recv_activation:
-      return fmt::format("waiting for the activation of micro-batch {} from {} {}", action.microbatch, who(grid, peer),
-                         when);
+    case Op::send_activation: what = fmt::format("the activation of micro-batch {}", action.microbatch); break;
     case Op::recv_gradient:
-      return fmt::format("waiting for the gradient of micro-batch {} from {} {}", action.microbatch, who(grid, peer),
-                         when);
-    case Op::send_activation:
-      return fmt::format("delivering the activation of micro-batch {} to {} {}", action.microbatch, who(grid, peer),
-                         when);
-    case Op::send_gradient:
-      return fmt::format("delivering the gradient of micro-batch {} to {} {}", action.microbatch, who(grid, peer),
-                         when);
+    case Op::send_gradient: what = fmt::format("the gradient of micro-batch {}", action.microbatch); break;
     case Op::recv_sum:
-      return fmt::format("waiting for the weight gradients' running sum (group {}) from {} {}", action.microbatch,
-                         who(grid, peer), when);
-    case Op::send_sum:
-      return fmt::format("delivering the weight gradients' running sum (group {}) to {} {}", action.microbatch,
-                         who(grid, peer), when);
+    case Op::send_sum: what = fmt::format("the weight gradients' running sum (group {})", action.microbatch); break;
     default: {
       // The transfers of the whole list (stream-ordered ones, NCCL): the neighbours in the pipeline.
       std::string neighbours;
@@ -54,6 +43,9 @@ std::string waiting_for(const comm::ProcessGrid& grid, const WaitSite& site, con
                          neighbours.empty() ? std::string("the other replicas") : neighbours, when);
     }
   }
+  const bool receiving = schedule::is_recv(action.op) || action.op == Op::recv_sum;
+  return fmt::format("{} {} {} {} {}", receiving ? "waiting for" : "delivering", what, receiving ? "from" : "to",
+                     who(grid, peer), when);
 }
 
 void peer_lost(const comm::ProcessGrid& grid, const WaitSite& site, const schedule::Action& action, int chunks,
