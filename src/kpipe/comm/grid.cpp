@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/node.hpp"
 #include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/error.hpp"
 
@@ -32,12 +33,8 @@ ProcessGrid make_grid(MPI_Comm world, int pipeline_size, int data_parallel, doub
     MPI_Comm_split(world, g.replica, g.stage, &g.pipeline);
     MPI_Comm_split(world, g.stage, g.replica, &g.replicas);
   }
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(name, &length);
   std::vector<int> counts;
-  const std::string all = allgatherv(std::string(name, std::size_t(length)), world,
-                                     {timeout_s, "gathering the ranks' node names"}, &counts);
+  const std::string all = allgatherv(node_name(), world, {timeout_s, "gathering the ranks' node names"}, &counts);
   auto nodes = std::make_shared<std::vector<std::string>>();
   std::size_t offset = 0;
   for (int count : counts) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/node.hpp"
 #include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/core/error.hpp"
@@ -82,9 +83,7 @@ Limit resolve_limit(const std::string& setting, MPI_Comm world, double timeout_s
   for (const Source& source : here) ids.push_back(source.id);
   const std::vector<std::int64_t> all = comm::allgather(ids, node, bound);
   MPI_Comm_free(&node);
-  char name[MPI_MAX_PROCESSOR_NAME] = {};
-  int length = 0;
-  MPI_Get_processor_name(name, &length);
+  const std::string node_name = comm::node_name();
   // This rank's share: the smallest over its sources of what the source has left / the ranks sharing it.
   std::int64_t share = std::numeric_limits<std::int64_t>::max();
   std::string why;
@@ -94,7 +93,7 @@ Limit resolve_limit(const std::string& setting, MPI_Comm world, double timeout_s
     for (std::size_t r = k; r < all.size(); r += here.size()) sharing += all[r] == here[k].id ? 1 : 0;
     if (here[k].bytes / sharing >= share) continue;
     share = here[k].bytes / sharing;
-    why = fmt::format("{} on node {}{}", here[k].what, std::string(name, std::size_t(length)),
+    why = fmt::format("{} on node {}{}", here[k].what, node_name,
                       sharing > 1 ? fmt::format(", shared by {} ranks", sharing) : "");
   }
   // The smallest share over the job, in the words of the lowest rank that has it (every rank says the same).
