@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <optional>
 #include <memory>
 #include <string>
@@ -46,21 +45,6 @@ namespace {
 std::string duration(double seconds) {
   const auto s = static_cast<long>(seconds + 0.5);
   return s >= 3600 ? fmt::format("{}h{:02d}m", s / 3600, (s / 60) % 60) : fmt::format("{}m{:02d}s", s / 60, s % 60);
-}
-
-// Fault injection for kpipe's own tests, from the environment of kpipe-train (the library reads none):
-// KPIPE_TEST_PAUSE_IN_CHECKPOINT="<step>:<seconds>" pauses every writer of that step's checkpoint half-way.
-struct FaultInjection {
-  kpipe::io::CheckpointDir::Pause pause;
-};
-
-FaultInjection fault_injection() {
-  FaultInjection f;
-  if (const char* pause = std::getenv("KPIPE_TEST_PAUSE_IN_CHECKPOINT")) {
-    long long step = -1;
-    if (std::sscanf(pause, "%lld:%lf", &step, &f.pause.seconds) == 2) f.pause.step = step;
-  }
-  return f;
 }
 
 // What the run learns from its steps' reports as they arrive (an asynchronous step's a step late,
@@ -246,12 +230,10 @@ void build_trainer(TrainingRun<A>& run, kpipe::comm::TransportKind transport, st
 // (checkpoint.resume, checkpoint.fallback), whose step the run is planned from. Written every checkpoint.every
 // steps and on SIGUSR1/SIGTERM (the handlers are installed first thing in main).
 template <class A>
-kpipe::io::ResumePoint open_checkpoints(TrainingRun<A>& run, const FaultInjection& faults) {
+kpipe::io::ResumePoint open_checkpoints(TrainingRun<A>& run) {
   using namespace kpipe;
-  if (!run.config.checkpoint.dir.empty()) {
+  if (!run.config.checkpoint.dir.empty())
     run.checkpoints = std::make_unique<io::CheckpointDir>(run.config.checkpoint, run.grid.world, run.timeout());
-    run.checkpoints->pause_in_write(faults.pause);
-  }
   return io::choose_resume_point(run.config.checkpoint, run.grid.world, run.timeout());
 }
 
@@ -273,15 +255,24 @@ template <class A> void announce(const TrainingRun<A>& run, const std::string& o
   if (run.rank != 0) return;
   const auto& config = run.config;
   const auto& trainer = *run.trainer;
-  if (trainer.next_step() >= config.train.steps)
-    fmt::print(stderr, "kpipe-train: the checkpoint's step {} is not below train.steps = {}: no step to train\n",
-               trainer.next_step(), config.train.steps);
   if (!optimizer_note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", optimizer_note);
+  if (run.grid.world_size > 1)
+    fmt::print(stderr, "kpipe-train: {} ranks on {}\n", run.grid.world_size, kpipe::comm::describe_nodes(run.grid));
+  fmt::print(stderr, "kpipe-train: {}\n", trainer.memory_verdict());
   fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, vocabulary {} ({}), batch {} x {} "
              "micro-batches, data: {}\n",
              trainer.desc().num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len,
              config.model.vocab, kpipe::data::to_string(run.corpus.tokenizer.kind()), config.train.batch,
              config.train.microbatches, run.corpus.source);
+}
+
+// A run resumed at or past train.steps (a finished run requeued or resubmitted): one line, exit 0, on any layout.
+template <class A> int nothing_to_train(TrainingRun<A>& run) {
+  const std::uint64_t checksum = run.trainer->param_checksum();  // collective
+  if (run.rank == 0)
+    fmt::print(stderr, "kpipe-train: nothing left to train: resumed at step {}, train.steps = {} (param_checksum {})\n",
+               run.trainer->next_step(), run.config.train.steps, kpipe::runtime::checksum_hex(checksum));
+  return kpipe::exit_status(kpipe::ExitCode::ok);
 }
 
 // Writes a checkpoint of the step reached. One that could not be written leaves `latest` and the older ones as
@@ -348,7 +339,9 @@ template <class A> std::optional<int> train_step(TrainingRun<A>& run, StepLog& l
   if (run.tracer) run.tracer->end_step();
   if (run.profiling && s == log.first_step()) trainer.stage().profile_layers(true);  // the first step allocates
   const bool last = s + 1 == config.train.steps;
-  const bool checkpoint_due = config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0;
+  // The last step's checkpoint too: a finished run leaves its weights, and a requeued one resumes from them.
+  const bool checkpoint_due = (config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0) ||
+                              (last && !config.checkpoint.dir.empty());
   const bool eval_due = config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last;
   // An asynchronous step's report completes during the next step. The run's end, a checkpoint's step (its
   // metrics complete when it is written), an evaluation and the timeline (its rows carry the step's loss) take
@@ -417,11 +410,16 @@ template <class A> int finish(TrainingRun<A>& run, const StepLog& log) {
   final.steady_tokens_per_s = log.steady_tokens_per_s();
   final.num_params = trainer.desc().num_params();
   run.metrics->write_final(final);
+  // This run's steps (a resumed run's are not all of them), its time and throughput.
+  const std::int64_t ran = final.steps - log.first_step();
   if (run.rank == 0)
     fmt::print(stderr,
-               "done: {} steps in {} | validation loss {:.4f} | {:.0f} tok/s (median step after the first: {:.0f}) | "
+               "done: {} steps{} in {} | validation loss {:.4f} | {:.0f} tok/s (median step after the first: {:.0f}) | "
                "param_checksum {}\n",
-               final.steps, duration(seconds), final.val_loss, final.tokens_per_s, final.steady_tokens_per_s,
+               ran, log.first_step() > 0 ? fmt::format(" (steps {} to {}, resumed at step {})", log.first_step() + 1,
+                                                       final.steps, log.first_step())
+                                         : std::string(),
+               duration(seconds), final.val_loss, final.tokens_per_s, final.steady_tokens_per_s,
                runtime::checksum_hex(final.param_checksum));
   return exit_status(ExitCode::ok);
 }
@@ -437,13 +435,13 @@ struct Job {
 // The run: set up, the loop, finish, as llm.c's main reads. Errors before `program.set_up` are the same on every
 // rank (agreed), errors after it may be one rank's alone.
 template <class A> int train(const Job& job, kpipe::comm::TransportKind transport, kpipe::apps::MpiProgram& program) {
-  const FaultInjection faults = fault_injection();
   TrainingRun<A> run(job.config, program.rank);
   open_inputs_and_outputs(run);
-  const kpipe::io::ResumePoint resume_point = open_checkpoints(run, faults);
+  const kpipe::io::ResumePoint resume_point = open_checkpoints(run);
   build_trainer(run, transport, resume_point.step);
   load_and_resume(run, resume_point);
   program.set_up = true;
+  if (run.trainer->next_step() >= run.config.train.steps) return run.close(nothing_to_train(run));
   announce(run, job.optimizer_note);
   const int first_step = int(run.trainer->next_step());  // > 0 when resumed
   StepLog log(run.config, run.rank, first_step, *run.metrics);

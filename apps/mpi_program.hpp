@@ -9,6 +9,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <string>
@@ -33,6 +34,9 @@ struct MpiProgram {
 
 // Runs run(MpiProgram&), which returns the exit code, inside MPI; `name` prefixes the error lines.
 template <class Run> int run_mpi_program(const std::string& name, int argc, char** argv, const Run& run) {
+  // A rank on another node that dies closes its sockets: MPI's next write to one must fail (Open MPI then names
+  // the peer's host, and kpipe's bounded wait the rank), not kill this rank with SIGPIPE and no word.
+  std::signal(SIGPIPE, SIG_IGN);
   MPI_Init(&argc, &argv);
   MpiProgram program;
   program.argc = argc;

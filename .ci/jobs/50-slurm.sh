@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Slurm: scripts/slurm/train-cpu.sbatch, unmodified, under a real single-node Slurm started for the test
-# (tests/slurm/run.sh: runs, CPUs per task, USR1 -> checkpoint -> requeue -> resume bit for bit, USR1 during
-# start-up, time limit with --signal=B:USR1@50, plain scancel). Installs Debian's Slurm and munge, reuses
-# the README test command's build (or builds kpipe-train), stops every daemon it started.
+# Slurm: scripts/slurm/train-*.sbatch, unmodified, under a real two-node Slurm started for the test, each node
+# in network, host-name and mount namespaces of its own (tests/slurm/run.sh: on one node runs, CPUs per task,
+# USR1 -> checkpoint -> requeue -> resume bit for bit, USR1 during start-up, time limit, plain scancel, srun
+# failing, a memory cgroup's limit; across both nodes 1F1B as one rank, USR1/requeue/resume and a resume on one
+# node, a node's ranks killed, a node's link down, the GPU script). Installs Debian's Slurm and munge, reuses
+# the README test command's build (or builds kpipe-train), stops every daemon and removes every namespace,
+# interface and cgroup it made.
 set -uo pipefail
 job=50-slurm
 source "$(dirname "$0")/../lib.sh"
@@ -11,7 +14,7 @@ if [ "$(id -u)" -ne 0 ]; then
   skip "needs root (it installs Slurm and starts slurmctld, slurmd and munged)"
 fi
 
-packages=(slurmctld slurmd slurm-client munge python3)
+packages=(slurmctld slurmd slurm-client munge python3 iproute2)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

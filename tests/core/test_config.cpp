@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -363,6 +364,11 @@ TEST(Config, ValidationNamesKeysAndValues) {
       {[](Config& c) { c.pipeline.chunks = 2; }, {"pipeline.chunks = 2", "interleaved"}},
       {[](Config& c) { c.pipeline.pipeline_size = 5; }, {"pipeline.pipeline_size", "5", "model.n_layers + 2 = 4"}},
       {[](Config& c) { c.pipeline.recv_timeout_s = 0; }, {"pipeline.recv_timeout_s = 0.0"}},
+      // Past 9.2e9 s the steady clock's nanoseconds overflow: refused, with the longest wait named.
+      {[](Config& c) { c.pipeline.recv_timeout_s = 1e300; }, {"pipeline.recv_timeout_s = 1e+300", "(0, 1e+06]"}},
+      {[](Config& c) { c.pipeline.recv_timeout_s = 1e6 + 1; }, {"pipeline.recv_timeout_s = 1000001.0"}},
+      {[](Config& c) { c.pipeline.recv_timeout_s = HUGE_VAL; }, {"pipeline.recv_timeout_s = inf"}},
+      {[](Config& c) { c.pipeline.recv_timeout_s = std::nan(""); }, {"pipeline.recv_timeout_s = nan"}},
       {[](Config& c) { c.pipeline.dp_reduction_group = 0; }, {"pipeline.dp_reduction_group = 0"}},
       {[](Config& c) { c.train.batch = 8, c.train.microbatches = 8, c.pipeline.data_parallel = 2,
                        c.pipeline.dp_reduction_group = 3; },

@@ -40,14 +40,16 @@ stop() {
 ok() { passes=$((passes + 1)); }
 mpi=("$@")
 
-stop "pipeline, rank 1 stopped" 1 "<1\)|rank 1 (never reached|reached it, then)" --pipeline-size 2 --microbatches 2
-stop "data parallel allreduce, rank 1 stopped" 1 "rank 1 (never reached|reached it, then)" --data-parallel 2 \
+# A collective names the ranks and their nodes: "rank 1 (node n1) never reached it".
+stop "pipeline, rank 1 stopped" 1 "<1\)|rank 1( \(node [^)]*\))? (never reached|reached it, then)" --pipeline-size 2 \
+  --microbatches 2
+stop "data parallel allreduce, rank 1 stopped" 1 "rank 1( \(node [^)]*\))? (never reached|reached it, then)" --data-parallel 2 \
   --microbatches 2 --pipeline.dp_reduction allreduce
 # The ordered reduction (the default): replica 0 sends its sum to replica 1 (a bounded send) and waits in
 # replica 1's broadcast of the final sum (a bounded collective).
-stop "data parallel ordered, rank 1 stopped" 1 "rank 1 (never reached|reached it, then)|ss[0-9.]*>1\): not delivered" --data-parallel 2 \
+stop "data parallel ordered, rank 1 stopped" 1 "rank 1( \(node [^)]*\))? (never reached|reached it, then)|delivering .* ss[0-9.]*>1\)" --data-parallel 2 \
   --microbatches 2
-stop "data parallel allreduce, rank 0 stopped" 0 "rank 0 \(which names" --data-parallel 2 --microbatches 2 \
+stop "data parallel allreduce, rank 0 stopped" 0 "rank 0( \(node [^)]*\))? \(which names" --data-parallel 2 --microbatches 2 \
   --pipeline.dp_reduction allreduce
 echo "$passes passed, $failures failed"
 [ $failures -eq 0 ]

@@ -4,19 +4,42 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <chrono>
+#include <cmath>
 #include <numeric>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/deadline.hpp"
+#include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/error.hpp"
 
 namespace kpipe {
 namespace {
 
 const comm::Bound bound{60, "a test collective"};
+
+// A timeout past the steady clock's 64-bit nanoseconds (about 9.2e9 s) is the longest one, not an overflow
+// into the past: a collective and a watchdog with 1e300 s wait as long as their work takes (a watchdog that
+// fired would end this process with exit code 3).
+TEST(Bounded, TimeoutsPastTheClocksRangeAreTheLongestNotAnOverflow) {
+  const auto now = std::chrono::steady_clock::now();
+  const auto longest = comm::deadline_after(max_timeout_s, now);
+  EXPECT_EQ(comm::deadline_after(1e300, now), longest);
+  EXPECT_EQ(comm::deadline_after(HUGE_VAL, now), longest);
+  EXPECT_EQ(comm::deadline_after(-1, now), now);
+  EXPECT_EQ(comm::deadline_after(std::nan(""), now), now);
+  EXPECT_NEAR(std::chrono::duration<double>(longest - now).count(), max_timeout_s, 1e-3);
+  {
+    const comm::Watchdog watch(0, {1e300, "a test's wait"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GT(comm::allreduce(1, MPI_SUM, MPI_COMM_WORLD, {1e300, "a collective with the longest bound"}), 0);
+}
 
 TEST(Bounded, CollectivesGiveMpisResults) {
   int rank = 0, size = 1;

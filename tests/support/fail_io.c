@@ -2,7 +2,10 @@
 // processes, the way a full disk (ENOSPC) or a failing device (EIO) does:
 //   KPIPE_FAIL_IO_PATH   substring of the path: files opened under a matching name fail (required)
 //   KPIPE_FAIL_IO_ERRNO  ENOSPC (default) or EIO
-//   KPIPE_FAIL_IO_CALL   write (default: write, pwrite, writev, pwritev fail) or fsync (fsync, fdatasync)
+//   KPIPE_FAIL_IO_CALL   write (default: write, pwrite, writev, pwritev fail), fsync (fsync, fdatasync), or
+//                        pause: nothing fails; the process's first write to a matching file waits
+//                        KPIPE_FAIL_IO_PAUSE_S seconds (default 60) first, after a line on stderr, so that a test
+//                        can kill the job while a file is half written
 //   KPIPE_FAIL_IO_RANK   only in the MPI process of this world rank (OMPI_COMM_WORLD_RANK, PMIX_RANK,
 //                        PMI_RANK or SLURM_PROCID); unset: in every process
 // A write fails before writing anything, as write() does on a full file system.
@@ -11,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
@@ -50,10 +54,25 @@ static int error_number(void) {
   return name && strcmp(name, "EIO") == 0 ? EIO : ENOSPC;
 }
 
+static int paused;  // the process has paused once (KPIPE_FAIL_IO_CALL=pause)
+
+static void pause_once(void) {
+  if (paused) return;
+  paused = 1;
+  const char* seconds = env("KPIPE_FAIL_IO_PAUSE_S");
+  const unsigned s = seconds ? (unsigned)atoi(seconds) : 60u;
+  fprintf(stderr, "fail_io: pausing %u s before the first write to a file matching '%s'\n", s,
+          env("KPIPE_FAIL_IO_PATH"));
+  fflush(stderr);
+  sleep(s);
+}
+
 static int fails(int fd, const char* call) {
   const char* which = env("KPIPE_FAIL_IO_CALL");
   if (!which) which = "write";
-  if (fd < 0 || fd >= MAX_FDS || !failing[fd] || strcmp(which, call) != 0) return 0;
+  if (fd < 0 || fd >= MAX_FDS || !failing[fd]) return 0;
+  if (strcmp(which, "pause") == 0 && strcmp(call, "write") == 0) pause_once();
+  if (strcmp(which, call) != 0) return 0;
   errno = error_number();
   return 1;
 }

@@ -1,4 +1,5 @@
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/deadline.hpp"
 #include "kpipe/core/exit_codes.hpp"
 
 #include <fmt/format.h>
@@ -49,10 +50,6 @@ int arrival_tag(MPI_Comm comm) {
   return found && upper ? *upper : 32767;
 }
 
-Clock::time_point after(Clock::time_point start, double seconds) {
-  return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
 // The three reserved tags: "arrived" (to rank 0), "are you there?" (from rank 0) and "here" (to rank 0).
 struct Tags {
   int arrived, ping, pong;
@@ -98,16 +95,27 @@ std::vector<int> silent_ranks(MPI_Comm comm, const Tags& tags, int size, double 
     MPI_Isend(&tokens[r], 1, MPI_INT, r, tags.ping, comm, &sent[r]);
     MPI_Irecv(&pongs[r], 1, MPI_INT, r, tags.pong, comm, &answers[r]);
   }
-  const auto deadline = after(Clock::now(), seconds);
+  const auto deadline = deadline_after(seconds);
   std::vector<int> silent;
   for (int r = 1; r < size; ++r)
     if (!poll(answers[r], deadline)) silent.push_back(r);
   return silent;
 }
 
-std::string list_ranks(const std::vector<int>& ranks) {
-  std::string text;
-  for (std::size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+std::string node_of(const Bound& bound, int world_rank) {
+  return bound.nodes && world_rank >= 0 && std::size_t(world_rank) < bound.nodes->size()
+             ? (*bound.nodes)[std::size_t(world_rank)]
+             : std::string();
+}
+
+// "rank 2 (node n2)", "ranks 2, 3 (node n2)", "ranks 1 (node n1), 4 (node n2)"; without names the ranks alone.
+std::string list_ranks(const std::vector<int>& ranks, const Bound& bound) {
+  std::string text = ranks.size() > 1 ? "ranks " : "rank ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    const std::string node = node_of(bound, ranks[i]);
+    text += (i ? ", " : "") + std::to_string(ranks[i]);
+    if (!node.empty() && (i + 1 == ranks.size() || node_of(bound, ranks[i + 1]) != node)) text += " (node " + node + ")";
+  }
   return text;
 }
 
@@ -121,8 +129,8 @@ std::string list_ranks(const std::vector<int>& ranks) {
   const int rank = rank_in(comm), size = size_of(comm);
   const Tags tags = tags_of(comm);
   const int me = world_rank_of(comm, rank);
-  const std::string head = fmt::format("rank {}: {} did not complete within pipeline.recv_timeout_s = {:g} s", me,
-                                       bound.what, bound.seconds);
+  const std::string head = fmt::format("{}: {} did not complete within pipeline.recv_timeout_s = {:g} s",
+                                       list_ranks({me}, bound), bound.what, bound.seconds);
   const double grace = grace_seconds(bound.seconds);
   if (rank == 0) {
     std::vector<int> missing;
@@ -132,25 +140,25 @@ std::string list_ranks(const std::vector<int>& ranks) {
       if (!arrived) missing.push_back(world_rank_of(comm, r));
     }
     if (!missing.empty())
-      end_job(fmt::format("{}: rank{} {} never reached it (stopped, dead, or stuck elsewhere)", head,
-                          missing.size() > 1 ? "s" : "", list_ranks(missing)));
+      end_job(fmt::format("{}: {} never reached it (stopped, dead, or stuck elsewhere)", head,
+                          list_ranks(missing, bound)));
     // Everyone reached it: the one that no longer answers stopped inside it.
     std::vector<int> silent;
     for (int r : silent_ranks(comm, tags, size, grace / 2)) silent.push_back(world_rank_of(comm, r));
     if (!silent.empty())
-      end_job(fmt::format("{}: rank{} {} reached it, then stopped answering (stopped or dead)", head,
-                          silent.size() > 1 ? "s" : "", list_ranks(silent)));
+      end_job(fmt::format("{}: {} reached it, then stopped answering (stopped or dead)", head,
+                          list_ranks(silent, bound)));
     end_job(fmt::format("{} although every rank reached it and answers", head));
   }
   // Rank 0 names the ranks at fault if it can (it may ask this one whether it is there): give it the time.
-  const auto limit = after(Clock::now(), grace);
+  const auto limit = deadline_after(grace);
   while (Clock::now() < limit) {
     answer_pings(comm, tags);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  end_job(fmt::format("{}, and rank {} (which names the ranks at fault) did not report: it stopped, died, or is "
+  end_job(fmt::format("{}, and {} (which names the ranks at fault) did not report: it stopped, died, or is "
                       "stuck elsewhere",
-                      head, world_rank_of(comm, 0)));
+                      head, list_ranks({world_rank_of(comm, 0)}, bound)));
 }
 
 }  // namespace
@@ -206,10 +214,10 @@ void PendingCollective::wait() {
   }
   const int rank = rank_in(comm_);
   const Tags tags = tags_of(comm_);
-  bool done = poll(request_, after(Clock::now(), bound_.seconds), comm_, rank == 0 ? nullptr : &tags);
+  bool done = poll(request_, deadline_after(bound_.seconds), comm_, rank == 0 ? nullptr : &tags);
   if (done) {
     // Every rank entered the collective, so every arrival message was sent: they complete at once.
-    const auto limit = after(Clock::now(), bound_.seconds);
+    const auto limit = deadline_after(bound_.seconds);
     for (auto& arrival : arrivals_)
       if (!poll(arrival, limit)) {
         done = false;

@@ -29,6 +29,9 @@ namespace kpipe::comm {
 struct Bound {
   double seconds = 300;
   std::string what;
+  // The node of every world rank (ProcessGrid::nodes), so that the message says where the missing ranks run;
+  // none: the ranks alone.
+  std::shared_ptr<const std::vector<std::string>> nodes = nullptr;
 };
 
 // The grace non-root ranks give rank 0 to report a timeout before reporting it themselves.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/deadline.hpp"
 #include "kpipe/core/stream_event.hpp"
 #endif
 
@@ -95,7 +96,7 @@ class NcclTransport final : public Transport {
   bool synchronize(const ExecSpace& space, double timeout_s) override {
     StreamEvent done;
     done.record(space);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    const auto deadline = deadline_after(timeout_s);
     for (long spins = 0; !done.done(); ++spins) {
       if (!healthy() || Clock::now() > deadline) {
         ncclCommAbort(comm_);  // unblocks the stream's NCCL kernels; the communicator is gone
@@ -118,7 +119,7 @@ class NcclTransport final : public Transport {
     if (!in_group_) settle(what, timeout_s_);
   }
   void settle(const char* what, double timeout_s) {
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    const auto deadline = deadline_after(timeout_s);
     ncclResult_t state = ncclInProgress;
     for (long spins = 0;; ++spins) {
       check("ncclCommGetAsyncError", ncclCommGetAsyncError(comm_, &state));

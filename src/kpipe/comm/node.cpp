@@ -16,11 +16,15 @@ NodeLayout node_layout(MPI_Comm world, double timeout_s) {
     MPI_Comm_size(local, &node.local_size);
     MPI_Comm_free(&local);
   }
+  node.name = node_name();
+  return node;
+}
+
+std::string node_name() {
   char name[MPI_MAX_PROCESSOR_NAME] = {};
   int length = 0;
   MPI_Get_processor_name(name, &length);
-  node.name.assign(name, std::size_t(length));
-  return node;
+  return std::string(name, std::size_t(length));
 }
 
 }  // namespace kpipe::comm

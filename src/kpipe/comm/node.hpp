@@ -17,4 +17,7 @@ struct NodeLayout {
 // ends the job after timeout_s (comm/watchdog.hpp).
 NodeLayout node_layout(MPI_Comm world, double timeout_s);
 
+// This process's node (host) name, as MPI reports it (MPI_Get_processor_name).
+std::string node_name();
+
 }  // namespace kpipe::comm

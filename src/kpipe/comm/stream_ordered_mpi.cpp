@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/deadline.hpp"
 #include "kpipe/comm/mpi_scalar.hpp"
 #include "kpipe/core/fence.hpp"
 
@@ -38,7 +39,7 @@ void StreamOrderedMpiTransport::end_group() {
 }
 
 void StreamOrderedMpiTransport::complete_group() {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s_);
+  const auto deadline = deadline_after(timeout_s_);
   for (long spins = 0; !failed_ && !group_.empty(); ++spins) {
     int done = 0;
     MPI_Testall(int(group_.size()), group_.data(), &done, MPI_STATUSES_IGNORE);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/deadline.hpp"
 #include "kpipe/comm/mpi_scalar.hpp"
 #include "kpipe/comm/nccl_transport.hpp"
 #include "kpipe/comm/stream_ordered_mpi.hpp"
@@ -83,7 +84,7 @@ bool MpiTransport::test(Transfer& transfer) {
 
 bool MpiTransport::wait(const ExecSpace& /*space*/, Transfer& transfer, double timeout_s) {
   // Poll rather than MPI_Wait, so that a peer that never sends becomes an error message, not a hang.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  const auto deadline = deadline_after(timeout_s);
   for (long spins = 0;; ++spins) {
     if (test(transfer)) return true;
     if (std::chrono::steady_clock::now() > deadline) return false;

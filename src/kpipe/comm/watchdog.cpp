@@ -1,4 +1,5 @@
 #include "kpipe/comm/watchdog.hpp"
+#include "kpipe/comm/deadline.hpp"
 #include "kpipe/core/exit_codes.hpp"
 
 #include <chrono>
@@ -10,7 +11,7 @@ namespace kpipe::comm {
 Watchdog::Watchdog(int rank, Bound bound) {
   thread_ = std::thread([this, rank, bound = std::move(bound)] {
     std::unique_lock<std::mutex> lock(mutex_);
-    if (ended_.wait_for(lock, std::chrono::duration<double>(bound.seconds), [this] { return done_; })) return;
+    if (ended_.wait_until(lock, deadline_after(bound.seconds), [this] { return done_; })) return;
     std::fprintf(stderr,
                  "kpipe: rank %d: %s did not complete within pipeline.recv_timeout_s = %g s (another rank stopped "
                  "or died meanwhile); ending the job\n",

@@ -142,6 +142,10 @@ struct DataConfig {
   std::int64_t synthetic_tokens = 1 << 20;  // size of the synthetic corpus
 };
 
+// The longest timeout kpipe accepts, in seconds (about 11.6 days: longer than any batch job, so "no limit" in
+// practice); converted to the steady clock's nanoseconds it is far from overflowing (comm/deadline.hpp).
+inline constexpr double max_timeout_s = 1e6;
+
 struct PipelineConfig {
   int pipeline_size = 1;        // stages (ranks per pipeline)
   int data_parallel = 1;        // pipeline replicas
@@ -150,7 +154,7 @@ struct PipelineConfig {
   int chunks = 1;               // model chunks per rank (interleaved: any; zb-v: 2)
   std::string schedule_file;    // a hand-written schedule (text form) instead of a generated one
   PartitionKind partition = PartitionKind::uniform;
-  double recv_timeout_s = 300;  // a receive waiting longer than this aborts the run with a message
+  double recv_timeout_s = 300;  // a wait longer than this aborts the run with a message; (0, max_timeout_s]
   // How replicas combine gradients. "ordered": the micro-batches go to the replicas in round-robin groups of
   // dp_reduction_group, and the running sum of the weight gradients travels from replica to replica once per
   // group, so every micro-batch's gradient is added in global micro-batch order, bit for bit as on one rank

@@ -96,7 +96,7 @@ const std::vector<Key>& keys() {
             "ordered reduction: consecutive micro-batches per hop of the running gradient sum (divides the "
             "micro-batches per replica)"),
       entry("pipeline.recv_timeout_s", &C::pipeline, &P::recv_timeout_s,
-           "a receive waiting longer than this many seconds aborts the run"),
+           "a receive, send or collective waiting longer than this many seconds (at most 1e6) aborts the run"),
       entry("pipeline.transport", &C::pipeline, &P::transport,
             "stage-to-stage and replica transfers: auto (NCCL on GPUs when built with it), mpi or nccl",
             "--transport"),

@@ -90,7 +90,11 @@ void validate(const Config& config) {
               parse_bytes(config.memory.limit_per_rank).has_value(),
           "memory.limit_per_rank = '{}': expected auto, none or a size such as 6GiB, 512MiB, 2e9",
           config.memory.limit_per_rank);
-  positive("pipeline.recv_timeout_s", pipeline.recv_timeout_s);
+  // Far beyond any batch job's time limit: "wait forever" in practice, and no overflow (comm/deadline.hpp).
+  require(pipeline.recv_timeout_s > 0 && pipeline.recv_timeout_s <= max_timeout_s,
+          "pipeline.recv_timeout_s = {}: expected seconds in (0, {:g}] ({:g} s, about 11.6 days, is the longest "
+          "wait: no limit in practice)",
+          format_double(pipeline.recv_timeout_s), max_timeout_s, max_timeout_s);
   require(pipeline.vertical_sync == 0 || pipeline.vertical_sync == 1, "pipeline.vertical_sync = {}: expected 0 or 1",
           pipeline.vertical_sync);
   require(pipeline.vertical_sync == 0 || pipeline.schedule == ScheduleKind::pipedream,

@@ -2,9 +2,11 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 #include <utility>
 
 namespace kpipe {
@@ -100,7 +102,15 @@ void abort_job(ExitCode code, const std::string& line) {
   int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_status(code));
+  if (initialized && !finalized) {
+    // MPI_Abort asks the launcher to end every rank. One this node cannot reach (its network link is down) can
+    // leave the call waiting for minutes: the process ends itself after 10 s all the same.
+    std::thread([code] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      std::_Exit(exit_status(code));
+    }).detach();
+    MPI_Abort(MPI_COMM_WORLD, exit_status(code));
+  }
   std::_Exit(exit_status(code));
 }
 

@@ -71,14 +71,6 @@ class CheckpointDir {
   bool locked() const;
   // A line for the log (world rank 0): the file system could not lock the directory ("" otherwise).
   std::string warning() const;
-  // Fault injection for tests: writing the checkpoint of step `step` pauses `seconds` once each rank has
-  // written half of its datasets (the job can then be killed mid-write).
-  struct Pause {
-    std::int64_t step = -1;
-    double seconds = 0;
-  };
-  void pause_in_write(Pause pause) { pause_ = pause; }
-  const Pause& pause() const { return pause_; }
 
  private:
   CheckpointConfig config_;
@@ -86,7 +78,6 @@ class CheckpointDir {
   double timeout_s_;
   std::string run_id_;
   std::unique_ptr<DirectoryLock> lock_;  // world rank 0 only
-  Pause pause_;
 };
 
 // The outcome of a save, the same on every rank.

@@ -329,8 +329,6 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
   if (fd < 0) {
     fail("cannot open for writing", errno);
   } else {
-    std::size_t written = 0, own = 0;
-    for (int o : owner) own += o == rank ? 1 : 0;
     for (std::size_t i = 0, k = 0; i < datasets.size() && !mine_failed; ++i) {
       if (owner[i] != rank) continue;
       const auto& local = local_[k++];
@@ -341,7 +339,6 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
       }
       if (const int error = write_all(fd, static_cast<const char*>(local.data), bytes, offsets[i]))
         fail(fmt::format("cannot write dataset {} ({} bytes at offset {})", datasets[i].name, bytes, offsets[i]), error);
-      if (++written == (own + 1) / 2 && half_written_) half_written_();
     }
     if (rank == 0 && !mine_failed)
       if (const int error = write_all(fd, manifest.data(), manifest.size(), offsets.back()))

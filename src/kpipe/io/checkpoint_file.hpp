@@ -20,7 +20,6 @@
 #include <mpi.h>
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,8 +79,6 @@ class CheckpointWriter {
   void add_blob(const std::string& name, std::string bytes);  // kept by the writer
   // The same on every rank. Objects other than "/" are groups, created when absent.
   void set_attribute(const std::string& object, const std::string& name, AttributeValue value);
-  // Called once this rank has written half of its datasets (a test hook: kill the job mid-write).
-  void on_half_written(std::function<void()> hook) { half_written_ = std::move(hook); }
 
   // Collective: creates (or truncates) path and writes everything into it.
   WriteStatus write(const std::string& path);
@@ -98,7 +95,6 @@ class CheckpointWriter {
   double timeout_s_;
   std::vector<Local> local_;
   Attributes attributes_;
-  std::function<void()> half_written_;
 };
 
 // Reads one checkpoint file on one process (no MPI). The constructor checks the format and its version,

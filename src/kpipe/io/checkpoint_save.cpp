@@ -3,11 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <thread>
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/bounded.hpp"
@@ -152,7 +149,7 @@ SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, 
   SaveResult result;
   result.path = (fs::path(dir.path()) / name).string();
   const std::string tmp = (fs::path(dir.path()) / temporary_file_name(step, dir.run_id())).string();
-  const comm::Bound bound{dir.timeout_s(), fmt::format("writing checkpoint {}", name)};
+  const comm::Bound bound{dir.timeout_s(), fmt::format("writing checkpoint {}", name), grid.nodes};
   result.message = reason_not_to_save(stage, name, result.path, dir, bound);
   if (!result.message.empty()) return result;
 
@@ -163,14 +160,6 @@ SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, 
   add_metadata<T>(writer, stage.config(), stage.desc(), step, dir.run_id(), created);
   // What the model's token ids mean, so that kpipe-generate decodes them (io/checkpoint_tokenizer.hpp).
   add_tokenizer(writer, tokenizer, grid.world_rank == 0);
-  const CheckpointDir::Pause hook = dir.pause();
-  if (hook.step == step && hook.seconds > 0)
-    writer.on_half_written([&] {
-      std::fprintf(stderr, "kpipe: test hook: pausing %g s in the middle of writing %s\n", hook.seconds, tmp.c_str());
-      std::fflush(stderr);
-      std::this_thread::sleep_for(std::chrono::duration<double>(hook.seconds));
-    });
-
   const WriteStatus status = writer.write(tmp);
   if (!status.ok) {
     if (grid.world_rank == 0) {

@@ -3,15 +3,19 @@
 #include <fmt/format.h>
 
 #include <Kokkos_Core.hpp>
+#include <array>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <vector>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/comm/node.hpp"
 #include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/memory/cgroup.hpp"
 #include "kpipe/memory/plan.hpp"
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -22,33 +26,38 @@ namespace kpipe::memory {
 
 namespace {
 
-// Bytes this process could still get, and an id of what it shares them with (the node, or its device).
-struct Available {
-  std::int64_t bytes = -1;  // -1: unknown
-  long long shared_id = 0;
-  const char* what = "node";
+// What this rank's memory comes from, and who else on the node draws from the same: the node's MemAvailable
+// (every rank of the node), a memory cgroup's limit (the node's ranks in the same group), or one GPU's free
+// memory (the node's ranks on that GPU).
+struct Source {
+  std::int64_t bytes = -1;  // -1: none (no cgroup limit; unknown)
+  std::int64_t id = 0;      // equal on the ranks that share it
+  std::string what;         // "MemAvailable", "the memory cgroup's limit ...", for the message
 };
 
-Available available_here() {
-  Available a;
+constexpr int sources_per_rank = 2;
+
+std::array<Source, sources_per_rank> sources_here() {
+  std::array<Source, sources_per_rank> here;
 #if defined(KOKKOS_ENABLE_CUDA)
   std::size_t free = 0, total = 0;
   int device = 0;
-  if (cudaGetDevice(&device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess) {
-    a.bytes = std::int64_t(free);
-    a.shared_id = device;
-    a.what = "GPU";
-  }
+  if (cudaGetDevice(&device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess)
+    here[0] = {std::int64_t(free), device, fmt::format("the free memory of GPU {}", device)};
 #else
   std::ifstream meminfo("/proc/meminfo");
   for (std::string line; std::getline(meminfo, line);) {
     std::istringstream in(line);
     std::string key;
     long long kib = 0;
-    if (in >> key >> kib && key == "MemAvailable:") a.bytes = kib * 1024;
+    if (in >> key >> kib && key == "MemAvailable:") here[0] = {kib * 1024, 0, "the node's MemAvailable"};
   }
+  if (const auto group = cgroup_memory())
+    here[1] = {group->remaining(), std::int64_t(std::hash<std::string>{}(group->group) >> 1),
+               fmt::format("the memory cgroup's limit ({} less {} in use, cgroup v{} {})", format_bytes(group->limit),
+                           format_bytes(group->used), group->version, group->group)};
 #endif
-  return a;
+  return here;
 }
 
 }  // namespace
@@ -60,44 +69,51 @@ Limit resolve_limit(const std::string& setting, MPI_Comm world, double timeout_s
     require(bytes.has_value(), "memory.limit_per_rank = '{}': expected auto, none or a size such as 6GiB", setting);
     return {*bytes, fmt::format("memory.limit_per_rank = {}", setting)};
   }
-  // The ranks on this node that share what this rank draws from (the node's memory, or one GPU).
-  const Available here = available_here();
+  int rank = 0;
+  MPI_Comm_rank(world, &rank);
+  // The ranks on this node that share what this rank draws from.
+  const auto here = sources_here();
   MPI_Comm node = MPI_COMM_NULL;
   {
-    int rank = 0;
-    MPI_Comm_rank(world, &rank);
     const comm::Watchdog watch(rank, {timeout_s, "splitting the ranks by node for memory.limit_per_rank = auto"});
     MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);  // no non-blocking form
   }
-  int node_size = 1;
-  MPI_Comm_size(node, &node_size);
   const comm::Bound bound{timeout_s, "agreeing on memory.limit_per_rank = auto"};
-  const std::vector<std::int64_t> ids =
-      comm::allgather(std::vector<std::int64_t>{std::int64_t(here.shared_id)}, node, bound);
+  std::vector<std::int64_t> ids;
+  for (const Source& source : here) ids.push_back(source.id);
+  const std::vector<std::int64_t> all = comm::allgather(ids, node, bound);
   MPI_Comm_free(&node);
-  int sharing = 0;
-  for (std::int64_t id : ids) sharing += id == here.shared_id ? 1 : 0;
-  // The smallest share over the job; unknown (-1) counts as unlimited.
-  const std::int64_t share = here.bytes < 0 ? -1 : here.bytes / sharing;
-  const std::int64_t least[2] = {
-      comm::allreduce(share < 0 ? std::numeric_limits<std::int64_t>::max() : share, MPI_MIN, world, bound),
-      comm::allreduce(std::int64_t(sharing), MPI_MAX, world, bound)};
-  if (least[0] == std::numeric_limits<std::int64_t>::max())
+  const std::string node_name = comm::node_name();
+  // This rank's share: the smallest over its sources of what the source has left / the ranks sharing it.
+  std::int64_t share = std::numeric_limits<std::int64_t>::max();
+  std::string why;
+  for (std::size_t k = 0; k < here.size(); ++k) {
+    if (here[k].bytes < 0) continue;
+    int sharing = 0;
+    for (std::size_t r = k; r < all.size(); r += here.size()) sharing += all[r] == here[k].id ? 1 : 0;
+    if (here[k].bytes / sharing >= share) continue;
+    share = here[k].bytes / sharing;
+    why = fmt::format("{} on node {}{}", here[k].what, node_name,
+                      sharing > 1 ? fmt::format(", shared by {} ranks", sharing) : "");
+  }
+  // The smallest share over the job, in the words of the lowest rank that has it (every rank says the same).
+  const std::int64_t least = comm::allreduce(share, MPI_MIN, world, bound);
+  if (least == std::numeric_limits<std::int64_t>::max())
     return {std::nullopt, "memory.limit_per_rank = auto (the available memory is unknown here: no limit)"};
-  return {least[0], fmt::format("memory.limit_per_rank = auto ({}: the memory available on the {}{})",
-                                format_bytes(least[0]), here.what,
-                                least[1] > 1 ? fmt::format(", shared by {} ranks", least[1]) : "")};
+  const int holder = comm::allreduce(share == least ? rank : std::numeric_limits<int>::max(), MPI_MIN, world, bound);
+  why = comm::bcast(why, holder, world, bound);
+  return {least, fmt::format("memory.limit_per_rank = auto ({}: {})", format_bytes(least), why)};
 }
 
-void enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
-                   MPI_Comm world) {
+std::string enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+                          MPI_Comm world) {
   const Limit limit = resolve_limit(config.memory.limit_per_rank, world, config.pipeline.recv_timeout_s);
-  if (!limit.bytes) return;
   const auto ranks = plan_ranks(config, desc, schedule);
   const RankMemory* worst = &ranks.front();
   for (const auto& r : ranks)
     if (r.total() > worst->total()) worst = &r;
-  if (worst->total() <= *limit.bytes) return;
+  const std::string most = fmt::format("rank {} needs the most, {}", worst->world_rank, format_bytes(worst->total()));
+  if (!limit.bytes || worst->total() <= *limit.bytes) return fmt::format("{}: {}", limit.why, most);
   int over = 0;
   for (const auto& r : ranks) over += r.total() > *limit.bytes ? 1 : 0;
   throw InputError(fmt::format(

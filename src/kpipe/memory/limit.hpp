@@ -19,16 +19,21 @@ struct Limit {
   std::string why;                    // where the figure comes from, for messages
 };
 
-// "none", a size ("6GiB"), or "auto": the memory available to this process's ranks (host: MemAvailable of
-// /proc/meminfo; CUDA: the free memory of the rank's device) divided among the ranks of the node that share
-// it, the smallest over `world` so that every rank holds the same limit. Collective over world for "auto".
+// "none", a size ("6GiB"), or "auto": the memory left to this rank, the smallest over `world` so that every rank
+// holds the same limit. On the host the smaller of the node's MemAvailable (/proc/meminfo) divided among the
+// node's ranks and the memory its cgroup still allows (memory/cgroup.hpp) divided among the node's ranks in
+// that cgroup; on CUDA the free memory of the rank's device divided among the node's ranks on it. `why` names
+// the one that bound it, its node and how many ranks share it. Collective over world for "auto".
 // Its collectives are bounded by timeout_s (pipeline.recv_timeout_s).
 Limit resolve_limit(const std::string& setting, MPI_Comm world, double timeout_s);
 
 // Plans every rank's memory and throws InputError (the same on every rank) when one exceeds the limit:
 //   memory.limit_per_rank = 512MiB: rank 0 needs 1.25 GiB (parameters 25.0 MiB, ..., activations 900 MiB)...
+// Otherwise returns the limit and the largest need, for the run's start-up line:
+//   memory.limit_per_rank = auto (11.2 GiB: the node's MemAvailable on node n1, shared by 2 ranks): rank 1 needs
+//   the most, 540 KiB
 // Collective over world (the configuration's whole job).
-void enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+std::string enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
                    MPI_Comm world);
 
 }  // namespace kpipe::memory

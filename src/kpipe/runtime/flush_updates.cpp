@@ -63,7 +63,8 @@ template <class T, class A> void FlushUpdates<T, A>::optimizer_step(std::int64_t
   }
   named_fence(space_, "kpipe::runtime::FlushUpdates::optimizer_step: the host reads the gradient norm's sums");
   comm::allreduce(squares, MPI_SUM, stage_->grid().pipeline,
-                  {config.pipeline.recv_timeout_s, fmt::format("the gradient-norm allreduce of step {}", step)});
+                  {config.pipeline.recv_timeout_s, fmt::format("the gradient-norm allreduce of step {}", step),
+                   stage_->grid().nodes});
   double total = 0;
   for (double s : squares) total += s;
   stats.grad_norm = std::sqrt(total);

@@ -70,7 +70,7 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
     : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)), options_(options),
       plan_(checked_plan(config, corpus, desc_, grid, options)) {
   // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank).
-  memory::enforce_limit(config, desc_, plan_.run(), grid.world);
+  memory_verdict_ = memory::enforce_limit(config, desc_, plan_.run(), grid.world);
 
   stage_ = std::make_unique<StageModel<T, A>>(config, desc_, grid, plan_);
   updates_ = make_update_policy(*stage_, plan_);
@@ -112,7 +112,7 @@ template <class T, class A> void Trainer<T, A>::run_step() {
   report_under_way_.emplace(ReportUnderWay{
       stats, comm::PendingAllreduce<double>(report.pack(), MPI_SUM, grid_.world,
                                             {config_.pipeline.recv_timeout_s,
-                                             fmt::format("the loss allreduce of step {}", step_)})});
+                                             fmt::format("the loss allreduce of step {}", step_), grid_.nodes})});
   if (updates_->report_completes_in_step()) settle();
   // The step's wall time on this rank (with the optimizer step where the report completed in it).
   StepStats& stats_of_step = report_under_way_ ? report_under_way_->stats : reports_.back();

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kpipe/comm/bounded.hpp"
@@ -80,6 +81,8 @@ template <class T, class A = T> class Trainer {
   const data::Corpus& corpus() const { return *corpus_; }  // its tokenizer is what the model's ids mean
   const model::ModelDesc& desc() const { return desc_; }
   const RunPlan& plan() const { return plan_; }
+  // The memory limit the run was held to and the largest need (memory/limit.hpp), for the start-up line.
+  const std::string& memory_verdict() const { return memory_verdict_; }
   StageModel<T, A>& stage() { return *stage_; }
   const StageModel<T, A>& stage() const { return *stage_; }
   const Executor<T, A>& executor() const { return *executor_; }
@@ -109,6 +112,7 @@ template <class T, class A = T> class Trainer {
   model::ModelDesc desc_;
   TrainerOptions options_;
   const RunPlan plan_;  // once per run, at construction
+  std::string memory_verdict_;
   std::unique_ptr<StageModel<T, A>> stage_;
   std::unique_ptr<UpdatePolicy<T>> updates_;
   Program program_;  // this rank's list
