@@ -25,6 +25,10 @@ TEST(Bytes, FormatsInBinaryUnits) {
   EXPECT_EQ(format_bytes(3ll << 29), "1.50 GiB");
   EXPECT_EQ(format_bytes(200ll << 20), "200 MiB");
   EXPECT_EQ(format_bytes(*parse_bytes(format_bytes(40ll << 20))), "40.0 MiB");
+  // Estimates beyond 64 bits: a model of 10^9 layers.
+  EXPECT_EQ(format_estimated_bytes(3.0 * (1ll << 29)), "1.50 GiB");
+  EXPECT_EQ(format_estimated_bytes(8e13), "72.8 TiB");
+  EXPECT_EQ(format_estimated_bytes(1e21), "867 EiB");
 }
 
 }  // namespace

@@ -78,5 +78,24 @@ TEST(ExitCodes, EachProgramsHelpListsItsRowsOnly) {
   }
 }
 
+TEST(ExitCodes, AFailureIsOneButForKpipeInspectWhoseOneSaysCheckpointsDiffer) {
+  for (const ProgramName p : {ProgramName::train, ProgramName::eval, ProgramName::generate, ProgramName::prepare,
+                              ProgramName::sim})
+    EXPECT_EQ(failure_code(p), ExitCode::failure);
+  EXPECT_EQ(failure_code(ProgramName::inspect), ExitCode::bad_input);  // as diff(1)'s trouble
+  // Each program's failure code is in its help with a row that says so.
+  for (const ProgramName p : {ProgramName::prepare, ProgramName::inspect}) {
+    const std::string help = exit_codes_help(p), code = std::to_string(exit_status(failure_code(p)));
+    EXPECT_NE(help.find("\n  " + code + std::string(5 - code.size(), ' ')), std::string::npos) << help;
+    EXPECT_NE(help.find("failure"), std::string::npos) << help;
+  }
+}
+
+TEST(ExitCodes, KpipePreparesRowsSpeakOfNoRanks) {
+  const std::string prepare = exit_codes_help(ProgramName::prepare);
+  EXPECT_EQ(prepare.find("rank"), std::string::npos) << prepare;
+  EXPECT_EQ(prepare.find("chunk of the token file"), std::string::npos) << prepare;
+}
+
 }  // namespace
 }  // namespace kpipe

@@ -31,14 +31,19 @@ std::optional<std::int64_t> parse_bytes(const std::string& text) {
 }
 
 std::string format_bytes(std::int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = double(bytes);
+  if (std::abs(bytes) < 1024) return fmt::format("{} B", bytes);
+  return format_estimated_bytes(double(bytes));
+}
+
+std::string format_estimated_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double value = bytes;
   int u = 0;
-  while (std::abs(value) >= 1024 && u < 4) {
+  while (std::abs(value) >= 1024 && u < 6) {
     value /= 1024;
     ++u;
   }
-  if (u == 0) return fmt::format("{} B", bytes);
+  if (u == 0) return fmt::format("{:.0f} B", bytes);
   return fmt::format("{:.{}f} {}", value, std::abs(value) >= 100 ? 0 : std::abs(value) >= 10 ? 1 : 2, units[u]);
 }
 

@@ -12,5 +12,7 @@ std::optional<std::int64_t> parse_bytes(const std::string& text);
 
 // "812 B", "3.25 KiB", "1.50 GiB": three significant figures in the largest binary unit below the size.
 std::string format_bytes(std::int64_t bytes);
+// The same for an estimate, which may not fit 64 bits (what a model of 10^9 layers would need): "727 TiB".
+std::string format_estimated_bytes(double bytes);
 
 }  // namespace kpipe

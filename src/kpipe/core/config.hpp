@@ -102,6 +102,7 @@ constexpr bool is_asynchronous(ScheduleKind schedule) {
 }
 
 struct ModelConfig {
+  static constexpr int min_seq_len = 2;  // a window of seq_len + 1 tokens holds at least two predictions
   int vocab = 256;        // bytes; kpipe-train raises it to the data's vocabulary (data::fit_vocabulary)
   int seq_len = 64;       // tokens per training window (and the size of the position table)
   int d_model = 64;

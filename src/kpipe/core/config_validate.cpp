@@ -39,7 +39,7 @@ void in_range(const char* key, double value, double low, bool low_open, double h
 void validate(const Config& config) {
   const ModelConfig& model = config.model;
   at_least("model.vocab", model.vocab, 256);
-  at_least("model.seq_len", model.seq_len, 2);
+  at_least("model.seq_len", model.seq_len, ModelConfig::min_seq_len);
   at_least("model.d_model", model.d_model, 1);
   at_least("model.n_layers", model.n_layers, 1);
   at_least("model.n_heads", model.n_heads, 1);

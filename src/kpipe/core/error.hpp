@@ -5,8 +5,11 @@
 // Anything else is a bug or a system failure.
 #include <fmt/format.h>
 
+#include <new>
 #include <stdexcept>
 #include <string>
+
+#include "kpipe/core/bytes.hpp"
 
 namespace kpipe {
 
@@ -18,6 +21,18 @@ struct InputError : std::runtime_error {
 template <class... Args>
 void require(bool cond, fmt::format_string<Args...> format, Args&&... args) {
   if (!cond) throw InputError(fmt::format(format, std::forward<Args>(args)...));
+}
+
+// Runs build(), which builds `built` in memory as the input `input` asks ("data.synthetic_tokens = 4000000000");
+// when the memory is not there (std::bad_alloc), throws InputError naming both and about how much it needs:
+// "data.synthetic_tokens = 4000000000: out of memory: the synthetic corpus needs about 18.6 GiB".
+template <class Build>
+decltype(auto) building_in_memory(const std::string& input, const std::string& built, double bytes, Build&& build) {
+  try {
+    return build();
+  } catch (const std::bad_alloc&) {
+    throw InputError(fmt::format("{}: out of memory: {} needs about {}", input, built, format_estimated_bytes(bytes)));
+  }
 }
 
 }  // namespace kpipe

@@ -1,12 +1,10 @@
 #include "kpipe/core/exit_codes.hpp"
 
-#include <mpi.h>
+#include "kpipe/core/program_name.hpp"
 
-#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <utility>
 
 namespace kpipe {
@@ -54,15 +52,21 @@ const std::vector<ExitCodeRow>& exit_code_table() {
       {0, every_program & ~bits(ProgramName::inspect), "done"},
       {0, bits(ProgramName::inspect), "nothing wrong: `diff` found the checkpoints identical, or every byte of the "
                                       "checkpoint was verified"},
-      {1, pipeline_programs | bits(ProgramName::prepare),
-       "failure: a bug or a system failure (an MPI job is aborted, naming the rank)"},
+      {1, pipeline_programs, "failure: a bug or a system failure (an unwritable stdout, say): one line; one rank's "
+                             "ends the whole job, naming the rank"},
+      {1, bits(ProgramName::prepare), "failure: a bug or a system failure (an unwritable stdout, say): one line"},
       {1, bits(ProgramName::train), "stopped by a signal with no `checkpoint.dir` to checkpoint into"},
       {1, bits(ProgramName::sim), "`--recommend` found no layout that fits"},
       {1, bits(ProgramName::inspect), "`diff`: the checkpoints differ"},
-      {2, every_program, "bad input (configuration, data, checkpoint, schedule, world size): one line names the key "
-                         "and the value, on every rank; or a damaged chunk of the token file, found when first read"},
+      {2, pipeline_programs | bits(ProgramName::sim),
+       "bad input (configuration, data, checkpoint, schedule, world size, a model larger than memory): one line names "
+       "the key and the value, on every rank; or a damaged chunk of the token file, found when first read"},
+      {2, bits(ProgramName::prepare), "bad input (options, input files, the output's place, a text too short for two "
+                                      "splits, more memory than there is): one line names the option and the value"},
+      {2, bits(ProgramName::inspect), "bad input (a missing or non-HDF5 file, a file of the wrong kind, a step not in "
+                                      "the timeline, wrong arguments) or a failure: one line on stderr"},
       {3, pipeline_programs, "a rank stopped answering: a receive, send or collective waited "
-                             "`pipeline.recv_timeout_s` (the job is aborted)"},
+                             "`pipeline.recv_timeout_s` (the job is ended)"},
       {3, bits(ProgramName::inspect), "the checkpoint is damaged or incomplete (every problem listed)"},
       {4, bits(ProgramName::train), "`train.max_skipped_steps` steps in a row had a non-finite loss or gradient "
                                     "(each was skipped on every rank)"},
@@ -75,6 +79,11 @@ const std::vector<ExitCodeRow>& exit_code_table() {
        "later)"},
   };
   return table;
+}
+
+ExitCode failure_code(ProgramName program) {
+  // kpipe-inspect's 1 says that `diff` found differences; like diff(1), it reports trouble with 2.
+  return program == ProgramName::inspect ? ExitCode::bad_input : ExitCode::failure;
 }
 
 std::string programs_text(unsigned programs) {
@@ -97,20 +106,13 @@ std::string exit_codes_help(ProgramName program) {
 }
 
 void abort_job(ExitCode code, const std::string& line) {
-  std::fprintf(stderr, "%s\n", line.c_str());
+  std::fflush(stdout);  // what the program printed so far (generated text, say) is not lost
+  std::fprintf(stderr, "%s: %s\n", std::string(program_name()).c_str(), line.c_str());
   std::fflush(stderr);
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) {
-    // MPI_Abort asks the launcher to end every rank. One this node cannot reach (its network link is down) can
-    // leave the call waiting for minutes: the process ends itself after 10 s all the same.
-    std::thread([code] {
-      std::this_thread::sleep_for(std::chrono::seconds(10));
-      std::_Exit(exit_status(code));
-    }).detach();
-    MPI_Abort(MPI_COMM_WORLD, exit_status(code));
-  }
+  // Not MPI_Abort: Open MPI's prints a 7-line banner of its own, often before this line, and on a node cut off
+  // from the launcher it can wait for minutes. A process that exits before MPI_Finalize ends the job as surely:
+  // mpiexec (Open MPI, Hydra) and srun --kill-on-bad-exit end every other rank at once, and under any launcher
+  // the others' bounded waits end them within pipeline.recv_timeout_s.
   std::_Exit(exit_status(code));
 }
 

@@ -47,8 +47,13 @@ std::string programs_text(unsigned programs);
 // The --help footer of `program`: "Exit codes:" and one line (wrapped) per row of the table about it.
 std::string exit_codes_help(ProgramName program);
 
-// Prints `line` on stderr and ends every rank of the job with `code` (MPI_Abort on MPI_COMM_WORLD; a process
-// without MPI exits). For failures one rank alone sees: a peer that stopped answering, an error during training.
+// The code of a failure that is not bad input (a bug, a system failure): 1, but 2 for kpipe-inspect, whose 1
+// means that `diff` found differences.
+ExitCode failure_code(ProgramName program);
+
+// Prints "<program>: <line>" on stderr (after flushing stdout) and ends this process with `code` without
+// MPI_Finalize, which ends the whole job (exit_codes.cpp says how). For failures one rank alone sees: a peer
+// that stopped answering, an error during training.
 [[noreturn]] void abort_job(ExitCode code, const std::string& line);
 
 }  // namespace kpipe
