@@ -11,7 +11,7 @@ trap 'rm -rf "$dir"' EXIT
 passes=0
 
 # stop NAME VICTIM PATTERN TRAIN_ARGS...: SIGSTOP world rank VICTIM once training runs; the job must end
-# within 25 s of it with a non-zero code and a "kpipe:" line matching PATTERN (which names the victim).
+# within 25 s of it with a non-zero code and a "kpipe-train:" line matching PATTERN (which names the victim).
 stop() {
   local name=$1 victim=$2 needle=$3; shift 3
   "${mpi[@]}" -n 2 "$train" "$@" --steps 1000000 --pipeline.recv_timeout_s 3 --train.log_every 1 \
@@ -32,10 +32,10 @@ stop() {
   wait "$job"
   local rc=$?
   local took=$((SECONDS - start))
-  grep "^kpipe:" "$dir/err" | head -2
+  grep "^kpipe-train:" "$dir/err" | head -2
   [ "$rc" -ne 0 ] && ok || fail "$name: exit code 0"
   [ "$took" -le 25 ] && ok || fail "$name: took ${took}s after the SIGSTOP"
-  grep "^kpipe:" "$dir/err" | grep -qE -- "$needle" && ok || fail "$name: no 'kpipe:' line matching '$needle'"
+  grep "^kpipe-train:" "$dir/err" | grep -qE -- "$needle" && ok || fail "$name: no 'kpipe-train:' line matching '$needle'"
 }
 ok() { passes=$((passes + 1)); }
 mpi=("$@")

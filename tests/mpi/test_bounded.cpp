@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <new>
 #include <numeric>
+#include <stdexcept>
 #include <thread>
 #include <string>
 #include <utility>
@@ -140,6 +143,29 @@ TEST(Agree, EveryRankGetsTheLowestFailingRanksMessage) {
   EXPECT_EQ(agreed.code, 7);
   EXPECT_EQ(agreed.rank, size / 2);
   EXPECT_EQ(agreed.message, "rank " + std::to_string(size / 2));
+}
+
+// What failed keeps its kind: bad input stays bad input (exit 2), anything else (out of memory, a system
+// failure) becomes an AgreedFailure on every rank (exit 1), reported once.
+TEST(Agree, EveryRankGetsTheFailuresKind) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const auto agreed_failure = [&](const std::function<void()>& last_rank_fails) -> std::string {
+    try {
+      comm::agree(MPI_COMM_WORLD, bound, [&] {
+        if (rank == size - 1) last_rank_fails();
+      });
+    } catch (const InputError& e) {
+      return std::string("bad input: ") + e.what();
+    } catch (const comm::AgreedFailure& e) {
+      return std::string("failure: ") + e.what();
+    }
+    return "none";
+  };
+  EXPECT_EQ(agreed_failure([] { throw std::bad_alloc(); }), "failure: out of memory");
+  EXPECT_EQ(agreed_failure([] { throw std::runtime_error("disk on fire"); }), "failure: disk on fire");
+  EXPECT_EQ(agreed_failure([] { throw InputError("model.n_layers = 0"); }), "bad input: model.n_layers = 0");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "kpipe/comm/agree.hpp"
 
 #include <exception>
+#include <new>
 
 #include "kpipe/core/error.hpp"
 
@@ -21,13 +22,21 @@ Failure first_failure(MPI_Comm comm, const Failure& mine, const Bound& bound) {
 }
 
 void agree(MPI_Comm comm, const Bound& bound, const std::function<void()>& fn) {
+  constexpr int bad_input = 1, failure = 2;
   Failure mine;
   try {
     fn();
+  } catch (const InputError& e) {
+    mine = {bad_input, -1, e.what()};
+  } catch (const std::bad_alloc&) {
+    mine = {failure, -1, "out of memory"};
   } catch (const std::exception& e) {
-    mine = {1, -1, e.what()};
+    mine = {failure, -1, e.what()};
   }
-  if (const Failure agreed = first_failure(comm, mine, bound)) throw InputError(agreed.message);
+  if (const Failure agreed = first_failure(comm, mine, bound)) {
+    if (agreed.code == bad_input) throw InputError(agreed.message);
+    throw AgreedFailure(agreed.message);
+  }
 }
 
 }  // namespace kpipe::comm

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <functional>
+#include <stdexcept>
 #include <string>
 
 #include "kpipe/comm/bounded.hpp"
@@ -23,8 +24,15 @@ struct Failure {
 // lowest failing rank, or code 0 when none failed. One small allreduce when nothing failed.
 Failure first_failure(MPI_Comm comm, const Failure& mine, const Bound& bound);
 
-// Runs fn on this rank; when it throws on any rank (InputError or any std::exception), every rank throws
-// the same InputError with the message of the lowest failing rank. Doubles as a barrier.
+// What agree() throws on every rank when the lowest failing rank's failure was not bad input (out of memory, a
+// system failure): the program reports it once and ends with its failure code on every rank.
+struct AgreedFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Runs fn on this rank; when it throws on any rank, every rank throws the same exception with the message of
+// the lowest failing rank: InputError when that was an InputError, AgreedFailure otherwise ("out of memory"
+// for a std::bad_alloc). Doubles as a barrier.
 void agree(MPI_Comm comm, const Bound& bound, const std::function<void()>& fn);
 
 }  // namespace kpipe::comm

@@ -120,7 +120,7 @@ std::string list_ranks(const std::vector<int>& ranks, const Bound& bound) {
 }
 
 [[noreturn]] void end_job(const std::string& message) {
-  abort_job(ExitCode::peer_lost, "kpipe: " + message + "; aborting");
+  abort_job(ExitCode::peer_lost, message + "; aborting");
 }
 
 // A collective ran past its bound (`arrivals`: its arrival messages; rank 0: the others', the others: their

@@ -77,7 +77,7 @@ class Prober {
   }
   void complete(Transfer& t, int peer) {
     if (!transport_.wait(space_, t, timeout_s_))
-      abort_job(ExitCode::peer_lost, fmt::format("kpipe: stage {}: stage {} did not answer the message probe within "
+      abort_job(ExitCode::peer_lost, fmt::format("stage {}: stage {} did not answer the message probe within "
                                                  "{} s (pipeline.recv_timeout_s); aborting",
                                                  stage_, peer, timeout_s_));
     named_fence(space_, "kpipe::comm::message_probe: the data is there");  // stream-ordered transports: the data is there once the stream got through

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kpipe/core/exit_codes.hpp"
+#include "kpipe/core/step_number.hpp"
 #include "kpipe/schedule/text.hpp"
 
 namespace kpipe::runtime {
@@ -21,7 +22,7 @@ std::string who(const comm::ProcessGrid& grid, int world_rank) {
 
 std::string waiting_for(const comm::ProcessGrid& grid, const WaitSite& site, const schedule::Action& action) {
   using schedule::Op;
-  const std::string when = fmt::format("in {} {}", site.activity, site.step + 1);
+  const std::string when = fmt::format("in {} {}", site.activity, step_number(site.step));
   // A pipeline message's peer is a stage of this replica; a running sum's, the same stage of another replica.
   const bool sum = action.op == Op::send_sum || action.op == Op::recv_sum;
   const int peer = sum ? action.peer * grid.pipeline_size + grid.stage : grid.replica * grid.pipeline_size + action.peer;
@@ -51,7 +52,7 @@ std::string waiting_for(const comm::ProcessGrid& grid, const WaitSite& site, con
 void peer_lost(const comm::ProcessGrid& grid, const WaitSite& site, const schedule::Action& action, int chunks,
                double timeout_s) {
   abort_job(ExitCode::peer_lost,
-            fmt::format("kpipe: {}: no answer within pipeline.recv_timeout_s = {:g} s while {} (list position {}, "
+            fmt::format("{}: no answer within pipeline.recv_timeout_s = {:g} s while {} (list position {}, "
                         "{}): that rank, its node or the network to it is lost or stopped, or it waits for one "
                         "that is; ending the job",
                         who(grid, grid.world_rank), timeout_s, waiting_for(grid, site, action), site.position,
