@@ -43,6 +43,23 @@ TEST(Synthetic, SizesAndSplit) {
   EXPECT_NE(c.source.find("synthetic"), std::string::npos);
 }
 
+// kpipe-prepare streams the corpus in pieces: the pieces end to end are the in-memory corpus's text, whatever
+// their size.
+TEST(Synthetic, StreamedInPiecesItIsTheSameText) {
+  const Corpus c = synthetic_corpus(3, 50001, 0.1);
+  for (const std::size_t piece_bytes : {std::size_t(1), std::size_t(777), std::size_t(1) << 20}) {
+    std::string streamed;
+    std::size_t pieces = 0;
+    stream_synthetic_text(3, 50001, piece_bytes, [&](const std::string& piece) {
+      EXPECT_FALSE(piece.empty());
+      streamed += piece;
+      ++pieces;
+    });
+    EXPECT_EQ(streamed, text_of(c)) << piece_bytes;
+    if (piece_bytes == 777) EXPECT_GT(pieces, 50u);
+  }
+}
+
 TEST(Synthetic, PrintableLines) {
   const std::string text = text_of(synthetic_corpus(3, 50000, 0.1));
   for (const char c : text) ASSERT_TRUE(c == '\n' || (c >= 32 && c < 127)) << int(c);

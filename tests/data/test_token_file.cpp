@@ -49,6 +49,66 @@ void write_raw(const std::string& path, const char* format, int version, bool wi
   H5Fclose(file);
 }
 
+// A token file as another tool writes it: version 1 attributes (bytes), and splits chunked by 65536 tokens of
+// `file_type`, of which only the chunks holding `written` (from the start) are written.
+void write_chunked(const std::string& path, hid_t file_type, hsize_t tokens, const std::vector<std::int64_t>& written) {
+  write_raw(path, "kpipe-tokens", 1, false);
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  H5Ldelete(file, "train", H5P_DEFAULT);
+  const hsize_t chunk = 65536;
+  for (const char* name : {"train", "validation"}) {
+    const hsize_t unlimited = H5S_UNLIMITED;  // extendible, as kpipe-prepare's: a chunk may exceed the extent
+    const hid_t space = H5Screate_simple(1, &tokens, &unlimited);
+    const hid_t create = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_chunk(create, 1, &chunk);
+    const hid_t dataset = H5Dcreate2(file, name, file_type, space, H5P_DEFAULT, create, H5P_DEFAULT);
+    if (!written.empty()) {
+      const hsize_t first = 0, count = written.size();
+      const hid_t part = H5Screate_simple(1, &count, nullptr);
+      H5Sselect_hyperslab(space, H5S_SELECT_SET, &first, nullptr, &count, nullptr);
+      H5Dwrite(dataset, H5T_NATIVE_INT64, part, space, H5P_DEFAULT, written.data());
+      H5Sclose(part);
+    }
+    H5Dclose(dataset);
+    H5Pclose(create);
+    H5Sclose(space);
+  }
+  H5Fclose(file);
+}
+
+TEST(TokenFile, DataNeverWrittenIsRefusedLikeATruncatedFile) {
+  test::TempDir dir;
+  // A billion tokens claimed, none written: HDF5 would read its fill value, token 0, without a word.
+  const std::string empty = dir.path("empty.h5");
+  write_chunked(empty, H5T_STD_U8LE, 1000000000, {});
+  expect_input_error([&] { read_token_file(empty); },
+                     {empty, "/train claims 1000000000 tokens", "15259 of its 15259 storage chunks were never written"});
+  // The first of three chunks written, two missing.
+  const std::string part = dir.path("part.h5");
+  write_chunked(part, H5T_STD_U8LE, 3 * 65536, std::vector<std::int64_t>(100, 7));
+  expect_input_error([&] { read_token_file(part); }, {part, "2 of its 3 storage chunks were never written"});
+  // Every chunk written: read.
+  const std::string whole = dir.path("whole.h5");
+  write_chunked(whole, H5T_STD_U8LE, 70000, std::vector<std::int64_t>(70000, 7));
+  EXPECT_EQ(read_token_file(whole).train.size(), 70000);
+}
+
+TEST(TokenFile, AnIdBeyondThirtyTwoBitsIsReportedAsItsValue) {
+  test::TempDir dir;
+  std::vector<std::int64_t> ids(1000, 7);
+  ids[123] = 5000000000;  // HDF5 would clamp it to 2147483647 on the way to an int32
+  for (const hid_t type : {H5T_STD_I64LE, H5T_STD_U64LE}) {
+    const std::string path = dir.path(type == H5T_STD_I64LE ? "int64.h5" : "uint64.h5");
+    write_chunked(path, type, ids.size(), ids);
+    const Corpus corpus = read_token_file(path);
+    std::vector<Token> out(100);
+    corpus.train.read(0, 100, out.data());  // the ids before it are fine
+    EXPECT_EQ(out[99], 7);
+    expect_input_error([&] { corpus.train.read(100, 100, out.data()); },
+                       {"/train holds token 5000000000 at position 123", "[0, 256)"});
+  }
+}
+
 TEST(TokenFile, RoundTrip) {
   test::TempDir dir;
   const std::string path = dir.path("tokens.h5");

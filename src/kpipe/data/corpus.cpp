@@ -15,14 +15,9 @@
 
 namespace kpipe::data {
 
-namespace {
-
-// How many tokens of `tokens` the validation split holds: round(tokens * val_fraction).
 std::int64_t held_out(std::int64_t tokens, double val_fraction) {
   return std::min<std::int64_t>(tokens, std::max<std::int64_t>(0, std::llround(double(tokens) * val_fraction)));
 }
-
-}  // namespace
 
 Corpus text_corpus(const std::string& bytes, double val_fraction, std::string source) {
   const auto size = static_cast<std::int64_t>(bytes.size());
@@ -77,7 +72,11 @@ Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len) {
   std::string label;
   if (config.path.empty()) {
     label = fmt::format("data.synthetic_tokens = {}", config.synthetic_tokens);
-    corpus = synthetic_corpus(seed, config.synthetic_tokens, config.val_fraction);
+    // The text, then its tokens: 1 + sizeof(Token) bytes a token while both are held.
+    const double bytes = double(config.synthetic_tokens) * (1 + sizeof(Token));
+    corpus = building_in_memory(label, "the synthetic corpus", bytes, [&] {
+      return synthetic_corpus(seed, config.synthetic_tokens, config.val_fraction);
+    });
   } else {
     label = fmt::format("data.path = '{}'", config.path);
     if (const std::string reason = unreadable_reason(config.path); !reason.empty())

@@ -22,6 +22,9 @@ struct Corpus {
   int vocab() const { return tokenizer.vocab(); }
 };
 
+// How many of `tokens` the validation split holds, the last of them: round(tokens * val_fraction).
+std::int64_t held_out(std::int64_t tokens, double val_fraction);
+
 // The bytes of text as tokens; the last round(size * val_fraction) bytes are the validation split.
 Corpus text_corpus(const std::string& bytes, double val_fraction, std::string source);
 

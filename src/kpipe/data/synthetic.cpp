@@ -226,12 +226,23 @@ class Writer {
 
 }  // namespace
 
-Corpus synthetic_corpus(std::uint64_t seed, std::int64_t tokens, double val_fraction) {
+void stream_synthetic_text(std::uint64_t seed, std::int64_t tokens, std::size_t piece_bytes,
+                           const std::function<void(const std::string&)>& piece) {
   Writer writer(seed);
   std::string text;
-  text.reserve(static_cast<std::size_t>(std::max<std::int64_t>(tokens, 0)) + 256);
-  while (static_cast<std::int64_t>(text.size()) < tokens) text += writer.line() + "\n";
-  text.resize(static_cast<std::size_t>(std::max<std::int64_t>(tokens, 0)));
+  for (std::int64_t left = std::max<std::int64_t>(tokens, 0); left > 0;) {
+    while (text.size() < piece_bytes && std::int64_t(text.size()) < left) text += writer.line() + "\n";
+    text.resize(std::size_t(std::min<std::int64_t>(std::int64_t(text.size()), left)));
+    left -= std::int64_t(text.size());
+    piece(text);
+    text.clear();
+  }
+}
+
+Corpus synthetic_corpus(std::uint64_t seed, std::int64_t tokens, double val_fraction) {
+  std::string text;
+  text.reserve(static_cast<std::size_t>(std::max<std::int64_t>(tokens, 0)));
+  stream_synthetic_text(seed, tokens, std::size_t(1) << 20, [&](const std::string& piece) { text += piece; });
   return text_corpus(text, val_fraction, fmt::format("synthetic(seed={}, tokens={})", seed, tokens));
 }
 

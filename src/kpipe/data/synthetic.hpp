@@ -8,6 +8,8 @@
 //   - balanced brackets ("brackets: ([{}])()").
 // The same (seed, tokens) always gives the same text; another seed gives another text from the same grammar.
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "kpipe/data/corpus.hpp"
 
@@ -15,5 +17,10 @@ namespace kpipe::data {
 
 // `tokens` bytes of synthetic text; the last round(tokens * val_fraction) are the validation split.
 Corpus synthetic_corpus(std::uint64_t seed, std::int64_t tokens, double val_fraction);
+
+// The same `tokens` bytes, handed to `piece` in order, in pieces of about `piece_bytes`: for a writer that
+// streams a corpus of any size in bounded memory (kpipe-prepare --synthetic).
+void stream_synthetic_text(std::uint64_t seed, std::int64_t tokens, std::size_t piece_bytes,
+                           const std::function<void(const std::string&)>& piece);
 
 }  // namespace kpipe::data

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <vector>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/h5/file.hpp"
@@ -26,13 +27,17 @@ class DatasetTokens final : public TokenSource {
   void read(std::int64_t first, std::int64_t count, Token* out) const override {
     const std::lock_guard<std::mutex> lock(mutex_);  // one HDF5 handle per split; reads do not interleave
     open();
-    const auto failure =
-        h5::read_range(dataset_.get(), h5::memory_type<Token>(), hsize_t(first), hsize_t(count), out);
-    if (failure) throw InputError(damage(*failure, first, count));
-    // Checked here, for the tokens read, so that no kernel ever indexes the embedding outside the vocabulary.
-    const Token* bad = std::find_if(out, out + count, [this](Token t) { return t < 0 || t >= vocab_; });
-    require(bad == out + count, "{}: /{} holds token {} at position {}, outside the vocabulary [0, {})", label_, name_,
-            bad == out + count ? 0 : *bad, first + (bad - out), vocab_);
+    if (wide_) {
+      // Read at 64 bits: HDF5 would clamp an id beyond Token's range to its limit, and the message would name
+      // that limit instead of the id the file holds.
+      wide_ids_.resize(std::size_t(count));
+      read_range(first, count, h5::memory_type<std::int64_t>(), wide_ids_.data());
+      check_ids(first, wide_ids_.data(), count);
+      std::copy(wide_ids_.begin(), wide_ids_.end(), out);
+      return;
+    }
+    read_range(first, count, h5::memory_type<Token>(), out);
+    check_ids(first, out, count);
   }
 
  private:
@@ -45,6 +50,21 @@ class DatasetTokens final : public TokenSource {
       throw InputError(fmt::format("{}: {}", label_, e.what()));
     }
     dataset_ = h5::open_dataset(file_.get(), name_, label_);
+    const h5::Handle type(H5Dget_type(dataset_.get()), H5Tclose);
+    wide_ = type.valid() && (H5Tget_size(type.get()) > sizeof(Token) ||
+                             (H5Tget_size(type.get()) == sizeof(Token) && H5Tget_sign(type.get()) == H5T_SGN_NONE));
+  }
+
+  void read_range(std::int64_t first, std::int64_t count, hid_t memory_type, void* out) const {
+    const auto failure = h5::read_range(dataset_.get(), memory_type, hsize_t(first), hsize_t(count), out);
+    if (failure) throw InputError(damage(*failure, first, count));
+  }
+
+  // Checked here, for the tokens read, so that no kernel ever indexes the embedding outside the vocabulary.
+  template <class Id> void check_ids(std::int64_t first, const Id* ids, std::int64_t count) const {
+    const Id* bad = std::find_if(ids, ids + count, [this](Id t) { return t < 0 || t >= vocab_; });
+    require(bad == ids + count, "{}: /{} holds token {} at position {}, outside the vocabulary [0, {})", label_, name_,
+            bad == ids + count ? 0 : std::int64_t(*bad), first + (bad - ids), vocab_);
   }
 
   std::string damage(const h5::ReadFailure& failure, std::int64_t first, std::int64_t count) const {
@@ -62,6 +82,8 @@ class DatasetTokens final : public TokenSource {
   std::string label_;
   mutable std::mutex mutex_;
   mutable h5::Handle file_, dataset_;
+  mutable bool wide_ = false;                   // stored wider than Token (int64, uint32): read at 64 bits
+  mutable std::vector<std::int64_t> wide_ids_;  // those reads' buffer
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/core/plural.hpp"
 #include "kpipe/data/token_dataset.hpp"
 #include "kpipe/data/token_file_writer.hpp"
 #include "kpipe/data/tokenizer_store.hpp"
@@ -18,12 +19,17 @@
 namespace kpipe::data {
 namespace {
 
-// The split's dataset, checked (present, 1-D, integers) but not read: its length.
+// The split's dataset, checked (present, 1-D, integers, its data written) but not read: its length.
 std::int64_t split_length(hid_t file, const char* name, const std::string& label) {
   require(h5::exists(file, name), "{}: missing dataset /{}", label, name);
   const std::vector<hsize_t> shape = h5::shape(file, name);
   require(shape.size() == 1, "{}: dataset /{} is not 1-D", label, name);
   require(h5::type_class(file, name, label) == H5T_INTEGER, "{}: dataset /{} does not hold integers", label, name);
+  // Refused like a truncated file: HDF5 would read the tokens never written as 0s, without a word.
+  const h5::WrittenStorage storage = h5::written_storage(h5::open_dataset(file, name, label).get());
+  require(storage.complete(), "{}: /{} claims {} but {} of its {} were never written (incomplete file)", label, name,
+          quantity(std::int64_t(shape[0]), "token"), storage.spanned - storage.written,
+          quantity(std::int64_t(storage.spanned), "storage chunk"));
   return std::int64_t(shape[0]);
 }
 

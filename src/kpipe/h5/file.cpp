@@ -371,6 +371,28 @@ hsize_t chunk_length(hid_t dataset) {
   return H5Pget_chunk(properties.get(), H5S_MAX_RANK, chunk) >= 1 ? chunk[0] : 0;
 }
 
+WrittenStorage written_storage(hid_t dataset) {
+  const Handle space(H5Dget_space(dataset), H5Sclose);
+  const hssize_t elements = space.valid() ? H5Sget_simple_extent_npoints(space.get()) : -1;
+  if (elements <= 0) return {};
+  if (const hsize_t length = chunk_length(dataset); length > 0) {
+    // Chunks along the first dimension (kpipe's chunked datasets are chunked along it alone).
+    std::vector<hsize_t> dims(std::size_t(std::max(H5Sget_simple_extent_ndims(space.get()), 1)));
+    H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+    const hsize_t spanned = (dims[0] + length - 1) / length;
+#if H5_VERSION_GE(1, 10, 5)
+    hsize_t written = 0;
+    if (H5Dget_num_chunks(dataset, space.get(), &written) < 0) written = 0;  // HDF5 1.10 refuses H5S_ALL
+    return {spanned, written};
+#else
+    return {spanned, spanned};  // this HDF5 cannot count them
+#endif
+  }
+  H5D_space_status_t status = H5D_SPACE_STATUS_ERROR;
+  H5Dget_space_status(dataset, &status);
+  return {1, status == H5D_SPACE_STATUS_ALLOCATED ? hsize_t(1) : hsize_t(0)};
+}
+
 namespace {
 
 // Elements [first, first + count) of a 1-D dataset: nullopt, or HDF5's reason for the failure (taken before

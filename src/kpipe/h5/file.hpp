@@ -163,6 +163,15 @@ std::string read_bytes(hid_t location, const std::string& name, const std::strin
 // The length of a chunked dataset's chunks along its first dimension; 0 for a contiguous (or compact) one.
 hsize_t chunk_length(hid_t dataset);
 
+// The storage a dataset's extent spans and how much of it was ever written: chunks of a chunked dataset, one
+// block for a contiguous one. HDF5 reads what was never written as the fill value, without an error: a file
+// whose extent claims more than its data (written by another tool, or by a writer that died) is found here.
+struct WrittenStorage {
+  hsize_t spanned = 0, written = 0;
+  bool complete() const { return written >= spanned; }
+};
+WrittenStorage written_storage(hid_t dataset);
+
 // Where a chunk lies in a 1-D chunked dataset: index of count, and the elements [first, end) it holds.
 struct ChunkPosition {
   hsize_t index = 0, count = 0;
