@@ -168,6 +168,10 @@ TEST(Model, DescriptionCountsParameters) {
   EXPECT_EQ(int(desc.layers.size()), 10);
   EXPECT_EQ(desc.layers[3].path(), "layers/03");
   EXPECT_GT(desc.layers[1].forward_flops, 2.0 * T * 12 * C * C);
+  // Counted without describing every block: the same figure, and one for a model too large to describe.
+  EXPECT_EQ(parameter_count(c), double(desc.num_params()));
+  c.n_layers = 1000000000;
+  EXPECT_DOUBLE_EQ(parameter_count(c), double(V * C + T * C + 2 * C + V * C) + 1e9 * double(block));
 }
 
 }  // namespace

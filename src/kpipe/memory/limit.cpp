@@ -4,10 +4,8 @@
 
 #include <Kokkos_Core.hpp>
 #include <array>
-#include <fstream>
 #include <functional>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "kpipe/comm/bounded.hpp"
@@ -15,6 +13,7 @@
 #include "kpipe/comm/watchdog.hpp"
 #include "kpipe/core/bytes.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/host_memory.hpp"
 #include "kpipe/memory/cgroup.hpp"
 #include "kpipe/memory/plan.hpp"
 
@@ -45,13 +44,7 @@ std::array<Source, sources_per_rank> sources_here() {
   if (cudaGetDevice(&device) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess)
     here[0] = {std::int64_t(free), device, fmt::format("the free memory of GPU {}", device)};
 #else
-  std::ifstream meminfo("/proc/meminfo");
-  for (std::string line; std::getline(meminfo, line);) {
-    std::istringstream in(line);
-    std::string key;
-    long long kib = 0;
-    if (in >> key >> kib && key == "MemAvailable:") here[0] = {kib * 1024, 0, "the node's MemAvailable"};
-  }
+  if (const std::int64_t bytes = node_memory_available(); bytes >= 0) here[0] = {bytes, 0, "the node's MemAvailable"};
   if (const auto group = cgroup_memory())
     here[1] = {group->remaining(), std::int64_t(std::hash<std::string>{}(group->group) >> 1),
                fmt::format("the memory cgroup's limit ({} less {} in use, cgroup v{} {})", format_bytes(group->limit),
@@ -105,9 +98,26 @@ Limit resolve_limit(const std::string& setting, MPI_Comm world, double timeout_s
   return {least, fmt::format("memory.limit_per_rank = auto ({}: {})", format_bytes(least), why)};
 }
 
-std::string enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
-                          MPI_Comm world) {
-  const Limit limit = resolve_limit(config.memory.limit_per_rank, world, config.pipeline.recv_timeout_s);
+void enforce_parameter_bound(const Config& config, const Limit& limit) {
+  if (!limit.bytes) return;
+  // Weights, gradients and two optimizer moments: 16 bytes a parameter at the least; the largest stage holds at
+  // least its share.
+  constexpr double bytes_per_parameter = 4 * sizeof(float);
+  const double parameters = model::parameter_count(config.model);
+  const double per_rank = bytes_per_parameter * parameters / config.pipeline.pipeline_size;
+  if (per_rank <= double(*limit.bytes)) return;
+  const auto& m = config.model;
+  throw InputError(fmt::format(
+      "{}: the model's {:.3g} parameters (model.n_layers = {}, model.d_model = {}, model.vocab = {}) need at "
+      "least {} per rank on {} stage{} for weights, gradients and optimizer moments (16 bytes each), before any "
+      "activation: a smaller model or more pipeline stages",
+      limit.why, parameters, m.n_layers, m.d_model, m.vocab,
+      format_estimated_bytes(per_rank),
+      config.pipeline.pipeline_size, config.pipeline.pipeline_size == 1 ? "" : "s"));
+}
+
+std::string enforce_limit(const Config& config, const Limit& limit, const model::ModelDesc& desc,
+                          const schedule::Replicated& schedule) {
   const auto ranks = plan_ranks(config, desc, schedule);
   const RankMemory* worst = &ranks.front();
   for (const auto& r : ranks)
@@ -116,11 +126,13 @@ std::string enforce_limit(const Config& config, const model::ModelDesc& desc, co
   if (!limit.bytes || worst->total() <= *limit.bytes) return fmt::format("{}: {}", limit.why, most);
   int over = 0;
   for (const auto& r : ranks) over += r.total() > *limit.bytes ? 1 : 0;
+  const std::string others = over == 1   ? ""
+                             : over == 2 ? ", and 1 other rank exceeds it too"
+                                         : fmt::format(", and {} other ranks exceed it too", over - 1);
   throw InputError(fmt::format(
       "{}: rank {} needs {} ({}){}; fewer micro-batches in flight (schedule), recomputation (memory.recompute), "
       "more pipeline stages or a smaller model: kpipe-sim --recommend finds a layout that fits",
-      limit.why, worst->world_rank, format_bytes(worst->total()), describe(worst->bytes),
-      over > 1 ? fmt::format(", and {} other ranks exceed it too", over - 1) : ""));
+      limit.why, worst->world_rank, format_bytes(worst->total()), describe(worst->bytes), others));
 }
 
 }  // namespace kpipe::memory

@@ -27,13 +27,17 @@ struct Limit {
 // Its collectives are bounded by timeout_s (pipeline.recv_timeout_s).
 Limit resolve_limit(const std::string& setting, MPI_Comm world, double timeout_s);
 
+// Before the model is described: throws InputError when its parameters alone, with their gradients and
+// optimizer moments, cannot fit the limit on the pipeline's stages however they are cut (a model of 10^9
+// layers is refused at once, with its figures, rather than after minutes of describing it).
+void enforce_parameter_bound(const Config& config, const Limit& limit);
+
 // Plans every rank's memory and throws InputError (the same on every rank) when one exceeds the limit:
 //   memory.limit_per_rank = 512MiB: rank 0 needs 1.25 GiB (parameters 25.0 MiB, ..., activations 900 MiB)...
 // Otherwise returns the limit and the largest need, for the run's start-up line:
 //   memory.limit_per_rank = auto (11.2 GiB: the node's MemAvailable on node n1, shared by 2 ranks): rank 1 needs
 //   the most, 540 KiB
-// Collective over world (the configuration's whole job).
-std::string enforce_limit(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
-                   MPI_Comm world);
+std::string enforce_limit(const Config& config, const Limit& limit, const model::ModelDesc& desc,
+                          const schedule::Replicated& schedule);
 
 }  // namespace kpipe::memory

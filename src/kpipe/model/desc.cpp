@@ -26,6 +26,13 @@ std::int64_t ModelDesc::num_params() const {
   return n;
 }
 
+double parameter_count(const ModelConfig& config) {
+  ModelConfig one_block = config;
+  one_block.n_layers = 1;
+  const ModelDesc model = describe(one_block);
+  return double(model.num_params()) + double(config.n_layers - 1) * double(model.layers.at(1).num_params());
+}
+
 double ModelDesc::forward_flops_per_sequence() const {
   double f = 0;
   for (const auto& l : layers) f += l.forward_flops;

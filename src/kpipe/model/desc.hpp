@@ -50,5 +50,8 @@ struct ModelDesc {
 
 const char* to_string(LayerKind kind);
 ModelDesc describe(const ModelConfig& config);
+// The parameters describe(config) would count, without describing n_layers blocks (every block has the same),
+// as a double: a model too large to describe (or to count in 64 bits) still gets its figure.
+double parameter_count(const ModelConfig& config);
 
 }  // namespace kpipe::model

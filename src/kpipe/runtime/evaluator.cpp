@@ -58,8 +58,8 @@ template <class T, class A> double Evaluator<T, A>::evaluate(std::int64_t step) 
     done += n;
   }
   loss_sum = comm::allreduce(loss_sum, MPI_SUM, grid.world,
-                             {config.pipeline.recv_timeout_s, fmt::format("the validation-loss allreduce of step {}", step),
-                              grid.nodes});
+                             {config.pipeline.recv_timeout_s,
+                              fmt::format("the validation-loss allreduce after step {}", step), grid.nodes});
   return loss_sum / double(windows * seq);
 }
 

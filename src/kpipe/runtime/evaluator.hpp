@@ -24,7 +24,7 @@ template <class T, class A = T> class Evaluator {
             Kokkos::View<double*, MemSpace> losses, int tag_base);
   ~Evaluator();
   // Mean per-token loss over the validation windows, every rank the same (NaN when the split holds none).
-  // Collective over the world; `step` names it in messages.
+  // Collective over the world; `step`, the steps done, names it in messages.
   double evaluate(std::int64_t step);
 
  private:

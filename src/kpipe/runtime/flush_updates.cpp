@@ -6,6 +6,7 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/fence.hpp"
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/core/step_number.hpp"
 #include "kpipe/nn/optimizer.hpp"
 #include "kpipe/runtime/peer_lost.hpp"
 
@@ -63,7 +64,7 @@ template <class T, class A> void FlushUpdates<T, A>::optimizer_step(std::int64_t
   }
   named_fence(space_, "kpipe::runtime::FlushUpdates::optimizer_step: the host reads the gradient norm's sums");
   comm::allreduce(squares, MPI_SUM, stage_->grid().pipeline,
-                  {config.pipeline.recv_timeout_s, fmt::format("the gradient-norm allreduce of step {}", step),
+                  {config.pipeline.recv_timeout_s, fmt::format("the gradient-norm allreduce of step {}", step_number(step)),
                    stage_->grid().nodes});
   double total = 0;
   for (double s : squares) total += s;

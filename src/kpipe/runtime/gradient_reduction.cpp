@@ -5,6 +5,7 @@
 #include "kpipe/core/elementwise.hpp"
 #include "kpipe/core/memory_category.hpp"
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/core/step_number.hpp"
 
 namespace kpipe::runtime {
 
@@ -52,11 +53,12 @@ void GradientReduction<T>::finish(const ExecSpace& space, const std::vector<View
   for (const auto& g : grads) {
     // MPI: a bounded collective (comm/bounded.hpp) that names a replica that never joins; NCCL: on the stream,
     // its communicator aborted after timeout_s.
+    const std::int64_t n = step_number(step);
     comm::Transfer total =
         ordered_ ? transport_->broadcast(space, g.data(), g.span(), comm::scalar_of<T>(), holder_of_last_,
-                                         fmt::format("the broadcast of the replicas' gradient sum of step {}", step))
+                                         fmt::format("the broadcast of the replicas' gradient sum of step {}", n))
                  : transport_->all_reduce_sum(space, g.data(), g.span(), comm::scalar_of<T>(),
-                                              fmt::format("the allreduce of the replicas' gradients of step {}", step));
+                                              fmt::format("the allreduce of the replicas' gradients of step {}", n));
     wait(space, total, none);
   }
   // Stream-ordered (NCCL): the host learns here, with a bound, that the stream got through the collectives.

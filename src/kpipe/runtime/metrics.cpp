@@ -5,11 +5,13 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 #include <nlohmann/json.hpp>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/core/hash.hpp"
+#include "kpipe/core/step_number.hpp"
 
 namespace kpipe::runtime {
 
@@ -18,7 +20,7 @@ namespace {
 nlohmann::json number(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path) : path_(path) {
   if (path.empty()) return;
   require_writable(path, fmt::format("output.metrics = '{}'", path));  // never over a device or a FIFO
   out_.open(path, std::ios::trunc);
@@ -27,21 +29,31 @@ MetricsWriter::MetricsWriter(const std::string& path) {
 
 void MetricsWriter::write_step(const StepStats& s) {
   if (!out_.is_open()) return;
-  nlohmann::json j = {{"step", s.step},
+  nlohmann::json j = {{"step", step_number(s.step)},
                       {"loss", number(s.loss)},
                       {"lr", number(s.lr)},
                       {"grad_norm", number(s.grad_norm)},
                       {"tokens_per_s", number(s.seconds > 0 ? s.tokens / s.seconds : 0.0)},
                       {"step_seconds", number(s.seconds)},
                       {"skipped", s.skipped}};  // loss or gradient not finite: no update
-  out_ << j.dump() << '\n';
-  out_.flush();
+  write(j.dump());
+}
+
+void MetricsWriter::write_validation(std::int64_t step, double val_loss) {
+  if (!out_.is_open()) return;
+  write(nlohmann::json({{"validation", true}, {"step", step}, {"val_loss", number(val_loss)}}).dump());
+}
+
+void MetricsWriter::write_checkpoint(std::int64_t step, const std::string& file, double seconds) {
+  if (!out_.is_open()) return;
+  write(nlohmann::json({{"checkpoint", file}, {"step", step}, {"seconds", number(seconds)}}).dump());
 }
 
 void MetricsWriter::write_final(const FinalMetrics& f) {
   if (!out_.is_open()) return;
   nlohmann::json j = {{"final", true},
                       {"steps", f.steps},
+                      {"skipped_steps", f.skipped_steps},
                       {"val_loss", number(f.val_loss)},
                       {"param_checksum", checksum_hex(f.param_checksum)},
                       {"seconds", number(f.seconds)},
@@ -61,8 +73,16 @@ void MetricsWriter::write_final(const FinalMetrics& f) {
     memory.push_back({{"rank", r}, {"predicted", predicted}, {"measured", measured}});
   }
   j["memory"] = memory;
-  out_ << j.dump() << '\n';
+  write(j.dump());
+}
+
+void MetricsWriter::write(const std::string& line) {
+  errno = 0;
+  out_ << line << '\n';
   out_.flush();
+  if (!out_)
+    throw std::runtime_error(fmt::format("output.metrics = '{}': cannot write ({})", path_,
+                                         errno ? std::strerror(errno) : "write error"));
 }
 
 std::string checksum_hex(std::uint64_t checksum) { return hash_hex(checksum); }

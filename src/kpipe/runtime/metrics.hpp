@@ -1,6 +1,8 @@
 #pragma once
-// Metrics as JSON Lines: one object per optimizer step, then one with "final": true. Floats are written
-// with 17 significant digits, so a loss read back is the exact double that was computed.
+// Metrics as JSON Lines, one object per line, each of one kind: a step's ("step", "loss", ..., "step_seconds"),
+// a periodic validation's ("validation": true), a checkpoint written ("checkpoint": its file), and at the end one
+// with "final": true. Steps are numbered from 1 (core/step_number.hpp). Floats are written with 17 significant
+// digits, so a loss read back is the exact double that was computed.
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -14,6 +16,7 @@ namespace kpipe::runtime {
 
 struct FinalMetrics {
   std::int64_t steps = 0;
+  std::int64_t skipped_steps = 0;  // steps whose update was skipped (a non-finite loss or gradient)
   double val_loss = 0;
   std::uint64_t param_checksum = 0;
   double seconds = 0;
@@ -27,12 +30,21 @@ struct FinalMetrics {
 
 class MetricsWriter {
  public:
-  // An empty path writes nothing. The file is truncated.
+  // An empty path writes nothing. The file is truncated. A line that cannot be written (a full disk) throws
+  // std::runtime_error naming the file: the run stops rather than lose its figures unseen.
   explicit MetricsWriter(const std::string& path);
   void write_step(const StepStats& stats);
+  // {"validation": true, "step": N, "val_loss": ...}: train.eval_every's loss after step N.
+  void write_validation(std::int64_t step, double val_loss);
+  // {"checkpoint": FILE, "step": N, "seconds": ...}: the checkpoint of step N, published, and how long the
+  // training waited for it.
+  void write_checkpoint(std::int64_t step, const std::string& file, double seconds);
   void write_final(const FinalMetrics& final);
 
  private:
+  void write(const std::string& line);
+
+  std::string path_;
   std::ofstream out_;
 };
 

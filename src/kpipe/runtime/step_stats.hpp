@@ -9,7 +9,7 @@
 namespace kpipe::runtime {
 
 struct StepStats {
-  std::int64_t step = 0;     // 0-based index of the optimizer step just taken
+  std::int64_t step = 0;     // index (from 0) of the optimizer step just taken; users read step_number(step)
   double loss = 0;           // mean per-token loss of the mini-batch (all replicas)
   double lr = 0;
   double grad_norm = 0;      // global L2 norm before clipping

@@ -11,6 +11,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/memory_category.hpp"
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/core/step_number.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/memory/limit.hpp"
 #include "kpipe/runtime/evaluator.hpp"
@@ -51,6 +52,12 @@ template <class T> class StepTokens final : public TokenSource {
   std::vector<std::int64_t> drawn_;  // per row: the micro-batch drawn into it this step, -1 for none
 };
 
+// The model's description, once the limit can hold its parameters at all.
+model::ModelDesc described(const Config& config, const memory::Limit& limit) {
+  memory::enforce_parameter_bound(config, limit);
+  return model::describe(config.model);
+}
+
 // The run's plan, made once, from its first step; first the data's vocabulary checked against the model's
 // (every id indexes the embedding and the head).
 RunPlan checked_plan(const Config& config, const data::Corpus& corpus, const model::ModelDesc& desc,
@@ -67,10 +74,11 @@ RunPlan checked_plan(const Config& config, const data::Corpus& corpus, const mod
 template <class T, class A>
 Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const comm::ProcessGrid& grid,
                        const TrainerOptions& options)
-    : config_(config), corpus_(&corpus), grid_(grid), desc_(model::describe(config.model)), options_(options),
-      plan_(checked_plan(config, corpus, desc_, grid, options)) {
+    : config_(config), corpus_(&corpus), grid_(grid),
+      limit_(memory::resolve_limit(config.memory.limit_per_rank, grid.world, config.pipeline.recv_timeout_s)),
+      desc_(described(config, limit_)), options_(options), plan_(checked_plan(config, corpus, desc_, grid, options)) {
   // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank).
-  memory_verdict_ = memory::enforce_limit(config, desc_, plan_.run(), grid.world);
+  memory_verdict_ = memory::enforce_limit(config, limit_, desc_, plan_.run());
 
   stage_ = std::make_unique<StageModel<T, A>>(config, desc_, grid, plan_);
   updates_ = make_update_policy(*stage_, plan_);
@@ -112,7 +120,8 @@ template <class T, class A> void Trainer<T, A>::run_step() {
   report_under_way_.emplace(ReportUnderWay{
       stats, comm::PendingAllreduce<double>(report.pack(), MPI_SUM, grid_.world,
                                             {config_.pipeline.recv_timeout_s,
-                                             fmt::format("the loss allreduce of step {}", step_), grid_.nodes})});
+                                             fmt::format("the loss allreduce of step {}", step_number(step_)),
+                                             grid_.nodes})});
   if (updates_->report_completes_in_step()) settle();
   // The step's wall time on this rank (with the optimizer step where the report completed in it).
   StepStats& stats_of_step = report_under_way_ ? report_under_way_->stats : reports_.back();

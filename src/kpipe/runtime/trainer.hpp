@@ -20,6 +20,7 @@
 #include "kpipe/comm/transport.hpp"
 #include "kpipe/core/config.hpp"
 #include "kpipe/data/corpus.hpp"
+#include "kpipe/memory/limit.hpp"
 #include "kpipe/model/desc.hpp"
 #include "kpipe/runtime/executor.hpp"
 #include "kpipe/runtime/run_plan.hpp"
@@ -109,6 +110,7 @@ template <class T, class A = T> class Trainer {
   Config config_;
   const data::Corpus* corpus_;
   comm::ProcessGrid grid_;
+  const memory::Limit limit_;  // memory.limit_per_rank, resolved once, before the model is described
   model::ModelDesc desc_;
   TrainerOptions options_;
   const RunPlan plan_;  // once per run, at construction
