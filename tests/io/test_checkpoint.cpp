@@ -319,6 +319,10 @@ TEST(Checkpoint, MetadataRewrittenThroughHdf5IsRefusedNamingTheAttribute) {
   rewrite_root_attribute(path, "config", config);
   message = corruption_of([&] { io::checkpoint_config(path); });
   EXPECT_NE(message.find("attribute config"), std::string::npos) << message;
+  // The key that differs and both values, on one line: not two long texts cut where they still agree.
+  EXPECT_NE(message.find("reads model.ln_eps = 1e-03 but the checksummed manifest says 1e-05"), std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 TEST(Checkpoint, FlippedBitsInTheMetadataAreDetected) {

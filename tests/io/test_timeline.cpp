@@ -1,6 +1,7 @@
 // Timelines: file round trip, growth per step, measured bubble, Chrome trace JSON, and a real one-rank run
 // whose every action is in the file (the two-rank run is tests/e2e/inspect.sh).
 #include <gtest/gtest.h>
+#include <hdf5.h>
 #include <mpi.h>
 
 #include <nlohmann/json.hpp>
@@ -53,28 +54,63 @@ TEST(Timeline, RoundTripGrowingStepByStep) {
   const auto path = dir.path("t.h5");
   {
     io::TimelineWriter writer(path, two_ranks(), 0);  // written at every step
-    writer.append(step_rows(0));
-    EXPECT_EQ(io::read_timeline(path).rows.size(), 8u);
     writer.append(step_rows(1));
+    EXPECT_EQ(io::read_timeline(path).rows.size(), 8u);
+    writer.append(step_rows(2));
   }
   const auto t = io::read_timeline(path);
   EXPECT_EQ(t.info.ranks, 2);
   EXPECT_EQ(t.info.schedule, "1f1b");
   ASSERT_EQ(t.rows.size(), 16u);
-  const auto want = step_rows(1);
+  const auto want = step_rows(2);
   for (std::size_t k = 0; k < want.size(); ++k) {
     const auto& got = t.rows[8 + k];
-    EXPECT_EQ(got.step, 1);
+    EXPECT_EQ(got.step, 2);
     EXPECT_EQ(got.rank, want[k].rank);
     EXPECT_EQ(got.action, want[k].action);
     EXPECT_EQ(got.start, want[k].start);
     EXPECT_EQ(got.end, want[k].end);
     EXPECT_EQ(got.bytes, want[k].bytes);
   }
-  EXPECT_EQ(io::timeline_steps(t), (std::vector<std::int64_t>{0, 1}));
-  const auto spans = io::step_timeline(t, 1);
+  EXPECT_EQ(io::timeline_steps(t), (std::vector<std::int64_t>{1, 2}));
+  const auto spans = io::step_timeline(t, 2);
   ASSERT_EQ(spans.size(), 2u);
   EXPECT_EQ(spans[0].size(), 2u);  // F and B: messages are not drawn
+}
+
+// Timelines of format_version 1 numbered steps from 0: read, they are numbered from 1 like every other step.
+TEST(Timeline, AVersionOneFileIsReadWithStepsFromOne) {
+  test::TempDir dir;
+  const auto path = dir.path("old.h5");
+  {
+    io::TimelineWriter writer(path, two_ranks(), 0);
+    writer.append(step_rows(0));
+    writer.append(step_rows(1));
+  }
+  {
+    const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    const std::int64_t one = 1;
+    const hid_t attribute = H5Aopen(file, "format_version", H5P_DEFAULT);
+    H5Awrite(attribute, H5T_NATIVE_INT64, &one);
+    H5Aclose(attribute);
+    H5Fclose(file);
+  }
+  EXPECT_EQ(io::timeline_steps(io::read_timeline(path)), (std::vector<std::int64_t>{1, 2}));
+}
+
+// An asynchronous run's timeline: its updates (U, op 11) are read and drawn beside the compute.
+TEST(Timeline, AnAsynchronousRunsUpdatesAreReadAndDrawn) {
+  test::TempDir dir;
+  const auto path = dir.path("async.h5");
+  auto rows = step_rows(1);
+  rows.push_back(row(1, 0, Op::update, 0, 4, 5));
+  {
+    io::TimelineWriter writer(path, two_ranks(), 0);
+    writer.append(rows);
+  }
+  const auto spans = io::step_timeline(io::read_timeline(path), 1);
+  ASSERT_EQ(spans[0].size(), 3u);  // F, B, U
+  EXPECT_EQ(spans[0].back().action.op, Op::update);
 }
 
 TEST(Timeline, MeasuredBubblePerRank) {
@@ -160,7 +196,7 @@ TEST(TimelineRecorder, EveryActionOfAOneRankRunInOrder) {
   ASSERT_EQ(t.rows.size(), 2 * want.size());
   for (std::size_t k = 0; k < t.rows.size(); ++k) {
     EXPECT_EQ(t.rows[k].action, want[k % want.size()]) << k;
-    EXPECT_EQ(t.rows[k].step, std::int64_t(k / want.size()));
+    EXPECT_EQ(t.rows[k].step, std::int64_t(k / want.size()) + 1);  // steps numbered from 1
     EXPECT_LE(t.rows[k].start, t.rows[k].end);
     EXPECT_GE(t.rows[k].start, 0.0);
   }

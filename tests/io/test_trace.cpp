@@ -215,7 +215,7 @@ TEST(TraceFileErrors, NamesTheFile) {
 
 TEST(ActivationTracer, TracesEveryKthStepOfATrainingRun) {
   test::TempDir dir;
-  Config c = test::tiny_config(3);
+  Config c = test::tiny_config(4);
   c.output.trace = dir.path("run.h5");
   c.output.trace_every = 2;
   c.output.trace_layers = "0,layers/02,3";
@@ -244,7 +244,8 @@ TEST(ActivationTracer, TracesEveryKthStepOfATrainingRun) {
   EXPECT_EQ(trace.info.model_layers, 4);
   ASSERT_EQ(trace.series.size(), 6u);  // layers 0, 2, 3, each output and gradient
   for (const auto& series : trace.series) {
-    EXPECT_EQ(series.steps, (std::vector<std::int64_t>{0, 0, 2, 2})) << series.layer;  // steps 0 and 2
+    // Steps numbered from 1, as everywhere: the multiples of trace_every, 2 and 4.
+    EXPECT_EQ(series.steps, (std::vector<std::int64_t>{2, 2, 4, 4})) << series.layer;
     EXPECT_EQ(series.microbatches, (std::vector<std::int64_t>{0, 1, 0, 1})) << series.layer;
   }
   const auto& embedding = trace.series[0];

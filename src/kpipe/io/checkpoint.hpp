@@ -83,6 +83,9 @@ class CheckpointDir {
 // The outcome of a save, the same on every rank.
 struct SaveResult {
   bool ok = false;
+  // Not ok, and not a failure: another run's checkpoint of this step is where this one would go, and is kept
+  // (checkpoint.other_runs = "keep"); `message` says so.
+  bool skipped = false;
   std::string path;     // the checkpoint file (published when ok)
   std::string message;  // why not (which rank, which file, the errno text)
   std::string warning;  // ok, but something after publication failed (pruning)

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/core/hash.hpp"
@@ -361,10 +362,40 @@ template <class... Args> [[noreturn]] void corrupt(fmt::format_string<Args...> f
   throw CorruptCheckpoint(fmt::format(format, std::forward<Args>(args)...));
 }
 
-std::string attribute_text(const AttributeValue& value) {
-  if (const auto* number = std::get_if<std::int64_t>(&value)) return std::to_string(*number);
-  const std::string& text = std::get<std::string>(value);
-  return text.size() > 40 ? fmt::format("'{}...' ({} bytes)", text.substr(0, 40), text.size()) : "'" + text + "'";
+// Two values of one attribute that differ, on one line, where they differ: a number as it is; a text by its
+// first line that differs, and for the run's TOML configuration the key ("the file reads model.ln_eps = 2e-05,
+// the checksummed manifest says 1e-05"), so that a change deep in a long text is seen at once.
+std::string difference_text(const AttributeValue& shown, const AttributeValue& recorded) {
+  const auto* shown_text = std::get_if<std::string>(&shown);
+  const auto* recorded_text = std::get_if<std::string>(&recorded);
+  if (!shown_text || !recorded_text) {
+    const auto text = [](const AttributeValue& v) {
+      if (const auto* number = std::get_if<std::int64_t>(&v)) return std::to_string(*number);
+      return fmt::format("a text of {} bytes", std::get<std::string>(v).size());
+    };
+    return fmt::format("reads {} but the checksummed manifest says {}", text(shown), text(recorded));
+  }
+  std::istringstream a(*shown_text), b(*recorded_text);
+  std::string table, line_a, line_b;
+  for (int line = 1;; ++line) {
+    const bool more_a = bool(std::getline(a, line_a)), more_b = bool(std::getline(b, line_b));
+    if (!more_a && !more_b) return "differs from the checksummed manifest's copy";
+    if (more_a && more_b && line_a == line_b) {
+      if (line_a.size() > 2 && line_a.front() == '[' && line_a.back() == ']')
+        table = line_a.substr(1, line_a.size() - 2);
+      continue;
+    }
+    const auto key_of = [](const std::string& l) { return l.substr(0, l.find(" = ")); };
+    const auto value_of = [](const std::string& l) {
+      const auto at = l.find(" = ");
+      return at == std::string::npos ? l : l.substr(at + 3);
+    };
+    if (more_a && more_b && line_a.find(" = ") != std::string::npos && key_of(line_a) == key_of(line_b))
+      return fmt::format("reads {}{} = {} but the checksummed manifest says {}", table.empty() ? "" : table + ".",
+                         key_of(line_a), value_of(line_a), value_of(line_b));
+    return fmt::format("differs from the checksummed manifest's copy at line {}: '{}' there, '{}' here", line,
+                       more_b ? line_b : "(end)", more_a ? line_a : "(end)");
+  }
 }
 
 // The file says it is a kpipe checkpoint of the format this kpipe reads.
@@ -445,8 +476,7 @@ Attributes verified_attributes(hid_t root, const json& manifest, const std::stri
       corrupt("checkpoint file '{}': attribute {} of {} cannot be read (damaged file)", path, name, object);
     }
     if (shown != value)
-      corrupt("checkpoint file '{}': attribute {} of {} reads {} but the checksummed manifest says {}", path, name,
-              object, attribute_text(shown), attribute_text(value));
+      corrupt("checkpoint file '{}': attribute {} of {} {}", path, name, object, difference_text(shown, value));
     attributes[{object, name}] = std::move(value);
   }
   return attributes;

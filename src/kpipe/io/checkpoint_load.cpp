@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/core/program_name.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
@@ -113,8 +114,8 @@ LoadedCheckpoint<T> load_resume_point(runtime::StageModel<T, A>& stage, const Re
   const Expected expected{point.run_id, point.manifest_hash, point.step};
   LoadedCheckpoint<T> loaded = load(stage, point.path, &expected);
   if (stage.grid().world_rank == 0)
-    std::fprintf(stderr, "kpipe: resumed from checkpoint %s (step %lld)\n", loaded.path.c_str(),
-                 static_cast<long long>(loaded.step));
+    fmt::print(stderr, "{}: resumed from checkpoint {} (step {}): going on with step {}\n", program_name(),
+               loaded.path, loaded.step, loaded.step + 1);
   return loaded;
 }
 

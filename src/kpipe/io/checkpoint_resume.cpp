@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/program_name.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
 
 namespace kpipe::io {
@@ -113,7 +114,7 @@ ResumePoint choose_resume_point(const CheckpointConfig& config, MPI_Comm world, 
   const Candidates candidates = resume_candidates(config, world, timeout_s);
   const auto& list = candidates.paths;
   if (list.empty()) {
-    if (speak) std::fprintf(stderr, "kpipe: no checkpoint in '%s' yet: starting from step 0\n", config.dir.c_str());
+    if (speak) fmt::print(stderr, "{}: no checkpoint in '{}' yet: starting from step 1\n", program_name(), config.dir);
     return {};
   }
   const bool from_latest = config.resume == "latest";
@@ -127,8 +128,8 @@ ResumePoint choose_resume_point(const CheckpointConfig& config, MPI_Comm world, 
     } catch (const CorruptCheckpoint& e) {
       if (!may_fall_back || i + 1 == list.size()) throw;
       if (speak)
-        std::fprintf(stderr, "kpipe: %s; falling back to the previous complete checkpoint %s\n", e.what(),
-                     list[i + 1].c_str());
+        fmt::print(stderr, "{}: {}; falling back to the previous complete checkpoint {}\n", program_name(), e.what(),
+                   list[i + 1]);
     }
   }
   return {};

@@ -24,26 +24,31 @@ using namespace detail;
 namespace {
 
 // Whether this step's checkpoint may be written: never one with a non-finite value (every rank checks its
-// state, all agree), never over another run's checkpoint of the same step (checkpoint.other_runs = "keep").
-// Returns why not, the same on every rank, or an empty string.
+// state, all agree). Returns why not, the same on every rank, or an empty string.
 template <class T, class A>
-std::string reason_not_to_save(runtime::StageModel<T, A>& stage, const std::string& name, const std::string& path,
-                               const CheckpointDir& dir, const comm::Bound& bound) {
-  const auto& grid = stage.grid();
+std::string reason_not_to_save(runtime::StageModel<T, A>& stage, const std::string& name, const comm::Bound& bound) {
   int bad = 0;
   for (int c = 0; c < stage.chunks(); ++c) {
     const auto& store = stage.chunk(c).params();
     for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()})
       if (!std::isfinite(nn::sum_squares<T>(ExecSpace(), *buffer))) bad = 1;
   }
-  if (comm::allreduce(bad, MPI_MAX, grid.world, bound))
+  if (comm::allreduce(bad, MPI_MAX, stage.grid().world, bound))
     return fmt::format("checkpoint {} not written: the model or optimizer state holds non-finite values", name);
+  return {};
+}
+
+// Another run's checkpoint of this step, kept where it is (checkpoint.other_runs = "keep"): why this run's is
+// not written, the same on every rank, or an empty string.
+std::string other_runs_checkpoint(const comm::ProcessGrid& grid, const std::string& name, const std::string& path,
+                                  const CheckpointDir& dir, const comm::Bound& bound) {
   comm::Failure clash;
   if (grid.world_rank == 0 && fs::exists(path)) {
     const std::string owner = run_of(path);
     if (owner != dir.run_id())
-      clash = {1, 0, fmt::format("checkpoint {} not written: {} belongs to another run ({}) and is not replaced", name,
-                                 path, owner.empty() ? "unreadable" : owner)};
+      clash = {1, 0, fmt::format("checkpoint {} not written: {} belongs to another run ({}), kept as "
+                                 "checkpoint.other_runs = \"keep\" asks",
+                                 name, path, owner.empty() ? "unreadable" : owner)};
   }
   return comm::first_failure(grid.world, clash, bound).message;
 }
@@ -150,8 +155,13 @@ SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, 
   result.path = (fs::path(dir.path()) / name).string();
   const std::string tmp = (fs::path(dir.path()) / temporary_file_name(step, dir.run_id())).string();
   const comm::Bound bound{dir.timeout_s(), fmt::format("writing checkpoint {}", name), grid.nodes};
-  result.message = reason_not_to_save(stage, name, result.path, dir, bound);
+  result.message = reason_not_to_save(stage, name, bound);
   if (!result.message.empty()) return result;
+  result.message = other_runs_checkpoint(grid, name, result.path, dir, bound);
+  if (!result.message.empty()) {
+    result.skipped = true;
+    return result;
+  }
 
   CheckpointWriter writer(grid.world, dir.timeout_s());
   std::vector<std::vector<T>> buffers;  // the host copies, alive until written

@@ -13,6 +13,8 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/core/program_name.hpp"
+#include "kpipe/core/step_number.hpp"
 #include "kpipe/schedule/bubble.hpp"
 #include "kpipe/schedule/text.hpp"
 
@@ -20,11 +22,11 @@ namespace kpipe::io {
 
 namespace {
 
-constexpr const char* timeline_format = "kpipe-timeline";
-constexpr std::int64_t timeline_format_version = 1;
+// 2: steps numbered from 1 (core/step_number.hpp); 1 numbered them from 0, and is read as such.
+constexpr std::int64_t timeline_format_version = 2;
 constexpr const char* op_names =
-    "F,B,I,W,S,send_activation,recv_activation,send_gradient,recv_gradient,send_sum,recv_sum";
-constexpr int last_op = int(schedule::Op::recv_sum);
+    "F,B,I,W,S,send_activation,recv_activation,send_gradient,recv_gradient,send_sum,recv_sum,U";
+constexpr int last_op = int(schedule::Op::update);
 constexpr int packed_interval = 9;  // step, rank, op, microbatch, chunk, peer, start, end, bytes
 
 const char* category(schedule::Op op) {
@@ -63,7 +65,7 @@ TimelineWriter::~TimelineWriter() {
   try {
     write_pending();
   } catch (const std::exception& e) {  // a destructor reports and goes on: the rows written so far stay
-    std::fprintf(stderr, "kpipe: %s: the timeline's last rows were not written: %s\n", path_.c_str(), e.what());
+    fmt::print(stderr, "{}: {}: the timeline's last rows were not written: {}\n", program_name(), path_, e.what());
   }
 }
 
@@ -137,6 +139,11 @@ TimelineFile read_timeline(const std::string& path) {
   const hid_t root = file.get();
   require(h5::has_format(root, timeline_format, path), "{}: not a kpipe timeline (attribute format != {})", path,
           timeline_format);
+  const std::int64_t version = h5::read_int_attribute(root, "format_version", path);
+  require(version >= 1 && version <= timeline_format_version,
+          "{}: format_version {} is not read by this kpipe, which reads 1 to {}", path, version,
+          timeline_format_version);
+  const std::int64_t first_step = version == 1 ? 0 : 1;  // what the file numbers the first step
   TimelineFile t;
   t.info.ranks = int(h5::read_int_attribute(root, "ranks", path));
   t.info.pipeline_size = int(h5::read_int_attribute(root, "pipeline_size", path));
@@ -166,7 +173,7 @@ TimelineFile read_timeline(const std::string& path) {
     require(chunk[k] >= 0 && chunk[k] < t.info.chunks, "{}: row {}: chunk = {} outside [0, {})", label, k, chunk[k],
             t.info.chunks);
     TimelineRow row;
-    row.step = step[k];
+    row.step = step_number(step[k] - first_step);
     row.rank = int(rank[k]);
     row.action = schedule::Action{schedule::Op(op[k]), int(microbatch[k]), int(chunk[k]), int(peer[k])};
     row.start = start[k];
@@ -186,7 +193,7 @@ std::vector<std::int64_t> timeline_steps(const TimelineFile& timeline) {
 schedule::Timeline step_timeline(const TimelineFile& timeline, std::int64_t step) {
   schedule::Timeline spans(timeline.info.ranks);
   for (const auto& r : timeline.rows)
-    if (r.step == step && schedule::is_compute(r.action.op))
+    if (r.step == step && (schedule::is_compute(r.action.op) || r.action.op == schedule::Op::update))
       spans[r.rank].push_back(schedule::Span{r.action, r.start, r.end});
   return spans;
 }
@@ -266,7 +273,8 @@ TimelineRecorder::TimelineRecorder(const comm::ProcessGrid& grid, const Config& 
   writer_ = std::make_unique<TimelineWriter>(path, info);
 }
 
-void TimelineRecorder::record(std::int64_t step, const std::vector<runtime::TimedAction>& actions) {
+void TimelineRecorder::record(std::int64_t step_index, const std::vector<runtime::TimedAction>& actions) {
+  const std::int64_t step = step_number(step_index);
   std::vector<double> packed;
   for (const auto& a : actions)
     packed.insert(packed.end(), {double(step), double(grid_.world_rank), double(int(a.action.op)),
@@ -291,7 +299,9 @@ void TimelineRecorder::record(std::int64_t step, const std::vector<runtime::Time
 }
 
 void TimelineRecorder::record(const runtime::StepStats& stats, const std::vector<runtime::TimedAction>& actions) {
-  if (writer_) writer_->append(StepRow{stats.step, stats.loss, stats.lr, stats.grad_norm, stats.seconds, stats.tokens});
+  if (writer_)
+    writer_->append(
+        StepRow{step_number(stats.step), stats.loss, stats.lr, stats.grad_norm, stats.seconds, stats.tokens});
   record(stats.step, actions);
 }
 

@@ -16,8 +16,10 @@
 
 namespace kpipe::io {
 
+inline constexpr const char* timeline_format = "kpipe-timeline";  // the root attribute "format" of the file
+
 struct TimelineRow {
-  std::int64_t step = 0;
+  std::int64_t step = 0;     // numbered from 1 (core/step_number.hpp)
   int rank = 0;              // world rank
   schedule::Action action;   // micro-batch and chunk as in the rank's schedule (local to its replica)
   double start = 0, end = 0; // seconds since the rank began the step
@@ -35,7 +37,7 @@ struct TimelineInfo {
 
 // One optimizer step as the run saw it (the /steps table, beside the actions): for loss curves.
 struct StepRow {
-  std::int64_t step = 0;
+  std::int64_t step = 0;  // numbered from 1
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   std::int64_t tokens = 0;
 };
@@ -90,8 +92,9 @@ class TimelineRecorder {
   // `lists`: the schedule the run executes (its chunks and micro-batches per step).
   TimelineRecorder(const comm::ProcessGrid& grid, const Config& config, const schedule::Schedule& lists,
                    const std::string& path);
-  // Collective over the world: rank 0 appends every rank's actions of step `step`.
-  void record(std::int64_t step, const std::vector<runtime::TimedAction>& actions);
+  // Collective over the world: rank 0 appends every rank's actions of the step of index `step_index` (from 0, as
+  // the trainer counts; the file numbers it step_number(step_index)).
+  void record(std::int64_t step_index, const std::vector<runtime::TimedAction>& actions);
   // The same, and rank 0 appends the step's loss, learning rate, gradient norm, time and tokens to /steps.
   void record(const runtime::StepStats& stats, const std::vector<runtime::TimedAction>& actions);
 

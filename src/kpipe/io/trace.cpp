@@ -17,13 +17,14 @@
 #include "kpipe/core/files.hpp"
 #include "kpipe/core/math.hpp"
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/core/step_number.hpp"
 
 namespace kpipe::io {
 
 namespace {
 
-constexpr const char* trace_format = "kpipe-activation-trace";
-constexpr std::int64_t trace_format_version = 1;
+// 2: steps numbered from 1 (core/step_number.hpp); 1 numbered them from 0, and is read as such.
+constexpr std::int64_t trace_format_version = 2;
 constexpr int packed_statistics = 4 + stats_columns;  // layer, kind, step, microbatch, statistics
 constexpr int packed_header = 6;                      // layer, kind, step, microbatch, rows, cols
 
@@ -209,6 +210,10 @@ TraceFile read_trace(const std::string& path) {
   const hid_t root = file.get();
   require(h5::has_format(root, trace_format, path), "{}: not a kpipe activation trace (attribute format != {})", path,
           trace_format);
+  const std::int64_t version = h5::read_int_attribute(root, "format_version", path);
+  require(version >= 1 && version <= trace_format_version,
+          "{}: format_version {} is not read by this kpipe, which reads 1 to {}", path, version, trace_format_version);
+  const std::int64_t first_step = version == 1 ? 0 : 1;  // what the file numbers the first step
   TraceFile trace;
   trace.info.every = h5::read_int_attribute(root, "every", path);
   trace.info.layers = h5::read_string_attribute(root, "layers", path);
@@ -231,6 +236,7 @@ TraceFile read_trace(const std::string& path) {
         series.layer = layer;
         series.kind = kind;
         series.steps = h5::read_int64s(group.get(), "step", label);
+        for (auto& step : series.steps) step = step_number(step - first_step);
         series.microbatches = h5::read_int64s(group.get(), "microbatch", label);
         const auto shape = h5::shape(group.get(), "stats");
         require(shape.size() == 2 && shape[1] == hsize_t(stats_columns) && shape[0] == series.steps.size() &&
@@ -293,9 +299,9 @@ ActivationTracer<T, A>::ActivationTracer(const runtime::StageModel<T, A>& stage,
   }
 }
 
-template <class T, class A> void ActivationTracer<T, A>::begin_step(std::int64_t step) {
-  step_ = step;
-  active_ = step % options_.every == 0;
+template <class T, class A> void ActivationTracer<T, A>::begin_step(std::int64_t step_index) {
+  step_ = step_number(step_index);
+  active_ = step_ % options_.every == 0;
   rows_.clear();
   tensors_.clear();
 }

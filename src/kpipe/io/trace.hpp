@@ -20,6 +20,8 @@
 
 namespace kpipe::io {
 
+inline constexpr const char* trace_format = "kpipe-activation-trace";  // the root attribute "format" of the file
+
 // Statistics over a tensor's finite elements (NaN when it has none); nonfinite_fraction over all of them.
 struct TensorStats {
   double mean = 0, std = 0, min = 0, max = 0, absmax = 0, nonfinite_fraction = 0;
@@ -68,7 +70,7 @@ struct TraceTensor {
 };
 
 struct TraceInfo {
-  std::int64_t every = 1;  // a step s is traced when s % every == 0
+  std::int64_t every = 1;  // step N (numbered from 1) is traced when N % every == 0
   std::string layers = "all";
   int microbatches = 1;    // per step, all replicas
   int model_layers = 0;    // embedding + blocks + head
@@ -126,7 +128,9 @@ template <class T, class A = T> class ActivationTracer {
   ActivationTracer(const ActivationTracer&) = delete;
   ActivationTracer& operator=(const ActivationTracer&) = delete;
 
-  void begin_step(std::int64_t step);  // records during this step when step % every == 0
+  // Records during the step of index `step_index` (from 0, as the trainer counts) when its number (from 1) is a
+  // multiple of `every`; the file holds that number.
+  void begin_step(std::int64_t step_index);
   void end_step();                     // collective over the world: rank 0 appends what every rank recorded
   runtime::ActionObserver observer() {
     return [this](const schedule::Action& action, int slot) { observe(action, slot); };
