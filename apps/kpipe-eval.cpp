@@ -18,6 +18,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/core/plural.hpp"
 #include "kpipe/data/sampler.hpp"
 #include "kpipe/data/token_file.hpp"
 #include "kpipe/io/checkpoint.hpp"
@@ -112,8 +113,8 @@ int evaluate(const Options& o, kpipe::comm::TransportKind transport, int rank) {
   });
   comm::free_grid(grid);
   if (rank == 0) {
-    fmt::print(stderr, "kpipe-eval: checkpoint step {}, {} windows of {} tokens from {}\n", info.step, windows,
-               config.model.seq_len + 1, o.data);
+    fmt::print(stderr, "kpipe-eval: checkpoint step {}, {} of {} tokens from {}\n", info.step,
+               quantity(windows, "window"), config.model.seq_len + 1, o.data);
     fmt::print("{:.9g}\n", loss);
   }
   return 0;
@@ -134,7 +135,8 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
   app.add_option("--max-windows", o.max_windows, "evaluate at most this many windows (0: all)");
   app.footer(kpipe::exit_codes_help(kpipe::ProgramName::eval));
-  return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](kpipe::comm::TransportKind transport, int rank, int) {
-    return evaluate(o, transport, rank);
-  });
+  return kpipe::apps::run_checkpoint_program(kpipe::ProgramName::eval, argc, argv, app,
+                                             [&](kpipe::comm::TransportKind transport, int rank, int) {
+                                               return evaluate(o, transport, rank);
+                                             });
 }

@@ -8,14 +8,19 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/plural.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/checkpoint_tokenizer.hpp"
 #include "kpipe/runtime/generator.hpp"
@@ -46,8 +51,12 @@ class TextStream {
            text.compare(end - replacement.size(), replacement.size(), replacement) == 0)
       end -= replacement.size();
     if (print_) {
-      std::fwrite(text.data() + printed_.size(), 1, end - printed_.size(), stdout);
-      std::fflush(stdout);
+      // A text that cannot be written (a full disk, a closed pipe) ends the run: nothing more would be seen.
+      errno = 0;
+      const std::size_t bytes = end - printed_.size();
+      if (std::fwrite(text.data() + printed_.size(), 1, bytes, stdout) != bytes || std::fflush(stdout) != 0)
+        throw std::runtime_error(fmt::format("cannot write the text to standard output ({})",
+                                             errno ? std::strerror(errno) : "write error"));
     }
     printed_.assign(text, 0, end);
   }
@@ -116,12 +125,17 @@ int generate(Options o, kpipe::comm::TransportKind transport, int rank, int worl
     return generate_text<typename decltype(storage)::type>(o, config, grid, transport, tokenizer, prompt, rank);
   });
   comm::free_grid(grid);
-  if (rank == 0)
-    fmt::print(stderr, "kpipe-generate: {} tokens in {:.2f} s ({:.1f} ms per token: a forward of {} tokens on {} "
-               "rank{}), {} tokenizer, vocabulary {}, temperature {}, top-k {}, seed {}\n",
-               o.tokens, seconds, o.tokens > 0 ? 1e3 * seconds / o.tokens : 0.0, config.model.seq_len,
-               o.pipeline_size, o.pipeline_size == 1 ? "" : "s", data::to_string(tokenizer.kind()), tokenizer.vocab(),
-               o.sampling.temperature, o.sampling.top_k, o.sampling.seed);
+  if (rank != 0) return 0;
+  // The text went to stdout, this line goes to stderr. A launcher forwards a rank's two streams through pipes of
+  // their own (mpiexec), which reach the terminal in no fixed order: the line waits until the text's end has had
+  // the time to get there first.
+  std::fflush(stdout);
+  if (world_size > 1 && !o.quiet) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  fmt::print(stderr, "kpipe-generate: {} in {:.2f} s ({:.1f} ms per token: a forward of {} tokens on {}), {} "
+             "tokenizer, vocabulary {}, temperature {}, top-k {}, seed {}\n",
+             quantity(o.tokens, "token"), seconds, o.tokens > 0 ? 1e3 * seconds / o.tokens : 0.0, config.model.seq_len,
+             quantity(o.pipeline_size, "rank"), data::to_string(tokenizer.kind()), tokenizer.vocab(),
+             o.sampling.temperature, o.sampling.top_k, o.sampling.seed);
   return 0;
 }
 
@@ -144,8 +158,8 @@ int main(int argc, char** argv) {
   app.add_option("--schedule", o.schedule, "schedule whose layer placement to use");
   app.add_flag("--quiet", o.quiet, "print only the speed (stderr), not the text");
   app.footer(kpipe::exit_codes_help(kpipe::ProgramName::generate));
-  return kpipe::apps::run_checkpoint_program(argc, argv, app, [&](kpipe::comm::TransportKind transport, int rank,
-                                                                  int world_size) {
-    return generate(o, transport, rank, world_size);
-  });
+  return kpipe::apps::run_checkpoint_program(kpipe::ProgramName::generate, argc, argv, app,
+                                             [&](kpipe::comm::TransportKind transport, int rank, int world_size) {
+                                               return generate(o, transport, rank, world_size);
+                                             });
 }

@@ -5,8 +5,8 @@
 //   kpipe-inspect timeline FILE [--chrome OUT.json] [--svg OUT.svg] [--step N]
 //                                            measured bubble per rank, Gantt chart, Perfetto/SVG files
 //   kpipe-inspect activations FILE           per layer: ranges of mean/std/absmax, non-finite values
-// Exit codes: core/exit_codes.cpp's table (0 fine, 1 diff found differences, 2 bad input, 3 a damaged or
-// incomplete checkpoint).
+// Exit codes: core/exit_codes.cpp's table (0 fine, 1 diff found differences, 2 bad input, such as a file that is
+// no checkpoint, or a failure, 3 a damaged or incomplete checkpoint).
 #include <fmt/format.h>
 #include <hdf5.h>
 
@@ -25,6 +25,8 @@
 #include "kpipe/core/exit_codes.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/core/hash.hpp"
+#include "kpipe/core/plural.hpp"
+#include "kpipe/data/token_file.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/h5/file.hpp"
 #include "kpipe/io/timeline.hpp"
@@ -34,19 +36,16 @@
 #include "kpipe/schedule/bubble.hpp"
 #include "kpipe/schedule/render.hpp"
 
+#include "program.hpp"
+
 namespace {
 
 using namespace kpipe;
 namespace h5 = kpipe::h5;
+using apps::one_line;
 
 constexpr int exit_differ = 1;
 constexpr int exit_damaged = 3;  // the checkpoint is damaged or incomplete
-
-std::string one_line(std::string text) {
-  std::replace(text.begin(), text.end(), '\n', ' ');
-  while (!text.empty() && text.back() == ' ') text.pop_back();
-  return text;
-}
 
 // ---- Checkpoints ----
 
@@ -85,10 +84,44 @@ std::vector<std::string> dataset_paths(hid_t file) {
   return paths;
 }
 
+// A file that is no checkpoint at all (a text, a token file, a trace: a path mistyped) is bad input, exit 2,
+// not a damaged checkpoint: not HDF5, unless its signature is merely damaged; or HDF5 that says it is another
+// kind of file. InputError naming what it is.
+void require_checkpoint_kind(const std::string& file) {
+  if (!h5::is_hdf5_file(file)) {
+    static const unsigned char signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+    const std::string head = read_bytes(file, file, 8);
+    int same = 0;
+    for (std::size_t i = 0; i < head.size(); ++i) same += static_cast<unsigned char>(head[i]) == signature[i] ? 1 : 0;
+    require(same >= 5, "{}: not a kpipe checkpoint: not an HDF5 file", file);
+    return;  // a checkpoint whose first bytes are damaged: the reader says so
+  }
+  const h5::QuietErrors quiet;
+  h5::Handle handle;
+  try {
+    handle = h5::open_file(file);
+  } catch (const InputError&) {
+    return;  // HDF5 that does not open (a truncated checkpoint): the reader says what is damaged
+  }
+  if (!h5::has_attribute(handle.get(), "format")) return;
+  std::string format;
+  try {
+    format = h5::read_string_attribute(handle.get(), "format", file);
+  } catch (const InputError&) {
+    return;
+  }
+  require(format == io::checkpoint_format, "{}: not a kpipe checkpoint: an HDF5 file of format '{}'{}", file, format,
+          format == data::token_file_format ? " (a token file: kpipe-train --data)"
+          : format == io::timeline_format   ? " (kpipe-inspect timeline)"
+          : format == io::trace_format      ? " (kpipe-inspect activations)"
+                                            : "");
+}
+
 // Shows the checkpoint and checks every byte of it against its manifest: exit_damaged when anything is
 // damaged, missing or not this checkpoint's (every problem listed), 0 when all of it verifies.
 int inspect_checkpoint(const std::string& path) {
   const std::string file = io::checkpoint_file_of(path);
+  require_checkpoint_kind(file);
   fmt::print("checkpoint {}\n", file);
   std::unique_ptr<io::CheckpointReader> reader;
   try {
@@ -145,7 +178,7 @@ int inspect_checkpoint(const std::string& path) {
     if (p != "/manifest" && !reader->find(p)) fmt::print("{:<52} not in the manifest: not part of the checkpoint\n", p);
   fmt::print("\nmodel L2 norm {:.9g}\n", std::sqrt(total));
   if (damaged > 0) {
-    fmt::print("DAMAGED: {} problem{} found (see above)\n", damaged, damaged > 1 ? "s" : "");
+    fmt::print("DAMAGED: {} found (see above)\n", quantity(damaged, "problem"));
     return exit_damaged;
   }
   fmt::print("verified: every dataset and attribute matches the checksummed manifest\n");
@@ -200,8 +233,8 @@ int diff_checkpoints(const std::string& a_path, const std::string& b_path) {
 
 // ---- Timelines ----
 
+// Writes an output whose path require_writable has checked.
 void write_file(const std::string& option, const std::string& path, const std::string& text) {
-  require_writable(path, fmt::format("{} = '{}'", option, path));
   std::ofstream out(path, std::ios::binary);
   require(bool(out), "{} = '{}': cannot write", option, path);
   out << text;
@@ -210,16 +243,19 @@ void write_file(const std::string& option, const std::string& path, const std::s
 }
 
 int inspect_timeline(const std::string& path, const std::string& chrome, const std::string& svg, long long step) {
+  // The outputs checked before anything is read or printed: bad input is one line and nothing else.
+  if (!chrome.empty()) require_writable(chrome, fmt::format("--chrome = '{}'", chrome));
+  if (!svg.empty()) require_writable(svg, fmt::format("--svg = '{}'", svg));
   const auto t = io::read_timeline(path);
   const auto steps = io::timeline_steps(t);
   require(!steps.empty(), "{}: the timeline has no steps", path);
   const std::int64_t shown = step >= 0 ? step : steps.back();
   require(std::binary_search(steps.begin(), steps.end(), shown), "--step = {}: not in {} (steps {} to {})", step, path,
           steps.front(), steps.back());
-  fmt::print("timeline {}: schedule {}, {} ranks (pipeline {} x data parallel {}), {} chunks, {} micro-batches per "
-             "replica, {} steps\n",
-             path, t.info.schedule, t.info.ranks, t.info.pipeline_size, t.info.data_parallel, t.info.chunks,
-             t.info.microbatches, steps.size());
+  fmt::print("timeline {}: schedule {}, {} (pipeline {} x data parallel {}), {} per rank, {} per replica, {}\n",
+             path, t.info.schedule, quantity(t.info.ranks, "rank"), t.info.pipeline_size, t.info.data_parallel,
+             quantity(t.info.chunks, "chunk"), quantity(t.info.microbatches, "micro-batch"),
+             quantity(steps.size(), "step"));
   const auto spans = io::step_timeline(t, shown);
   fmt::print("\nstep {} (seconds since each rank began the step):\n{}", shown,
              schedule::gantt_text(spans, t.info.chunks));
@@ -235,8 +271,8 @@ int inspect_timeline(const std::string& path, const std::string& chrome, const s
   }
   if (!svg.empty()) {
     schedule::SvgOptions options;
-    options.title = fmt::format("{}: measured step {}, {} ranks; measured bubble {:.3f}", t.info.schedule, shown,
-                                t.info.ranks, mean);
+    options.title = fmt::format("{}: measured step {}, {}; measured bubble {:.3f}", t.info.schedule, shown,
+                                quantity(t.info.ranks, "rank"), mean);
     write_file("--svg", svg, schedule::timeline_svg(spans, t.info.chunks, options));
     fmt::print("timeline drawn in {}\n", svg);
   }
@@ -255,10 +291,10 @@ struct Range {
 
 int inspect_activations(const std::string& path) {
   const auto trace = io::read_trace(path);
-  fmt::print("activation trace {}: every {} steps, layers '{}', {} micro-batches per step, {} model layers, "
-             "tensors stored in {}\n\n",
-             path, trace.info.every, trace.info.layers, trace.info.microbatches, trace.info.model_layers,
-             trace.info.dtype);
+  fmt::print("activation trace {}: {}, layers '{}', {} per step, {}, tensors stored in {}\n\n", path,
+             trace.info.every == 1 ? std::string("every step") : fmt::format("every {} steps", trace.info.every),
+             trace.info.layers, quantity(trace.info.microbatches, "micro-batch"),
+             quantity(trace.info.model_layers, "model layer"), trace.info.dtype);
   fmt::print("{:<6} {:<9} {:>5} {:>6} {:>20} {:>20} {:>11} {:>10}\n", "layer", "kind", "rows", "steps", "mean",
              "std", "absmax", "nonfinite");
   int with_nonfinite = 0;
@@ -290,54 +326,47 @@ int inspect_activations(const std::string& path) {
 
 
 int run(int argc, char** argv) {
-  const std::string footer =
-      "Usage: kpipe-inspect CKPT | diff A B | timeline FILE [--chrome OUT.json] [--svg OUT.svg] [--step N] | "
-      "activations FILE\n" + kpipe::exit_codes_help(kpipe::ProgramName::inspect);
-  const std::string mode = argc > 1 ? argv[1] : "";
-  CLI::App app{"kpipe-inspect: checkpoints, checkpoint differences, timelines and activation traces"};
-  app.footer(footer);
-  std::string first, second, chrome, svg;
+  CLI::App app{"Looks into kpipe's HDF5 files: checkpoints, their differences, timelines and activation traces.",
+               "kpipe-inspect"};
+  app.footer(kpipe::exit_codes_help(kpipe::ProgramName::inspect));
+  std::string checkpoint, a, b, file, chrome, svg;
   long long step = -1;
-  if (mode == "diff") {
-    app.add_option("A", first, "checkpoint (a step-<N>.h5 file, or a checkpoint.dir: its latest)")->required();
-    app.add_option("B", second, "checkpoint")->required();
-  } else if (mode == "timeline") {
-    app.add_option("FILE", first, "timeline HDF5 file (kpipe-train --timeline)")->required();
-    app.add_option("--chrome", chrome, "write a Chrome trace-event JSON file (Perfetto)");
-    app.add_option("--svg", svg, "draw the step as SVG");
-    app.add_option("--step", step, "the step shown (default: the last)");
-  } else if (mode == "activations") {
-    app.add_option("FILE", first, "activation trace HDF5 file (kpipe-train --trace)")->required();
-  } else {
-    app.add_option("CKPT", first, "checkpoint: a step-<N>.h5 file, or a checkpoint.dir (its latest)")
-        ->required();
-  }
-  const bool sub = mode == "diff" || mode == "timeline" || mode == "activations";
+  app.add_option("CKPT", checkpoint,
+                 "checkpoint to show and verify: a step-<N>.h5 file, or a checkpoint.dir (its latest)");
+  CLI::App* diff = app.add_subcommand("diff", "max |A - B| per tensor; exit 1 when the checkpoints differ");
+  diff->add_option("A", a, "checkpoint (a step-<N>.h5 file, or a checkpoint.dir: its latest)")->required();
+  diff->add_option("B", b, "checkpoint")->required();
+  CLI::App* timeline = app.add_subcommand("timeline", "a step's Gantt chart and the measured bubble per rank");
+  timeline->add_option("FILE", file, "timeline HDF5 file (kpipe-train --timeline)")->required();
+  timeline->add_option("--chrome", chrome, "write a Chrome trace-event JSON file (Perfetto)");
+  timeline->add_option("--svg", svg, "draw the step as SVG");
+  timeline->add_option("--step", step, "the step shown (default: the last)");
+  CLI::App* activations =
+      app.add_subcommand("activations", "per layer: ranges of mean, std, absmax; non-finite values");
+  activations->add_option("FILE", file, "activation trace HDF5 file (kpipe-train --trace)")->required();
+  for (CLI::App* command : {diff, timeline, activations}) command->footer(app.get_footer());
+  app.require_subcommand(0, 1);
   try {
-    app.parse(argc - (sub ? 1 : 0), argv + (sub ? 1 : 0));
+    app.parse(argc, argv);
   } catch (const CLI::Success&) {
-    std::printf("%s", app.help().c_str());
+    const auto commands = app.get_subcommands();
+    std::fputs((commands.empty() ? app.help() : commands.front()->help(app.get_name())).c_str(), stdout);
     return 0;
   } catch (const CLI::ParseError& e) {
     throw InputError(one_line(e.what()) + " (kpipe-inspect --help)");
   }
-  if (mode == "diff") return diff_checkpoints(first, second);
-  if (mode == "timeline") {
-    require(app.count("--step") == 0 || step >= 0, "--step = {}: expected a step >= 0", step);
-    return inspect_timeline(first, chrome, svg, step);
+  if (*diff) return diff_checkpoints(a, b);
+  if (*timeline) {
+    require(timeline->count("--step") == 0 || step >= 1, "--step = {}: expected a step >= 1", step);
+    return inspect_timeline(file, chrome, svg, step);
   }
-  if (mode == "activations") return inspect_activations(first);
-  return inspect_checkpoint(first);
+  if (*activations) return inspect_activations(file);
+  require(!checkpoint.empty(), "give a checkpoint, or one of diff, timeline, activations (kpipe-inspect --help)");
+  return inspect_checkpoint(checkpoint);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  kpipe::h5::skip_shutdown_at_exit();
-  try {
-    return run(argc, argv);
-  } catch (const kpipe::InputError& e) {
-    fmt::print(stderr, "kpipe-inspect: error: {}\n", one_line(e.what()));
-    return kpipe::exit_status(kpipe::ExitCode::bad_input);
-  }
+  return kpipe::apps::run_program(kpipe::ProgramName::inspect, "kpipe-inspect", [&] { return run(argc, argv); });
 }

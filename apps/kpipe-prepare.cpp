@@ -5,14 +5,16 @@
 //   kpipe-prepare INPUT... -o OUT.h5 --tokenizer bpe --vocab-size 8192          a BPE model trained on INPUT
 //   kpipe-prepare --synthetic -o OUT.h5 [--tokens N] [--seed S] [--val-fraction 0.1]
 // The text is streamed: encoded in batches on every core in bounded memory, whatever its size
-// (data/text_encoder.hpp). The BPE model is trained on the training split only (the held-out end of the text
-// stays unseen), on a bounded sample of it (--sample-bytes). The output takes its name only when complete.
+// (data/text_encoder.hpp); so is the synthetic corpus. The BPE model is trained on the training split only
+// (the held-out end of the text stays unseen), on a bounded sample of it (--sample-bytes). The output takes its
+// name only when complete.
 // A plain program: no MPI, no Kokkos (the library's HDF5 is the parallel build, but serial file access
 // needs neither).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -21,10 +23,13 @@
 #include <string>
 #include <vector>
 
+#include "kpipe/core/bytes.hpp"
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/exit_codes.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/core/host_memory.hpp"
+#include "kpipe/core/plural.hpp"
 #include "kpipe/data/bpe_sample.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/data/entropy.hpp"
@@ -34,6 +39,8 @@
 #include "kpipe/data/token_file.hpp"
 #include "kpipe/data/token_file_writer.hpp"
 #include "kpipe/h5/file.hpp"
+
+#include "program.hpp"
 
 namespace {
 
@@ -90,7 +97,8 @@ kpipe::data::TextStream text_of(const Options& o) {
   for (const auto& file : text.files())
     require(!same_file(file.path, o.output) && !same_file(file.path, o.output + ".partial"),
             "--output = {} is one of the input files ('{}')", o.output, file.path);
-  require(text.size() > 0, "input '{}': no text ({} files, 0 bytes)", o.inputs.front(), text.files().size());
+  require(text.size() > 0, "input '{}': no text ({}, 0 bytes)", o.inputs.front(),
+          quantity(text.files().size(), "file"));
   return text;
 }
 
@@ -141,11 +149,24 @@ class ProgressLine {
 kpipe::data::Tokenizer train_tokenizer(const kpipe::data::TextStream& text, std::int64_t train_bytes, const Options& o) {
   using namespace kpipe::data;
   const auto start = Clock::now();
-  const std::string sample = bpe_sample(text, train_bytes, o.sample_bytes);
+  // The sample itself and SentencePiece's peak on it, about 4.4 bytes a byte of sample (458 MiB for 105 MB,
+  // docs/performance.md): checked first, as SentencePiece's threads end the process on an allocation that fails.
+  const double sample_bytes = double(std::min(train_bytes, o.sample_bytes));
+  const std::string input = fmt::format("--sample-bytes = {}", o.sample_bytes);
+  const std::string built = fmt::format("training the BPE model on a sample of {}", decimal_size(sample_bytes));
+  const double needed = 5.4 * sample_bytes;
+  const std::int64_t available = kpipe::process_memory_available();
+  kpipe::require(available < 0 || needed <= double(available),
+                 "{}: {} needs about {}, more than the {} this process can get: a smaller --sample-bytes", input,
+                 built, kpipe::format_estimated_bytes(needed), kpipe::format_bytes(available));
   BpeOptions options;
   options.vocab_size = o.vocab_size;
   options.threads = o.threads;
-  const Tokenizer tokenizer = train_bpe(sample, options);
+  const std::string sample = kpipe::building_in_memory(input, built, needed, [&] {
+    return bpe_sample(text, train_bytes, o.sample_bytes);
+  });
+  const Tokenizer tokenizer =
+      kpipe::building_in_memory(input, built, needed, [&] { return train_bpe(sample, options); });
   fmt::print("kpipe-prepare: BPE model trained on {} bytes{} in {:.1f} s: vocabulary {}{}\n", sample.size(),
              std::int64_t(sample.size()) < train_bytes
                  ? fmt::format(" (a sample of the {} of the training split, --sample-bytes)", decimal_size(double(train_bytes)))
@@ -164,14 +185,22 @@ struct Written {
   std::string source;
 };
 
+// Each split must hold a window of the smallest model: seq_len + 1 tokens (a shorter one trains nothing).
+void require_windows(const Options& o, const std::string& what, std::int64_t train, std::int64_t validation) {
+  constexpr std::int64_t window = kpipe::ModelConfig::min_seq_len + 1;
+  kpipe::require(train >= window && validation >= window,
+                 "{}: gives a train split of {} and a validation split of {} at --val-fraction = {}; each split needs "
+                 "at least {} tokens (a window of the smallest model.seq_len, {}, plus 1)",
+                 what, kpipe::quantity(train, "token"), kpipe::quantity(validation, "token"), o.val_fraction, window,
+                 kpipe::ModelConfig::min_seq_len);
+}
+
 Written prepare_text(const Options& o) {
   using namespace kpipe::data;
   const TextStream text = text_of(o);
-  const std::int64_t held_out = std::llround(double(text.size()) * o.val_fraction);
-  const std::int64_t train_bytes = text.size() - held_out;
-  kpipe::require(held_out > 0 && train_bytes > 0,
-                 "input '{}': {} bytes leave the {} split empty at --val-fraction = {}", o.inputs.front(), text.size(),
-                 held_out > 0 ? "train" : "validation", o.val_fraction);
+  const std::string what = fmt::format("input '{}' ({})", o.inputs.front(), kpipe::quantity(text.size(), "byte"));
+  const std::int64_t train_bytes = text.size() - held_out(text.size(), o.val_fraction);
+  require_windows(o, what, train_bytes, text.size() - train_bytes);  // bytes: at least as many as tokens
   Written written;
   written.tokenizer = o.tokenizer == "bpe" ? train_tokenizer(text, train_bytes, o) : Tokenizer();
   written.source = o.inputs.size() == 1 ? o.inputs.front() : fmt::format("{} and {} more", o.inputs.front(), o.inputs.size() - 1);
@@ -179,30 +208,49 @@ Written prepare_text(const Options& o) {
   ProgressLine progress(text.size(), o.quiet);
   EncodeOptions options;
   options.threads = o.threads;
-  const EncodeSummary summary =
-      encode_text(text, train_bytes, written.tokenizer, writer, options, [&](std::int64_t done) { progress.update(done); });
+  // Two batches of text in flight, each with its ids (data/text_encoder.hpp).
+  const double batches = 2.0 * double(options.batch_bytes) * double(1 + sizeof(kpipe::Token));
+  const EncodeSummary summary = kpipe::building_in_memory(
+      what, fmt::format("encoding it in batches of {}", decimal_size(double(options.batch_bytes))), batches, [&] {
+        return encode_text(text, train_bytes, written.tokenizer, writer, options,
+                           [&](std::int64_t done) { progress.update(done); });
+      });
   if (summary.invalid_utf8 > 0)
     fmt::print(stderr, "kpipe-prepare: warning: the text has {} bytes that are not valid UTF-8; BPE turned each into "
                "U+FFFD (use --tokenizer bytes to keep them)\n", summary.invalid_utf8);
   written.train = writer.tokens(Split::train);
   written.validation = writer.tokens(Split::validation);
+  require_windows(o, what, written.train, written.validation);  // BPE's tokens are fewer than the bytes
   writer.commit();
   written.bytes = text.size();
   written.entropy = entropy_of_counts_nats(summary.train_counts);
   return written;
 }
 
+// The embedded synthetic corpus, streamed into the file as it is generated: bounded memory at any --tokens.
 Written prepare_synthetic(const Options& o) {
   using namespace kpipe::data;
-  const Corpus corpus = synthetic_corpus(o.seed, o.tokens, o.val_fraction);
-  write_token_file(o.output, corpus);
+  const std::int64_t train = o.tokens - held_out(o.tokens, o.val_fraction);
+  require_windows(o, fmt::format("--tokens = {}", o.tokens), train, o.tokens - train);
   Written written;
-  written.train = corpus.train.size();
-  written.validation = corpus.validation.size();
+  written.source = fmt::format("synthetic(seed={}, tokens={})", o.seed, o.tokens);
+  TokenFileWriter writer(o.output, written.tokenizer, written.source, o.threads);
+  ProgressLine progress(o.tokens, o.quiet);
+  std::vector<std::int64_t> counts(256, 0);
+  std::int64_t done = 0;
+  stream_synthetic_text(o.seed, o.tokens, std::size_t(32) << 20, [&](const std::string& piece) {
+    const std::int64_t to_train = std::clamp<std::int64_t>(train - done, 0, std::int64_t(piece.size()));
+    writer.append_bytes(Split::train, piece.data(), std::size_t(to_train));
+    writer.append_bytes(Split::validation, piece.data() + to_train, piece.size() - std::size_t(to_train));
+    for (std::int64_t i = 0; i < to_train; ++i) ++counts[static_cast<unsigned char>(piece[std::size_t(i)])];
+    done += std::int64_t(piece.size());
+    progress.update(done);
+  });
+  written.train = writer.tokens(Split::train);
+  written.validation = writer.tokens(Split::validation);
+  writer.commit();
   written.bytes = written.train + written.validation;
-  written.entropy = unigram_entropy_nats(corpus.train.read_all());
-  written.tokenizer = corpus.tokenizer;
-  written.source = corpus.source;
+  written.entropy = entropy_of_counts_nats(counts);
   return written;
 }
 
@@ -228,7 +276,7 @@ int run(int argc, char** argv) {
   app.add_option("--threads", o.threads, "threads that encode and compress (0: every core)")->capture_default_str();
   app.add_flag("--quiet", o.quiet, "no progress line");
   app.footer(kpipe::exit_codes_help(kpipe::ProgramName::prepare) +
-             "\nWhatever the code, a run that fails leaves nothing under the output's name.");
+             "\nThe output takes its name only when complete: a run that fails leaves nothing half-written.");
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success&) {
@@ -261,14 +309,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  kpipe::h5::skip_shutdown_at_exit();
-  try {
-    return run(argc, argv);
-  } catch (const kpipe::InputError& error) {
-    std::fprintf(stderr, "kpipe-prepare: error: %s\n", error.what());
-    return kpipe::exit_status(kpipe::ExitCode::bad_input);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "kpipe-prepare: internal error: %s\n", error.what());
-    return kpipe::exit_status(kpipe::ExitCode::failure);
-  }
+  return kpipe::apps::run_program(kpipe::ProgramName::prepare, "kpipe-prepare", [&] { return run(argc, argv); });
 }

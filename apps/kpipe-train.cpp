@@ -22,6 +22,8 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/exit_codes.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/core/plural.hpp"
+#include "kpipe/core/step_number.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/timeline.hpp"
@@ -66,20 +68,23 @@ class StepLog {
     // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
     // after train.max_skipped_steps in a row.
     skipped_in_a_row_ = stats.skipped ? skipped_in_a_row_ + 1 : 0;
+    skipped_ += stats.skipped ? 1 : 0;
     if (stats.skipped && rank_ == 0)
-      fmt::print(stderr, "kpipe-train: step {} skipped: loss {} grad norm {} not finite ({} in a row)\n", s + 1,
-                 stats.loss, stats.grad_norm, skipped_in_a_row_);
+      fmt::print(stderr, "kpipe-train: step {} skipped: loss {} grad norm {} not finite ({} in a row)\n",
+                 step_number(s), stats.loss, stats.grad_norm, skipped_in_a_row_);
     count(stats, steady);
     metrics_->write_step(stats);
     if (stats.stop_signal && !stop_signal_) stop_signal_ = stats.stop_signal;
     if (train.max_skipped_steps > 0 && skipped_in_a_row_ >= train.max_skipped_steps) {
       if (rank_ == 0)
-        fmt::print(stderr, "kpipe-train: stopping: {} steps in a row with a non-finite loss or gradient "
+        fmt::print(stderr, "kpipe-train: stopping: {} in a row with a non-finite loss or gradient "
                            "(train.max_skipped_steps = {}); exit code {}\n",
-                   skipped_in_a_row_, train.max_skipped_steps, exit_status(ExitCode::non_finite));
+                   quantity(skipped_in_a_row_, "step"), train.max_skipped_steps, exit_status(ExitCode::non_finite));
       return exit_status(ExitCode::non_finite);
     }
-    if (rank_ == 0 && (s % train.log_every == 0 || s + 1 == train.steps)) print_progress(stats);
+    // The run's first step, then every train.log_every steps, and the last.
+    const std::int64_t n = step_number(s);
+    if (rank_ == 0 && (s == first_step_ || n % train.log_every == 0 || n == train.steps)) print_progress(stats);
     return 0;
   }
 
@@ -90,6 +95,7 @@ class StepLog {
   }
 
   int stop_signal() const { return stop_signal_; }  // 0: none
+  std::int64_t skipped_steps() const { return skipped_; }
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
   std::int64_t tokens() const { return tokens_; }
   // Over the steady steps after the first (which allocates), as the simulator's figures.
@@ -131,11 +137,11 @@ class StepLog {
 
   void print_progress(const kpipe::runtime::StepStats& stats) const {
     const auto& train = config_->train;
-    const std::int64_t s = stats.step;
+    const std::int64_t n = kpipe::step_number(stats.step);
     const double elapsed = seconds();
-    fmt::print(stderr, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", s + 1,
+    fmt::print(stderr, "step {:>5}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | ETA {}\n", n,
                train.steps, stats.loss, stats.lr, stats.grad_norm, double(tokens_) / elapsed,
-               duration(elapsed / double(s + 1 - first_step_) * double(train.steps - s - 1)));
+               duration(elapsed / double(n - first_step_) * double(train.steps - n)));
   }
 
   const kpipe::Config* config_;
@@ -150,6 +156,7 @@ class StepLog {
   std::vector<double> steady_rates_;  // tokens / seconds of each step after the first
   double first_rate_ = 0;
   int skipped_in_a_row_ = 0;
+  std::int64_t skipped_ = 0;
   int stop_signal_ = 0;
 };
 
@@ -257,13 +264,14 @@ template <class A> void announce(const TrainingRun<A>& run, const std::string& o
   const auto& trainer = *run.trainer;
   if (!optimizer_note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", optimizer_note);
   if (run.grid.world_size > 1)
-    fmt::print(stderr, "kpipe-train: {} ranks on {}\n", run.grid.world_size, kpipe::comm::describe_nodes(run.grid));
+    fmt::print(stderr, "kpipe-train: {} on {}\n", kpipe::quantity(run.grid.world_size, "rank"),
+               kpipe::comm::describe_nodes(run.grid));
   fmt::print(stderr, "kpipe-train: {}\n", trainer.memory_verdict());
-  fmt::print(stderr, "kpipe-train: {} parameters, {} layers, d_model {}, seq_len {}, vocabulary {} ({}), batch {} x {} "
-             "micro-batches, data: {}\n",
-             trainer.desc().num_params(), config.model.n_layers, config.model.d_model, config.model.seq_len,
-             config.model.vocab, kpipe::data::to_string(run.corpus.tokenizer.kind()), config.train.batch,
-             config.train.microbatches, run.corpus.source);
+  fmt::print(stderr, "kpipe-train: {} parameters, {}, d_model {}, seq_len {}, vocabulary {} ({}), batch {} in {}, "
+             "data: {}\n",
+             trainer.desc().num_params(), kpipe::quantity(config.model.n_layers, "layer"), config.model.d_model,
+             config.model.seq_len, config.model.vocab, kpipe::data::to_string(run.corpus.tokenizer.kind()),
+             config.train.batch, kpipe::quantity(config.train.microbatches, "micro-batch"), run.corpus.source);
 }
 
 // A run resumed at or past train.steps (a finished run requeued or resubmitted): one line, exit 0, on any layout.
@@ -275,23 +283,41 @@ template <class A> int nothing_to_train(TrainingRun<A>& run) {
   return kpipe::exit_status(kpipe::ExitCode::ok);
 }
 
+// What became of a checkpoint the run wrote.
+enum class Saved { written, kept_other_runs, failed };
+
 // Writes a checkpoint of the step reached. One that could not be written leaves `latest` and the older ones as
-// they were. True when written; `stopping`: the run ends after it whatever happens (a stop signal).
-template <class A> bool write_checkpoint(TrainingRun<A>& run, bool stopping) {
+// they were; one that another run's of the same step stands in for is not written, as checkpoint.other_runs =
+// "keep" asks, and training goes on. `stopping`: the run ends after it whatever happens (a stop signal).
+template <class A> Saved write_checkpoint(TrainingRun<A>& run, bool stopping) {
   using namespace kpipe;
   auto& trainer = *run.trainer;
+  const auto start = std::chrono::steady_clock::now();
   const io::SaveResult result =
       io::save_checkpoint(trainer.stage(), trainer.next_step(), run.corpus.tokenizer, *run.checkpoints);
-  if (run.rank == 0 && result.ok) {
-    fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {})\n", result.path, trainer.next_step());
-    if (!result.warning.empty()) fmt::print(stderr, "kpipe-train: warning: {}\n", result.warning);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string stop = fmt::format("stopping with exit code {}", exit_status(ExitCode::checkpoint_failed));
+  if (result.ok) {
+    run.metrics->write_checkpoint(trainer.next_step(), result.path, seconds);
+    if (run.rank == 0) {
+      fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {}, {:.2f} s)\n", result.path,
+                 trainer.next_step(), seconds);
+      if (!result.warning.empty()) fmt::print(stderr, "kpipe-train: warning: {}\n", result.warning);
+    }
+    return Saved::written;
   }
-  if (run.rank == 0 && !result.ok)
+  if (result.skipped) {
+    if (run.rank == 0)
+      fmt::print(stderr, "kpipe-train: warning: {}; {}\n", result.message,
+                 stopping ? "nothing saved, " + stop : std::string("training goes on"));
+    return Saved::kept_other_runs;
+  }
+  if (run.rank == 0)
     fmt::print(stderr, "kpipe-train: {}; `latest` and the older checkpoints are unchanged; {}\n", result.message,
                stopping || run.config.checkpoint.on_failure == CheckpointFailure::stop
-                   ? fmt::format("stopping with exit code {}", exit_status(ExitCode::checkpoint_failed))
+                   ? stop
                    : std::string("training goes on (checkpoint.on_failure = continue)"));
-  return result.ok;
+  return Saved::failed;
 }
 
 // The one place the loop reads the trainer's step reports: those settled since the last call, recorded in
@@ -316,14 +342,15 @@ template <class A> int stop_on_signal(TrainingRun<A>& run, StepLog& log, int s, 
   if (run.config.checkpoint.dir.empty()) {
     if (run.rank == 0)
       fmt::print(stderr, "kpipe-train: signal {} after step {}: no checkpoint.dir, nothing saved\n", stop_signal,
-                 s + 1);
+                 step_number(s));
     return exit_status(ExitCode::failure);
   }
-  if (!saved && !write_checkpoint(run, true)) return exit_status(ExitCode::checkpoint_failed);
+  if (!saved && write_checkpoint(run, true) != Saved::written) return exit_status(ExitCode::checkpoint_failed);
   const int code = runtime::stop_exit_code(stop_signal);
   if (run.rank == 0)
     fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} ({})\n", stop_signal,
-               s + 1, code, code == exit_status(ExitCode::checkpointed_on_signal) ? "requeue me" : "terminated");
+               step_number(s), code,
+               code == exit_status(ExitCode::checkpointed_on_signal) ? "requeue me" : "terminated");
   return code;
 }
 
@@ -338,11 +365,12 @@ template <class A> std::optional<int> train_step(TrainingRun<A>& run, StepLog& l
   log.time_step(s, trainer.executor().timeline(), trainer.steady_step(s));
   if (run.tracer) run.tracer->end_step();
   if (run.profiling && s == log.first_step()) trainer.stage().profile_layers(true);  // the first step allocates
-  const bool last = s + 1 == config.train.steps;
+  const std::int64_t n = step_number(s);
+  const bool last = n == config.train.steps;
   // The last step's checkpoint too: a finished run leaves its weights, and a requeued one resumes from them.
-  const bool checkpoint_due = (config.checkpoint.every > 0 && (s + 1) % config.checkpoint.every == 0) ||
-                              (last && !config.checkpoint.dir.empty());
-  const bool eval_due = config.train.eval_every > 0 && (s + 1) % config.train.eval_every == 0 && !last;
+  const bool checkpoint_due =
+      (config.checkpoint.every > 0 && n % config.checkpoint.every == 0) || (last && !config.checkpoint.dir.empty());
+  const bool eval_due = config.train.eval_every > 0 && n % config.train.eval_every == 0 && !last;
   // An asynchronous step's report completes during the next step. The run's end, a checkpoint's step (its
   // metrics complete when it is written), an evaluation and the timeline (its rows carry the step's loss) take
   // this step's now.
@@ -350,14 +378,16 @@ template <class A> std::optional<int> train_step(TrainingRun<A>& run, StepLog& l
   if (const int code = record_reports(run, log)) return code;
   bool saved = false;
   if (checkpoint_due) {
-    saved = write_checkpoint(run, false);
-    if (!saved && config.checkpoint.on_failure == CheckpointFailure::stop)
+    const Saved outcome = write_checkpoint(run, false);
+    if (outcome == Saved::failed && config.checkpoint.on_failure == CheckpointFailure::stop)
       return exit_status(ExitCode::checkpoint_failed);
+    saved = outcome == Saved::written;
   }
   if (log.stop_signal()) return stop_on_signal(run, log, s, saved);
   if (eval_due) {
     const double val = trainer.evaluate();
-    if (run.rank == 0) fmt::print(stderr, "step {:>5} | validation loss {:.4f}\n", s + 1, val);
+    run.metrics->write_validation(n, val);
+    if (run.rank == 0) fmt::print(stderr, "step {:>5} | validation loss {:.4f}\n", n, val);
   }
   return std::nullopt;
 }
@@ -404,6 +434,7 @@ template <class A> int finish(TrainingRun<A>& run, const StepLog& log) {
   final.measured_bubble = report.measured_mean;
   final.simulated_bubble = report.simulated_mean;
   final.steps = trainer.next_step();
+  final.skipped_steps = log.skipped_steps();
   final.param_checksum = trainer.param_checksum();
   final.seconds = seconds;
   final.tokens_per_s = seconds > 0 ? double(log.tokens()) / seconds : 0;
@@ -414,11 +445,12 @@ template <class A> int finish(TrainingRun<A>& run, const StepLog& log) {
   const std::int64_t ran = final.steps - log.first_step();
   if (run.rank == 0)
     fmt::print(stderr,
-               "done: {} steps{} in {} | validation loss {:.4f} | {:.0f} tok/s (median step after the first: {:.0f}) | "
+               "done: {}{} in {} | validation loss {:.4f} | {:.0f} tok/s (median step after the first: {:.0f}) | "
                "param_checksum {}\n",
-               ran, log.first_step() > 0 ? fmt::format(" (steps {} to {}, resumed at step {})", log.first_step() + 1,
-                                                       final.steps, log.first_step())
-                                         : std::string(),
+               quantity(ran, "step"),
+               log.first_step() > 0 ? fmt::format(" (steps {} to {}, resumed at step {})",
+                                                  step_number(log.first_step()), final.steps, log.first_step())
+                                    : std::string(),
                duration(seconds), final.val_loss, final.tokens_per_s, final.steady_tokens_per_s,
                runtime::checksum_hex(final.param_checksum));
   return exit_status(ExitCode::ok);
@@ -488,7 +520,8 @@ int main(int argc, char** argv) {
   // Before anything else: a batch system's SIGUSR1 or SIGTERM that arrives during start-up is recorded and
   // acted on after the first step, instead of killing the job with nothing saved.
   kpipe::runtime::install_stop_handlers();
-  return kpipe::apps::run_mpi_program("kpipe-train", argc, argv, [](kpipe::apps::MpiProgram& program) {
+  return kpipe::apps::run_mpi_program(kpipe::ProgramName::train, "kpipe-train", argc, argv,
+                                     [](kpipe::apps::MpiProgram& program) {
     Job job = parse_job(program.argc, program.argv);
     program.finalize_timeout_s = job.config.pipeline.recv_timeout_s;
     if (job.exit_now) return job.exit_code;

@@ -24,12 +24,19 @@ matplotlib.use("Agg")  # no display needed
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-OP_NAMES = ["F", "B", "I", "W", "S", "send_activation", "recv_activation", "send_gradient", "recv_gradient"]
-OP_COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868", "S": "#8172b3"}
+OP_NAMES = ["F", "B", "I", "W", "S", "send_activation", "recv_activation", "send_gradient", "recv_gradient",
+            "send_sum", "recv_sum", "U"]
+OP_COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868", "S": "#8172b3", "U": "#b83a3a"}
 
 
 def text(value):
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def step_numbers(f, steps):
+    """Steps as kpipe numbers them everywhere, from 1 (step N: the Nth optimizer step, as in a checkpoint's
+    step); traces and timelines of format_version 1 numbered them from 0."""
+    return steps + 1 if int(f.attrs["format_version"]) == 1 else steps
 
 
 def checkpoint_file(path):
@@ -70,7 +77,7 @@ def trace(path):
             for kind in ("output", "gradient"):
                 g = f.get(f"layers/{layer}/{kind}")
                 if g is not None:
-                    series[(int(layer), kind)] = (g["step"][()], g["stats"][()])
+                    series[(int(layer), kind)] = (step_numbers(f, g["step"][()]), g["stats"][()])
     return series, columns
 
 
@@ -79,6 +86,9 @@ def timeline(path):
     with h5py.File(path, "r") as f:
         actions = {k: f["timeline"][k][()] for k in f["timeline"]}
         steps = {k: f["steps"][k][()] for k in f["steps"]} if "steps" in f else {}
+        actions["step"] = step_numbers(f, actions["step"])
+        if "step" in steps:
+            steps["step"] = step_numbers(f, steps["step"])
     return actions, steps
 
 
@@ -92,7 +102,7 @@ def plot_loss(ax, steps):
     if not steps or len(steps["step"]) == 0:
         ax.set_title("loss: no /steps table in this timeline")
         return
-    x = steps["step"] + 1
+    x = steps["step"]
     ax.plot(x, steps["loss"], color="#4c72b0", label="training loss")
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats per token)")
@@ -141,7 +151,7 @@ def plot_timeline(ax, actions):
     ax.invert_yaxis()
     ax.set_xlabel("ms since the step began")
     # The measured bubble is kpipe-train's and kpipe-inspect timeline's figure (src/kpipe/schedule/bubble.hpp).
-    ax.set_title(f"timeline of step {last + 1}")
+    ax.set_title(f"timeline of step {last}")
 
 
 def plot_norms(ax, step, tensors):

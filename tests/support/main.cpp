@@ -1,10 +1,14 @@
-// gtest main for every kpipe test: MPI first, then Kokkos, torn down in reverse order.
+// gtest main for every kpipe test: HDF5 as kpipe's programs start it (h5/file.hpp), MPI, then Kokkos, torn
+// down in reverse order.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
 
+#include "kpipe/h5/file.hpp"
+
 int main(int argc, char** argv) {
+  kpipe::h5::start_for_program();
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

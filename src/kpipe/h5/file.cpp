@@ -135,7 +135,11 @@ std::string error_text() {
   return text;
 }
 
-void skip_shutdown_at_exit() { H5dont_atexit(); }
+void start_for_program() {
+  H5dont_atexit();  // before the library starts, or it has registered its exit handler
+  H5open();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 Handle file_access() {
   Handle access(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);

@@ -90,13 +90,13 @@ template <class T> hid_t memory_type() {
 // "unable to open file: name = 'x.h5', errno = 2, error message = 'No such file or directory'"), or "".
 std::string error_text();
 
-// Called first thing in a program without MPI (before any other HDF5 call): HDF5 is not shut down at
-// exit. After it has met a damaged object header (a checkpoint with a flipped bit there), HDF5 1.10's
-// shutdown loops on its internal state and prints "HDF5: infinite loop closing library"; every file kpipe
-// opens is closed explicitly, so skipping the shutdown loses nothing. (Under MPI, parallel HDF5 shuts
-// itself down in MPI_Finalize regardless: the line can appear there after such a file; the exit code is
-// not affected.)
-void skip_shutdown_at_exit();
+// Called first thing in every kpipe program, before MPI_Init: HDF5 starts with its own error printing off
+// (kpipe reports every failure itself, in one line; QuietErrors keeps library users' printing intact around
+// kpipe's calls) and is not shut down at exit. After a failed open of a dataset whose address is damaged,
+// HDF5 1.10's shutdown loops on state of its own that no API call frees, and prints "HDF5: infinite loop
+// closing library" and a line of junk; every object kpipe opens is closed by its Handle, so skipping the
+// shutdown loses nothing. Started before MPI_Init, parallel HDF5 does not tie its shutdown to MPI_Finalize.
+void start_for_program();
 
 // The file-access properties of every file kpipe opens or creates: HDF5's file locking off (kpipe's
 // writers lock their own way; the same flags everywhere let a process read a file it is writing).
