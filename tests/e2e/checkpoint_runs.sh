@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A checkpoint directory belongs to one run: a new run in a directory holding another run's checkpoints is
-# refused before it trains (or, with checkpoint.other_runs = keep, writes beside them and prunes only its
-# own, oldest first), --resume continues the run `latest` names, a second training in a directory in use
-# is refused while the first runs, and a directory whose parent is missing, or a read-only one, is refused
-# at start.
+# refused before it trains (or, with checkpoint.other_runs = keep, writes beside them, skipping a step that is
+# theirs with a warning, and prunes only its own, oldest first), --resume continues the run `latest` names, a
+# second training in a directory in use is refused while the first runs, and a directory whose parent is
+# missing, or a read-only one, is refused at start.
 # Usage: checkpoint_runs.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 train=$1; shift
@@ -49,6 +49,15 @@ grep -q "resumed from checkpoint .*step-00000008.h5 (step 8)" "$dir/err" && ok |
 [ "$(run_of "$dir/ck")" = "$b" ] && ok || fail "the resumed run is not run B"
 [ "$(files "$dir/ck")" = "step-00000005.h5 step-00000008.h5 step-00000010.h5 " ] && ok ||
   fail "after resuming: $(files "$dir/ck")"
+# Run C (keep) reaches step 5, where run A's checkpoint is: not written, a warning, and training goes on to
+# write its step 6; A's file stays A's.
+sum5=$(md5sum <"$dir/ck/step-00000005.h5")
+timeout 120 "$@" -n 2 "$train" "${run[@]}" --steps 6 --checkpoint-dir "$dir/ck" --checkpoint-every 5 --keep 2 \
+  --checkpoint.other_runs keep --metrics "$dir/c.jsonl" 2>"$dir/err" && ok || fail "run C (keep): exit $?: $(grep kpipe "$dir/err" | tail -2)"
+grep -q "warning: checkpoint step-00000005.h5 not written: .*belongs to another run ($a), kept as checkpoint.other_runs = \"keep\" asks; training goes on" "$dir/err" &&
+  ok || fail "run C: no warning for step 5: $(grep kpipe "$dir/err")"
+[ "$(md5sum <"$dir/ck/step-00000005.h5")" = "$sum5" ] && ok || fail "run C changed run A's step 5"
+[ "$(steps_done "$dir/c.jsonl")" -eq 6 ] && ok || fail "run C stopped after $(steps_done "$dir/c.jsonl") steps"
 
 # One training per directory: a second one is refused while the first runs (and the first, sent SIGUSR1,
 # still checkpoints and exits 75).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kpipe-generate end to end: the same seed gives the same text on 1 and 2 ranks (bytes, and a BPE model
-# that kpipe-prepare trained, decoded through the checkpoint's tokenizer); another seed another text;
-# bad input exits 2 with one line on every rank.
+# that kpipe-prepare trained, decoded through the checkpoint's tokenizer); another seed another text; the text
+# and the report line apart on one terminal; bad input exits 2 with one line on every rank.
 # Usage: generate.sh KPIPE_PREPARE KPIPE_TRAIN KPIPE_GENERATE MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 prepare=$1; train=$2; generate=$3; shift 3
@@ -23,6 +23,14 @@ echo "bytes, seed 5, 1 rank:  $(printf '%s' "$one" | head -c 120 | tr '\n' '|')"
 [ "$one" != "$other" ] || fail "bytes: seeds 5 and 6 gave the same text"
 [ "${one#The cat }" != "$one" ] || fail "bytes: the text does not start with the prompt"
 grep -q "ms per token" "$dir/err2" || fail "no speed line: $(cat "$dir/err2")"
+# Text (stdout) and report (stderr) on one terminal under mpiexec: the text whole, then the report, each on
+# lines of their own, however mpiexec forwards the two streams.
+for k in 1 2 3; do
+  "${mpiexec[@]}" -n 2 "$generate" "$dir/ck" "${args[@]}" --seed 5 >"$dir/both.txt" 2>&1
+  [ "$(head -c "$(printf '%s' "$two" | wc -c)" "$dir/both.txt")" = "$two" ] && [ "$(tail -n 1 "$dir/both.txt" | cut -c1-16)" = "kpipe-generate: " ] &&
+    [ "$(wc -l <"$dir/both.txt")" -eq "$(($(printf '%s\n' "$two" | wc -l) + 1))" ] ||
+    fail "run $k: the text and the report line run into each other: $(tr '\n' '|' <"$dir/both.txt" | head -c 300)"
+done
 # Greedy decoding is deterministic too, and a longer text than the window slides along.
 g1=$("${mpiexec[@]}" -n 1 "$generate" "$dir/ck" --prompt "count: 1" --tokens 80 --temperature 0 2>/dev/null)
 g2=$("${mpiexec[@]}" -n 2 "$generate" "$dir/ck" --prompt "count: 1" --tokens 80 --temperature 0 2>/dev/null)

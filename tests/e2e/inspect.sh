@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Traces, timelines and kpipe-inspect as a user runs them: a two-stage 1F1B run writes a timeline, an
-# activation trace and checkpoints; kpipe-inspect reads each (Chrome trace checked event by event), diff
-# tells checkpoints apart by its exit code, bad input gets one line and exit 2, and a run whose loss turns
-# non-finite (huge learning rate, no clipping) stops with exit code 4 after train.max_skipped_steps.
+# activation trace and checkpoints; kpipe-inspect reads each (Chrome trace checked event by event; steps
+# numbered from 1, as the progress lines and the checkpoints number them), diff tells checkpoints apart by its
+# exit code, bad input (a file that is no checkpoint among it) gets one line and exit 2, an asynchronous run's
+# timeline is drawn with its updates, and a run whose loss turns non-finite (huge learning rate, no clipping)
+# stops with exit code 4 after train.max_skipped_steps.
 # Usage: inspect.sh KPIPE_TRAIN KPIPE_INSPECT MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 train=$1; inspect=$2; shift 2
@@ -29,6 +31,12 @@ cp err.txt train.txt
 # 2. Timeline: bubble per rank printed, SVG drawn, Chrome trace with every action of every rank.
 expect_rc 0 "inspect timeline" "$inspect" timeline tl.h5 --chrome chrome.json --svg tl.svg
 check "bubble printed per rank" grep -q "rank   1:" out.txt
+check "the last step shown is step 3, one chunk per rank" \
+  grep -q "^timeline tl.h5: schedule 1f1b, 2 ranks (pipeline 2 x data parallel 1), 1 chunk per rank, 4 micro-batches per replica, 3 steps" out.txt
+check "... its chart titled step 3" grep -q "^step 3 (seconds" out.txt
+expect_rc 0 "inspect timeline --step 1: the first step" "$inspect" timeline tl.h5 --step 1
+check "... shown" grep -q "^step 1 (seconds" out.txt
+check "the trace: steps 2 (--trace-every 2)" grep -q "^activation trace tr.h5: every 2 steps" <("$inspect" activations tr.h5)
 measured=$(sed -n 's/^pipeline: bubble measured \([0-9.]*\),.*/\1/p' train.txt)
 check "kpipe-inspect's measured bubble is kpipe-train's ($measured): one definition, the same timings" \
   test -n "$measured" -a "$measured" = "$(sed -n 's/^  mean    : //p' out.txt)"
@@ -38,7 +46,7 @@ import collections, json, sys
 events = [e for e in json.load(open("chrome.json"))["traceEvents"] if e["ph"] == "X"]
 count = collections.Counter((e["args"]["step"], e["tid"], e["cat"], e["name"][:2]) for e in events)
 ok = True
-for step in range(3):
+for step in (1, 2, 3):  # numbered as the progress lines and checkpoints number them
     for rank in range(2):
         for kind in ("F", "B"):  # 1F1B: four forwards and four backwards on each rank, every step
             n = sum(v for (s, r, c, _), v in count.items() if (s, r, c) == (step, rank, kind))
@@ -91,14 +99,32 @@ mkdir other && cp ck/step-00000002.h5 other/step-00000003.h5
 expect_rc 3 "inspect a file of another step under this step's name" "$inspect" other/step-00000003.h5
 check "the step mismatch is named" grep -q "name says step 3, its manifest step 2" out.txt
 
-# 5. Bad input: exit 2 and one line on stderr.
+# 5. Bad input: exit 2, nothing on stdout and one line on stderr. Files that are no checkpoint (a text, a trace,
+#    a timeline: a mistyped path) are bad input, not a damaged checkpoint (exit 3).
+echo "some text" >text.txt
 for args in "missing-dir" "timeline tr.h5" "activations tl.h5" "diff ck" "timeline tl.h5 --step 99" \
-            "timeline tl.h5 --step -1" "timeline tl.h5 --svg /dev/full" "activations missing.h5" \
-            "timeline tl.h5 --bogus"; do
+            "timeline tl.h5 --step -1" "timeline tl.h5 --step 0" "timeline tl.h5 --svg /dev/full" \
+            "activations missing.h5" "timeline tl.h5 --bogus" "text.txt" "tr.h5" "tl.h5" ""; do
   # shellcheck disable=SC2086
   expect_rc 2 "kpipe-inspect $args" "$inspect" $args
-  check "kpipe-inspect $args: one line on stderr" test "$(wc -l <err.txt)" -eq 1
+  check "kpipe-inspect $args: one line on stderr, none on stdout" test "$(wc -l <err.txt)" -eq 1 -a ! -s out.txt
+  check "kpipe-inspect $args: the line is kpipe-inspect's" grep -q "^kpipe-inspect: error: " err.txt
 done
+check "a text is named as not HDF5" grep -q "text.txt: not a kpipe checkpoint: not an HDF5 file" \
+  <("$inspect" text.txt 2>&1)
+check "a trace is named as a trace" grep -q "tr.h5: not a kpipe checkpoint: an HDF5 file of format 'kpipe-activation-trace'" \
+  <("$inspect" tr.h5 2>&1)
+# The help texts name the program and the command as typed.
+check "help: Usage: kpipe-inspect" grep -q "^Usage: kpipe-inspect \[OPTIONS\] \[CKPT\] \[SUBCOMMAND\]" <("$inspect" --help)
+check "timeline --help: Usage: kpipe-inspect timeline" grep -q "^Usage: kpipe-inspect timeline \[OPTIONS\] FILE" \
+  <("$inspect" timeline --help)
+check "diff --help: its exit codes" grep -q "the checkpoints differ" <("$inspect" diff --help)
+# An asynchronous run's timeline: drawn with its updates (U), its bubble measured.
+expect_rc 0 "pipedream run" "$@" -n 2 "$train" --pipeline-size 2 --microbatches 4 --steps 3 --schedule pipedream \
+  --timeline async.h5
+expect_rc 0 "inspect an asynchronous timeline" "$inspect" timeline async.h5
+check "updates drawn" grep -qE "^rank 0 \|.*U" out.txt
+check "bubble measured" grep -q "^  mean    : 0\." out.txt
 
 # 6. Non-finite: lr 1e30 without clipping blows the weights up after step 1; steps 2.. are skipped on every
 #    rank and the run stops with exit code 4 after 3 of them in a row.

@@ -31,14 +31,25 @@ cat out.txt
 grep -q "loss over 4 steps" out.txt || fail "the loss curve does not have 4 steps"
 grep -q "29 tensors" out.txt || fail "not every tensor of the checkpoint was read"
 grep -q "tokenizer bytes (vocabulary 256)" out.txt || fail "the checkpoint's tokenizer was not read"
-"$py" - <<'PY' || fail "the timeline's /steps losses differ from the metrics'"
+"$py" - <<'PY' || fail "the files' step numbers or losses disagree"
 import json, h5py
 metrics = [json.loads(line) for line in open("metrics.jsonl")]
-losses = [m["loss"] for m in metrics if "step" in m and not m.get("final")]
+lines = [m for m in metrics if "step_seconds" in m]  # the steps' lines (not the checkpoint's, the final one)
+losses = [m["loss"] for m in lines]
 with h5py.File("timeline.h5") as f:
     stored = list(f["steps/loss"][()])
     steps = list(f["steps/step"][()])
-assert steps == list(range(len(losses))), (steps, losses)
+    timeline_steps = sorted(set(f["timeline/step"][()]))
+with h5py.File("trace.h5") as f:
+    traced = sorted(set(f["layers/00/output/step"][()]))
+with h5py.File("ck/step-00000004.h5") as f:
+    checkpoint_step = int(f.attrs["step"])
+# One numbering: steps 1..4 in the metrics, /steps, /timeline; --trace-every 2 traces steps 2 and 4; the
+# checkpoint of the last step says 4, as its name and the metrics' checkpoint record do.
+assert [m["step"] for m in lines] == [1, 2, 3, 4], lines
+assert steps == [1, 2, 3, 4] and timeline_steps == [1, 2, 3, 4], (steps, timeline_steps)
+assert traced == [2, 4], traced
+assert checkpoint_step == 4 and [m["step"] for m in metrics if "checkpoint" in m] == [4], metrics
 assert stored == losses, (stored, losses)
 PY
 echo "$((1 - (failures > 0))) passed, $failures failed"

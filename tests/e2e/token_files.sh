@@ -105,7 +105,7 @@ fi
 # Empty splits: a text too short to hold out anything, an empty directory; a token file whose validation
 # split holds no window.
 printf 'abc' >"$dir/tiny.txt"  # 3 bytes x 0.1: nothing held out
-expect empty-validation kpipe-prepare 1 "$dir/tiny.txt" "validation split empty" -- "$prepare" "$dir/tiny.txt" -o "$dir/out.h5"
+expect empty-validation kpipe-prepare 1 "$dir/tiny.txt" "a validation split of 0 tokens" -- "$prepare" "$dir/tiny.txt" -o "$dir/out.h5"
 mkdir -p "$dir/empty"
 expect empty-directory kpipe-prepare 1 "$dir/empty" "no text" -- "$prepare" "$dir/empty" -o "$dir/out.h5"
 [ ! -e "$dir/out.h5" ] && [ ! -e "$dir/out.h5.partial" ] && ok "nothing written for the refused inputs" || fail "out.h5 was written"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kpipe-eval and kpipe-prepare on bad input: exit code 2 and one line naming the option and the value (no
-# SIGFPE, no file written over a device node, a FIFO refused and never opened), each within a bound.
+# SIGFPE, no file written over a device node, a FIFO refused and never opened, more memory than there is named
+# with its figure), each within a bound.
 # Usage: tools_input.sh KPIPE_PREPARE KPIPE_EVAL KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 prepare=$1; eval_app=$2; train=$3; shift 3
@@ -31,5 +32,20 @@ mkfifo "$dir/fifo"
 expect prepare-fifo-input "FIFO" -- "$prepare" "$dir/fifo" -o "$dir/out.h5"
 expect eval-fifo-data "--data = $dir/fifo: cannot open (is a FIFO" -- "$eval_app" "$dir/ck" --data "$dir/fifo"
 expect eval-fifo-checkpoint "checkpoint '$dir/fifo': cannot open (is a FIFO" -- "$eval_app" "$dir/fifo" --data "$dir/text.txt"
+# Too little memory for what the input asks (an address-space limit of 100 MB): named, with the memory it needs.
+# A synthetic corpus of 10^11 tokens is streamed, in bounded memory: it starts (and is stopped here).
+seq 1 2000000 | sed 's/.*/line & of a text to train a tokenizer on/' >"$dir/big.txt"  # 80 MB
+if ! "$prepare" "$dir/text.txt" -o "$dir/probe.h5" --tokenizer bpe --vocab-size 300 2>&1 | grep -q "without SentencePiece"; then
+  expect prepare-bpe-memory "--sample-bytes = 104857600: training the BPE model on a sample of" -- \
+    bash -c 'ulimit -v 100000; exec "$0" "$@"' "$prepare" "$dir/big.txt" -o "$dir/big.h5" --tokenizer bpe
+  grep -q "more than the .* this process can get: a smaller --sample-bytes" "$dir/err" && passes=$((passes + 1)) ||
+    fail "prepare-bpe-memory: $(cat "$dir/err")"
+fi
+(ulimit -v 1000000; timeout 3 "$prepare" --synthetic --tokens 100000000000 -o "$dir/huge.h5" --quiet) 2>"$dir/err"
+rc=$?
+[ "$rc" -eq 124 ] && [ ! -s "$dir/err" ] && passes=$((passes + 1)) ||
+  fail "--synthetic --tokens 1e11 under a 1 GB limit: exit $rc, not streamed: $(cat "$dir/err")"
+expect train-layers-memory "model.n_layers = 1000000000" -- "$train" --model.n_layers 1000000000
+grep -q "need at least .* TiB per rank on 1 stage" "$dir/err" && passes=$((passes + 1)) || fail "n_layers 1e9: $(cat "$dir/err")"
 echo "$passes passed, $failures failed"
 [ $failures -eq 0 ]

@@ -136,8 +136,9 @@ wait_for() {
 ended_or_requeued() { ended "$job" || [ "$(field "$job" Restarts)" -ge 1 ]; }
 is_running() { [ "$(field "$job" JobState)" = RUNNING ]; }
 no_job_processes() { [ -z "$(cluster_processes)" ]; }
-# grep -c prints 0 and fails where nothing matches: count once, whatever grep's status.
-steps_done() { local n=; [ -f "$1" ] && n=$(grep -c '"step"' "$1" || true); echo "${n:-0}"; }
+# Step lines (validation and checkpoint records carry a step too); grep -c prints 0 and fails where nothing
+# matches: count once, whatever grep's status.
+steps_done() { local n=; [ -f "$1" ] && n=$(grep -c '"step_seconds"' "$1" || true); echo "${n:-0}"; }
 at_least_steps() { [ "$(steps_done "$1")" -ge "$2" ]; }
 losses() { sed -n 's/.*"loss":\([^,}]*\).*"step":\([0-9]*\).*/\2 \1/p' "$@"; }
 final_checksum() { sed -n 's/.*"param_checksum":"\([0-9a-f]*\)".*/\1/p' "$1"; }

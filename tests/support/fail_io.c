@@ -113,6 +113,19 @@ int openat(int dir, const char* path, int flags, ...) {
   return fd;
 }
 
+// C's and C++'s streams (std::ofstream opens with fopen, whose own open() the C library calls internally).
+FILE* fopen(const char* path, const char* mode) {
+  FILE* file = NEXT(fopen)(path, mode);
+  if (file) track(fileno(file), path);
+  return file;
+}
+
+FILE* fopen64(const char* path, const char* mode) {
+  FILE* file = NEXT(fopen64)(path, mode);
+  if (file) track(fileno(file), path);
+  return file;
+}
+
 int close(int fd) {
   if (fd >= 0 && fd < MAX_FDS) failing[fd] = 0;
   return NEXT(close)(fd);
