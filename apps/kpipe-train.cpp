@@ -300,7 +300,7 @@ template <class A> Saved write_checkpoint(TrainingRun<A>& run, bool stopping) {
   if (result.ok) {
     run.metrics->write_checkpoint(trainer.next_step(), result.path, seconds);
     if (run.rank == 0) {
-      fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {}, {:.2f} s)\n", result.path,
+      fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {}) in {:.2f} s\n", result.path,
                  trainer.next_step(), seconds);
       if (!result.warning.empty()) fmt::print(stderr, "kpipe-train: warning: {}\n", result.warning);
     }

@@ -17,7 +17,7 @@ failures=0
 [ "$rc" -eq 3 ] || { echo "FAIL: exit code $rc, expected 3 (ExitCode::peer_lost)"; failures=1; }
 [ "$elapsed" -lt 30 ] || { echo "FAIL: took ${elapsed}s, the stalled rank was not taken down"; failures=1; }
 node=$(hostname)
-for needle in "kpipe: rank 0 (stage 0 on node $node): no answer within pipeline.recv_timeout_s = 1 s" \
+for needle in "$(basename "$program"): rank 0 (stage 0 on node $node): no answer within pipeline.recv_timeout_s = 1 s" \
   "waiting for the gradient of micro-batch 0 from rank 1 (stage 1 on node $node) in step 1" "rg0<1"; do
   grep -qF "$needle" "$err" || { echo "FAIL: message lacks '$needle'"; failures=1; }
 done

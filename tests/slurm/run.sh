@@ -461,8 +461,8 @@ expect_lost() {  # expect_lost STATES
   wait_for 60 "end of the job" ended "$job" || return
   case " $1 " in *" $(field "$job" JobState) "*) ;; *) fail "job $job is $(field "$job" JobState), expected $1" ;; esac
   [ "$(field "$job" ExitCode)" = 0:0 ] && fail "exit code 0:0"
-  line=$(grep -m1 -E "^kpipe: rank [01] \((stage [01] on )?node kpn1\): .*(node kpn2\)|\(node kpn2\) )" "$dir/kpipe-$job.out")
-  [ -n "$line" ] || fail "no line naming a rank on kpn2: $(grep '^kpipe: rank' "$dir/kpipe-$job.out")"
+  line=$(grep -m1 -E "^kpipe-train: rank [01] \((stage [01] on )?node kpn1\): .*(node kpn2\)|\(node kpn2\) )" "$dir/kpipe-$job.out")
+  [ -n "$line" ] || fail "no line naming a rank on kpn2: $(grep '^kpipe-train: rank' "$dir/kpipe-$job.out")"
   echo "  ranks on kpn1 ended after ${kpn1_s} s (pipeline.recv_timeout_s = $lost_timeout), every rank after ${all_s} s;" \
     "job $(field "$job" JobState), exit code $(field "$job" ExitCode): ${line:0:200}"
 }
