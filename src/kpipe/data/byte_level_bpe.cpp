@@ -71,6 +71,15 @@ bool flag(const json& j, const char* name, bool otherwise) {
 
 }  // namespace
 
+std::vector<std::string_view> gpt2_pieces(std::string_view text) {
+  std::vector<std::string_view> pieces;
+  for (std::size_t i = 0, n; i < text.size(); i += n) {
+    n = gpt2_piece(text, i);
+    pieces.push_back(text.substr(i, n));
+  }
+  return pieces;
+}
+
 char32_t byte_character(unsigned char byte) {
   const auto printable = [](unsigned b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; };
   if (printable(byte)) return byte;
@@ -242,11 +251,7 @@ std::vector<Token> ByteLevelBpe::encode(std::string_view text) const {
 
 void ByteLevelBpe::encode_part(std::string_view text, std::vector<Token>& ids) const {
   if (!use_regex_) return encode_word(text, ids);
-  for (std::size_t i = 0; i < text.size();) {
-    const std::size_t length = gpt2_piece(text, i);
-    encode_word(text.substr(i, length), ids);
-    i += length;
-  }
+  for (const std::string_view piece : gpt2_pieces(text)) encode_word(piece, ids);
 }
 
 void ByteLevelBpe::encode_word(std::string_view word, std::vector<Token>& ids) const {

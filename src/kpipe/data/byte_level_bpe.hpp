@@ -48,6 +48,9 @@ class ByteLevelBpe {
   bool use_regex_ = true, add_prefix_space_ = false, ignore_merges_ = false;
 };
 
+// GPT-2's pre-tokenization: the text cut into the pieces its pattern matches, in order.
+std::vector<std::string_view> gpt2_pieces(std::string_view text);
+
 // GPT-2's characters for bytes: the printable ones stand for themselves, the others for U+0100 onwards.
 char32_t byte_character(unsigned char byte);
 
