@@ -69,7 +69,9 @@ ExportSummary export_to_hf(const std::string& checkpoint, const std::string& dir
   summary.tokenizer = data::to_string(tokenizer.kind());
   std::vector<SafetensorsWriter::Declared> declared;
   for (const auto& t : tensors) declared.push_back({t.hf, t.hf_shape()});
-  {
+  std::vector<std::string> names = {"model.safetensors"};
+  for (const auto& entry : files) names.push_back(entry.first);
+  try {
     SafetensorsWriter writer(weights + partial, declared, dtype == "bf16" ? "BF16" : "F32", {{"format", "pt"}});
     for (const auto& t : tensors) {
       std::int64_t n = 1;
@@ -80,14 +82,14 @@ ExportSummary export_to_hf(const std::string& checkpoint, const std::string& dir
     }
     writer.finish();
     summary.weight_bytes = writer.bytes();
+    for (const auto& [name, text] : files) write_text(in_dir(name) + partial, text);
+  } catch (...) {  // a damaged tensor, a full disk: no partial file stays behind
+    for (const auto& name : names) fs::remove(in_dir(name) + partial, ec);
+    throw;
   }
-  std::vector<std::string> names = {"model.safetensors"};
-  for (const auto& [name, text] : files) {
-    write_text(in_dir(name) + partial, text);
-    names.push_back(name);
-  }
-  // Complete: each file takes its name.
+  // Complete: each file takes its name. A SentencePiece model of an earlier export would contradict the tokenizer.
   for (const auto& name : names) fs::rename(in_dir(name) + partial, in_dir(name));
+  if (!files.count("tokenizer.model")) fs::remove(in_dir("tokenizer.model"), ec);
   fsync_path(dir);
   return summary;
 }
