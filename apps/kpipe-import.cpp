@@ -8,7 +8,6 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
-#include <cstdio>
 #include <string>
 
 #include "kpipe/core/error.hpp"
@@ -29,14 +28,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.footer(kpipe::exit_codes_help(kpipe::ProgramName::import_model));
   return kpipe::apps::run_mpi_program("kpipe-import", argc, argv, [&](kpipe::apps::MpiProgram& program) {
-    try {
-      app.parse(program.argc, program.argv);
-    } catch (const CLI::Success&) {
-      if (program.rank == 0) std::fputs(app.help().c_str(), stdout);
-      return 0;
-    } catch (const CLI::ParseError& e) {
-      throw kpipe::InputError(e.what());
-    }
+    if (!kpipe::apps::parse_options(app, program)) return 0;
     kpipe::require(seq_len >= 0, "--seq-len = {}: expected an integer >= 0", seq_len);
     kpipe::require(program.world_size == 1, "kpipe-import runs as one process, not {}", program.world_size);
     const auto start = std::chrono::steady_clock::now();
