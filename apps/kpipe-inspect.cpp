@@ -29,6 +29,7 @@
 #include "kpipe/h5/file.hpp"
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/checkpoint_tokenizer.hpp"
+#include "kpipe/io/param_checksum.hpp"
 #include "kpipe/data/tokenizer_store.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/schedule/bubble.hpp"
@@ -144,6 +145,7 @@ int inspect_checkpoint(const std::string& path) {
   for (const auto& p : dataset_paths(handle.get()))
     if (p != "/manifest" && !reader->find(p)) fmt::print("{:<52} not in the manifest: not part of the checkpoint\n", p);
   fmt::print("\nmodel L2 norm {:.9g}\n", std::sqrt(total));
+  if (info.scalar_type == "float32") fmt::print("param_checksum {}\n", hash_hex(io::param_checksum(*reader)));
   if (damaged > 0) {
     fmt::print("DAMAGED: {} problem{} found (see above)\n", damaged, damaged > 1 ? "s" : "");
     return exit_damaged;

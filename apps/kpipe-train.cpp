@@ -24,6 +24,8 @@
 #include "kpipe/core/files.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/io/checkpoint.hpp"
+#include "kpipe/io/checkpoint_tokenizer.hpp"
+#include "kpipe/io/init_from.hpp"
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/memory/meter.hpp"
@@ -192,7 +194,12 @@ template <class A> void open_inputs_and_outputs(TrainingRun<A>& run) {
   using namespace kpipe;
   io::validate_checkpoint_config(run.config.checkpoint);
   comm::agree(run.grid.world, {run.timeout(), "checking the run's inputs and outputs"}, [&] {
-    run.corpus = data::load_corpus(run.config.data, run.config.train.seed, run.config.model.seq_len);
+    // Starting from a checkpoint's weights: in its tokenizer's tokens (checkpoint.init_from).
+    const auto& init_from = run.config.checkpoint.init_from;
+    run.corpus = init_from.empty()
+                     ? data::load_corpus(run.config.data, run.config.train.seed, run.config.model.seq_len)
+                     : data::load_corpus(run.config.data, run.config.train.seed, run.config.model.seq_len,
+                                         io::read_checkpoint_tokenizer(init_from));
     data::fit_vocabulary(run.config.model, run.corpus);  // the data's vocabulary (a BPE token file's) sizes the model
     run.metrics = std::make_unique<runtime::MetricsWriter>(run.rank == 0 ? run.config.output.metrics : std::string());
     const auto& profile = run.config.output.profile;
@@ -242,7 +249,14 @@ template <class A> void load_and_resume(TrainingRun<A>& run, const kpipe::io::Re
   using namespace kpipe;
   auto& trainer = *run.trainer;
   const auto resumed = io::load_resume_point(trainer.stage(), point);
-  if (!resumed.path.empty()) trainer.resume(resumed.step, resumed.older);
+  if (!resumed.path.empty()) {
+    trainer.resume(resumed.step, resumed.older);
+  } else if (const auto& init_from = run.config.checkpoint.init_from; !init_from.empty()) {
+    io::load_weights(trainer.stage(), init_from);
+    trainer.resume(0);  // the weight versions of an asynchronous run start from these weights
+    if (run.rank == 0)
+      fmt::print(stderr, "kpipe-train: initialized from {} (its weights; a fresh optimizer at step 0)\n", init_from);
+  }
   if (run.checkpoints) {
     run.checkpoints->start_run(resumed.run_id);
     if (run.rank == 0 && !run.checkpoints->warning().empty())
@@ -473,6 +487,11 @@ Job parse_job(int argc, char** argv) {
   job.config = command_line.config;
   job.exit_now = command_line.exit_now;
   job.exit_code = command_line.exit_code;
+  // Starting from a checkpoint's weights: its model (every rank reads it; a failure is agreed by all).
+  if (const auto& init_from = job.config.checkpoint.init_from; !init_from.empty() && !job.exit_now)
+    kpipe::comm::agree(MPI_COMM_WORLD, {job.config.pipeline.recv_timeout_s, "reading checkpoint.init_from"}, [&] {
+      job.config.model = kpipe::io::init_from_model(init_from, command_line.given, job.config.model);
+    });
   const auto optimizer = kpipe::runtime::choose_optimizer(job.config, command_line.preset.optim, command_line.given);
   job.config.optim = optimizer.optim;
   job.optimizer_note = optimizer.note;

@@ -62,18 +62,25 @@ template <class Run> int run_mpi_program(const std::string& name, int argc, char
   return rc;
 }
 
+// Parses the program's command line with `app`: false when it asked for --help (printed on rank 0), which ends the
+// program; a parse error is bad input.
+inline bool parse_options(CLI::App& app, const MpiProgram& program) {
+  try {
+    app.parse(program.argc, program.argv);
+  } catch (const CLI::Success&) {
+    if (program.rank == 0) std::fputs(app.help().c_str(), stdout);
+    return false;
+  } catch (const CLI::ParseError& e) {
+    throw InputError(e.what());
+  }
+  return true;
+}
+
 // The frame of kpipe-eval and kpipe-generate: run(transport, rank, world_size) does the program's work once
 // `app` has parsed the command line and Kokkos runs on the rank's device.
 template <class Run> int run_checkpoint_program(int argc, char** argv, CLI::App& app, const Run& run) {
   return run_mpi_program(app.get_name(), argc, argv, [&](MpiProgram& program) {
-    try {
-      app.parse(program.argc, program.argv);
-    } catch (const CLI::Success&) {
-      if (program.rank == 0) std::fputs(app.help().c_str(), stdout);
-      return 0;
-    } catch (const CLI::ParseError& e) {
-      throw InputError(e.what());
-    }
+    if (!parse_options(app, program)) return 0;
     // Each rank drives the GPU of its node-local rank (host threads: OMP_NUM_THREADS).
     const auto placement = runtime::place_rank(PipelineConfig(), MPI_COMM_WORLD);
     runtime::KokkosSession kokkos(placement);

@@ -196,6 +196,7 @@ struct CheckpointConfig {
   int every = 0;                  // write one every this many steps (0: only at a stop signal)
   int keep = 3;                   // newest complete checkpoints of this run kept (at least 2)
   std::string resume;             // "" (start fresh), "latest" (in dir), or a checkpoint file
+  std::string init_from;          // a checkpoint whose weights (model, tokenizer) a fresh run starts from; "": none
   CheckpointFallback fallback = CheckpointFallback::error;  // a corrupt checkpoint: exit 2, or load the one before
   CheckpointFailure on_failure = CheckpointFailure::stop;  // a checkpoint not written: exit code 5, or train on
   OtherRuns other_runs = OtherRuns::refuse;  // dir holds another run's checkpoints: refuse to start, or keep them

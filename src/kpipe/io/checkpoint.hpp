@@ -116,6 +116,10 @@ template <class T> struct LoadedCheckpoint {
 // resumes from what it returns (Trainer::resume). Throws CorruptCheckpoint or InputError on every rank alike.
 template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>& stage, const std::string& path);
 
+// checkpoint.init_from: the newest weights of a checkpoint (any layout's, or kpipe-import's) into the stage model's
+// chunks, on any layout; the optimizer state is left as it is (a fresh run's). InputError on every rank alike.
+template <class T, class A> void load_weights(runtime::StageModel<T, A>& stage, const std::string& path);
+
 // The checkpoint a run resumes from, chosen before the run is planned: its step is the run's first, where an
 // asynchronous run's lists start (runtime::TrainerOptions::first_step).
 struct ResumePoint {

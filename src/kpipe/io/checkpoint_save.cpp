@@ -21,6 +21,42 @@ namespace fs = std::filesystem;
 
 using namespace detail;
 
+// The metadata: the same on every rank (rank 0's clock), all of it in the checksummed manifest.
+template <class T>
+void detail::add_metadata(CheckpointWriter& writer, const Config& config, const model::ModelDesc& desc, std::int64_t step,
+                  const std::string& run_id, const std::string& created) {
+  std::int64_t tensors = 0;
+  for (const auto& layer : desc.layers) tensors += std::int64_t(layer.params.size());
+  writer.set_attribute("/", "step", step);
+  writer.set_attribute("/", "run_id", run_id);
+  writer.set_attribute("/", "kpipe_version", std::string(kpipe::version));
+  writer.set_attribute("/", "created", created);
+  writer.set_attribute("/", "config", to_toml(config));
+  writer.set_attribute("/", "scalar_type", std::string(type_name<T>()));
+  // What the run computed in; the tensors are its masters (scalar_type) whatever it is, so any precision loads.
+  writer.set_attribute("/", "precision", std::string(to_string(config.train.precision)));
+  writer.set_attribute("/", "pipeline_size", std::int64_t(config.pipeline.pipeline_size));
+  writer.set_attribute("/", "data_parallel", std::int64_t(config.pipeline.data_parallel));
+  writer.set_attribute("/", "chunks", std::int64_t(config.pipeline.chunks));
+  writer.set_attribute("/", "schedule",
+                       config.pipeline.schedule_file.empty() ? std::string(to_string(config.pipeline.schedule))
+                                                             : config.pipeline.schedule_file);
+  writer.set_attribute("/", "tensors", tensors);
+  writer.set_attribute("/optimizer", "kind", std::string(to_string(config.optim.kind)));
+  // AdamW's bias correction uses the count of updates so far, which is the step counter.
+  writer.set_attribute("/optimizer", "step", step);
+  writer.set_attribute("/training", "step", step);
+  writer.set_attribute("/training", "seed", std::int64_t(config.train.seed));
+  writer.set_attribute("/training", "sampler",
+                       std::string("windows keyed by (train.seed, step, sequence): the step is the sampler's position"));
+  writer.set_attribute("/training", "rng",
+                       std::string("none beyond train.seed: initialization is keyed by (seed, layer, name), sampling "
+                                   "by (seed, step, sequence)"));
+}
+
+template void detail::add_metadata<float>(CheckpointWriter&, const Config&, const model::ModelDesc&, std::int64_t,
+                                          const std::string&, const std::string&);
+
 namespace {
 
 // Whether this step's checkpoint may be written: never one with a non-finite value (every rank checks its
@@ -69,39 +105,6 @@ void add_tensors(CheckpointWriter& writer, runtime::StageModel<T, A>& stage, std
       if (!values.empty()) add(older_version_root(j), std::move(values));  // empty: read by no micro-batch in flight
     }
   }
-}
-
-// The metadata: the same on every rank (rank 0's clock), all of it in the checksummed manifest.
-template <class T>
-void add_metadata(CheckpointWriter& writer, const Config& config, const model::ModelDesc& desc, std::int64_t step,
-                  const std::string& run_id, const std::string& created) {
-  std::int64_t tensors = 0;
-  for (const auto& layer : desc.layers) tensors += std::int64_t(layer.params.size());
-  writer.set_attribute("/", "step", step);
-  writer.set_attribute("/", "run_id", run_id);
-  writer.set_attribute("/", "kpipe_version", std::string(kpipe::version));
-  writer.set_attribute("/", "created", created);
-  writer.set_attribute("/", "config", to_toml(config));
-  writer.set_attribute("/", "scalar_type", std::string(type_name<T>()));
-  // What the run computed in; the tensors are its masters (scalar_type) whatever it is, so any precision loads.
-  writer.set_attribute("/", "precision", std::string(to_string(config.train.precision)));
-  writer.set_attribute("/", "pipeline_size", std::int64_t(config.pipeline.pipeline_size));
-  writer.set_attribute("/", "data_parallel", std::int64_t(config.pipeline.data_parallel));
-  writer.set_attribute("/", "chunks", std::int64_t(config.pipeline.chunks));
-  writer.set_attribute("/", "schedule",
-                       config.pipeline.schedule_file.empty() ? std::string(to_string(config.pipeline.schedule))
-                                                             : config.pipeline.schedule_file);
-  writer.set_attribute("/", "tensors", tensors);
-  writer.set_attribute("/optimizer", "kind", std::string(to_string(config.optim.kind)));
-  // AdamW's bias correction uses the count of updates so far, which is the step counter.
-  writer.set_attribute("/optimizer", "step", step);
-  writer.set_attribute("/training", "step", step);
-  writer.set_attribute("/training", "seed", std::int64_t(config.train.seed));
-  writer.set_attribute("/training", "sampler",
-                       std::string("windows keyed by (train.seed, step, sequence): the step is the sampler's position"));
-  writer.set_attribute("/training", "rng",
-                       std::string("none beyond train.seed: initialization is keyed by (seed, layer, name), sampling "
-                                   "by (seed, step, sequence)"));
 }
 
 // Once every rank's bytes are on storage, rank 0 publishes the file, then `latest`, then prunes. Returns the
