@@ -31,7 +31,7 @@ build=${KPIPE_HF_BUILD_DIR:-build}
 timed cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DKPIPE_ENABLE_TESTS=ON -DKPIPE_ENABLE_APPS=ON >/dev/null
 timed cmake --build "$build" -j "$(nproc)" --target kpipe-prepare kpipe-train kpipe-eval kpipe-generate kpipe-export \
   kpipe-import kpipe-inspect kpipe_test_encode_text >/dev/null
-quickstart=$build/quickstart/checkpoints
+quickstart=$(cd "$build" && pwd)/quickstart/checkpoints  # absolute: ctest runs the tests in $build/tests
 [ -f "$quickstart/latest" ] && export KPIPE_HF_QUICKSTART=$quickstart
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
