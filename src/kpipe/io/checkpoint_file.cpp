@@ -141,6 +141,7 @@ Handle create_contiguous(hid_t file, const std::string& name, hid_t type, const 
 std::string create_layout(const std::string& path, const std::vector<DatasetEntry>& datasets,
                           const Attributes& attributes, const std::string& manifest,
                           std::vector<std::uint64_t>& offsets) {
+  const auto hdf5 = h5::exclusive();  // written beside the training, which may read tokens meanwhile
   const h5::QuietErrors quiet;
   std::string failure;
   // Called right after the HDF5 call that failed (the next call clears HDF5's record of the reason).
