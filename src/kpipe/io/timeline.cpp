@@ -381,7 +381,8 @@ std::string chrome_trace(const TimelineFile& timeline) {
                       {"dur", std::max(0.0, (c.end - c.start) * 1e6)},
                       {"pid", 0},
                       {"tid", timeline.info.ranks + rank},
-                      {"args", {{"checkpoint_step", c.step}, {"kind", to_string(c.kind)}, {"bytes", c.bytes}}}});
+                      {"args", {{"step", at->first}, {"checkpoint_step", c.step}, {"kind", to_string(c.kind)},
+                                {"bytes", c.bytes}}}});
   }
   for (const auto& r : timeline.rows) {
     nlohmann::json args = {{"step", r.step}, {"microbatch", r.action.microbatch}, {"chunk", r.action.chunk}};
