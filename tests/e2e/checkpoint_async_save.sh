@@ -10,7 +10,8 @@
 #  4. SIGUSR1 while the write of step 200 is in flight: that write finishes, the current step is written while
 #     the training waits: two checkpoints, exit 75, and --resume continues bit for bit;
 #  5. bad input: checkpoint.async = on where MPI lacks MPI_THREAD_MULTIPLE (a shim lowers what it reports)
-#     is refused with one line naming the key and value, exit 2; auto says so and writes while training waits.
+#     is refused with one line naming the key and value, exit 2; auto says so and writes while training waits;
+#  6. the same where the snapshot buffer alone takes a rank over memory.limit_per_rank.
 # Usage: checkpoint_async_save.sh KPIPE_TRAIN KPIPE_INSPECT FAIL_IO_SHIM THREAD_LEVEL_SHIM MPIEXEC [FLAGS...]
 set -u
 train=$1; inspect=$2; fail_io=$3; thread_level=$4; shift 4
@@ -117,5 +118,18 @@ timeout 60 "$@" "${lowered[@]}" -n 2 "$train" "${run[@]}" --checkpoint.async aut
   >/dev/null 2>"$dir/auto.err" && grep -q "checkpoint.async = auto: checkpoints are written while the training waits" \
   "$dir/auto.err" && [ -f "$dir/auto/step-00000006.h5" ] && ! grep -q "beside the training in" "$dir/auto.err" && ok ||
   fail "thread level, auto: $(grep kpipe "$dir/auto.err" | head -3)"
+# 6. A snapshot buffer that does not fit memory.limit_per_rank (rank 0: 866 KiB with it, 615 KiB without): "on"
+# refused before anything is allocated, naming the snapshot; "auto" says why and writes while training waits.
+timeout 60 "$@" -n 2 "$train" "${run[@]}" --checkpoint-dir "$dir/big" --memory-limit-per-rank 700KiB >/dev/null \
+  2>"$dir/big.err"
+rc=$?
+[ "$rc" -eq 2 ] && [ "$(grep -c kpipe-train "$dir/big.err")" -eq 1 ] &&
+  grep -q "memory.limit_per_rank = 700KiB: rank 0 needs .*snapshot 251 KiB" "$dir/big.err" && ok ||
+  fail "memory, on: exit $rc: $(grep kpipe "$dir/big.err")"
+timeout 60 "$@" -n 2 "$train" "${run[@]}" --checkpoint.async auto --checkpoint-dir "$dir/fits" \
+  --memory-limit-per-rank 700KiB >/dev/null 2>"$dir/fits.err" &&
+  grep -q "checkpoint.async = auto: writing checkpoints synchronously: the snapshot buffer (251 KiB)" "$dir/fits.err" &&
+  [ -f "$dir/fits/step-00000006.h5" ] && grep -q "every category as predicted" "$dir/fits.err" && ok ||
+  fail "memory, auto: $(grep kpipe "$dir/fits.err" | head -3)"
 echo "$passes passed, $failures failed"
 [ $failures -eq 0 ]
