@@ -38,7 +38,8 @@ def train(build, model, steps, every, kind, work):
     ck = os.path.join(work, f"ck-{kind}")
     shutil.rmtree(ck, ignore_errors=True)
     cmd = [os.path.join(build, "apps", "kpipe-train")] + MODELS[model] + [
-        "--pipeline-size", "2", "--steps", str(steps), "--train.eval_every", "0", "--train.log_every", "1000000",
+        "--pipeline-size", "2", "--steps", str(steps), "--train.eval_every", "0", "--train.eval_batches", "1",
+        "--train.log_every", "1000000",
         "--metrics", metrics]
     if kind != "none":
         cmd += ["--checkpoint-dir", ck, "--checkpoint-every", str(every), "--keep", "2", "--checkpoint.async", kind]
