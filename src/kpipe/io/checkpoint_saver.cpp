@@ -70,8 +70,10 @@ CheckpointSaver<T, A>::CheckpointSaver(runtime::StageModel<T, A>& stage, const d
   if (!background_) return;
   const std::string why = why_not_beside();
   require(why.empty(), "checkpoint.async = {}: {}", stage.config().checkpoint.async, why);
-  const memory::Scope scope(memory::Category::snapshot);  // memory/plan.cpp counts it
-  buffer_ = Kokkos::View<T*, PinnedSpace>("kpipe::io::CheckpointSaver::snapshot", detail::snapshot_capacity(stage));
+  // memory/plan.cpp counts it; the other replicas hold none (an empty View would still take a block).
+  const std::size_t capacity = detail::snapshot_capacity(stage);
+  const memory::Scope scope(memory::Category::snapshot);
+  if (capacity > 0) buffer_ = Kokkos::View<T*, PinnedSpace>("kpipe::io::CheckpointSaver::snapshot", capacity);
 }
 
 template <class T, class A> CheckpointSaver<T, A>::~CheckpointSaver() {
