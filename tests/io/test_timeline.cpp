@@ -140,11 +140,11 @@ TEST(Timeline, CheckpointWorkHasALaneOfItsOwn) {
   test::TempDir dir;
   const auto path = dir.path("t.h5");
   {
-    io::TimelineWriter writer(path, two_ranks(), 0);
-    writer.append({{0, 0, 10.0}, {0, 1, 10.5}, {1, 0, 15.0}, {1, 1, 15.5}},
-                  {{0, {Kind::snapshot, 1, 14.0, 14.5, 1000}}, {0, {Kind::write, 1, 14.5, 17.0, 1000}},
-                   {1, {Kind::wait, 1, 14.8, 15.2, 0}}});
+    io::TimelineWriter writer(path, two_ranks(), 0);  // written at every append of actions: twice here
+    writer.append({{0, 0, 10.0}, {0, 1, 10.5}}, {{0, {Kind::snapshot, 1, 14.0, 14.5, 1000}}});
     writer.append(step_rows(0));
+    writer.append({{1, 0, 15.0}, {1, 1, 15.5}},
+                  {{0, {Kind::write, 1, 14.5, 17.0, 1000}}, {1, {Kind::wait, 1, 14.8, 15.2, 0}}});
     writer.append(step_rows(1));
   }
   const auto t = io::read_timeline(path);

@@ -204,8 +204,9 @@ void TimelineWriter::write_beside() {
       end.push_back(c.end);
       bytes.push_back(c.bytes);
     }
+    const bool fresh = !h5::exists(file_.get(), "checkpoints");
     const h5::Handle group = h5::require_group(file_.get(), "checkpoints");
-    h5::write_attribute(group.get(), "kinds", std::string("snapshot,write,wait"));
+    if (fresh) h5::write_attribute(group.get(), "kinds", std::string("snapshot,write,wait"));
     const hid_t g = group.get();
     h5::append(g, "rank", rank);
     h5::append(g, "kind", kind);
