@@ -1,14 +1,17 @@
 // Checkpoint write and read speeds beside the disk's own, on as many pipeline stages as MPI ranks: every rank
 // writes its stages' tensors (values and both AdamW moments) into one step-<N>.h5 file, then every rank reads
 // its own back. Each repeat first writes as many bytes with `dd if=/dev/zero bs=1M conv=fsync` into the same
-// directory (the disk's own speed, measured beside the checkpoint's), then the checkpoint while the caller
-// waits (save_checkpoint), then beside it (io::CheckpointSaver: the copy into the snapshot buffer, then the
-// write on a thread of its own), then reads it back. Write times include fsync and publication (rename,
-// `latest`); read time includes verifying every byte read against the manifest (from the page cache: kpipe's
-// side, not the disk). MODEL: bench (the bench preset, 81 MB) or gigabyte (d_model 1024, 7 layers: 1.06 GB).
+// directory and reads them back with dd (the disk's own speeds, measured beside the checkpoint's), then writes
+// the checkpoint while the caller waits (save_checkpoint), then beside it (io::CheckpointSaver: the copy into
+// the snapshot buffer, then the write on a thread of its own), then reads it back. Write times include fsync
+// and publication (rename, `latest`); read time includes verifying every byte read against the manifest. Both
+// reads come from the disk: the files' pages are dropped from the page cache first (posix_fadvise).
+// MODEL: bench (the bench preset, 81 MB) or gigabyte (d_model 1024, 7 layers: 1.06 GB).
 //   mpiexec -n 2 build/benchmarks/kpipe_bench_checkpoint [REPEAT] [DIR] [MODEL]
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <mpi.h>
+#include <unistd.h>
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -37,16 +40,30 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// Seconds `dd` takes to write `megabytes` MiB of zeros to a file in dir and fsync it (-1 when it fails).
-double dd_seconds(const std::string& dir, long megabytes) {
+// Drops a file's pages from the page cache (clean once fsynced): the next read comes from the disk.
+void drop_cached(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+struct Disk {
+  double write = -1, read = -1;  // seconds
+};
+
+// What `dd` takes to write `megabytes` MiB of zeros to a file in dir and fsync it, then to read it back.
+Disk dd_seconds(const std::string& dir, long megabytes) {
   const std::string file = (fs::path(dir) / "dd.bin").string();
-  const std::string command =
-      fmt::format("dd if=/dev/zero of='{}' bs=1M count={} conv=fsync 2>/dev/null", file, megabytes);
-  const double start = now();
-  const int rc = std::system(command.c_str());
-  const double seconds = now() - start;
+  Disk disk;
+  double start = now();
+  if (std::system(fmt::format("dd if=/dev/zero of='{}' bs=1M count={} conv=fsync 2>/dev/null", file, megabytes).c_str()) == 0)
+    disk.write = now() - start;
+  drop_cached(file);
+  start = now();
+  if (std::system(fmt::format("dd if='{}' of=/dev/null bs=1M 2>/dev/null", file).c_str()) == 0) disk.read = now() - start;
   fs::remove(file);
-  return rc == 0 ? seconds : -1;
+  return disk;
 }
 
 kpipe::Config model(const std::string& name, int ranks) {
@@ -92,7 +109,7 @@ int main(int argc, char** argv) {
       kpipe::io::CheckpointDir checkpoints(c.checkpoint, grid.world, c.pipeline.recv_timeout_s);
       checkpoints.start_run("");
       kpipe::io::CheckpointSaver<float, float> saver(trainer.stage(), corpus.tokenizer, checkpoints);
-      std::vector<double> disk, waiting, snapshots, beside, reads;
+      std::vector<double> disk, disk_reads, waiting, snapshots, beside, reads;
       std::string path;
       std::int64_t bytes = 0;  // the checkpoint file's
       double copied = 0;       // this rank's snapshot bytes
@@ -109,7 +126,11 @@ int main(int argc, char** argv) {
       }
       for (int i = 0; i < repeat; ++i) {
         MPI_Barrier(MPI_COMM_WORLD);
-        if (rank == 0) disk.push_back(dd_seconds(dir, long(bytes >> 20)));
+        if (rank == 0) {
+          const Disk dd = dd_seconds(dir, long(bytes >> 20));
+          disk.push_back(dd.write);
+          disk_reads.push_back(dd.read);
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         double t = now();
         const auto saved = kpipe::io::save_checkpoint(stage, 2 * i + 1, corpus.tokenizer, checkpoints);
@@ -127,6 +148,8 @@ int main(int argc, char** argv) {
           if (span.kind == kpipe::io::CheckpointSpan::Kind::snapshot) copied = double(span.bytes);
         snapshots.push_back(snapshot);
         path = written.path;
+        if (rank == 0) drop_cached(path);
+        MPI_Barrier(MPI_COMM_WORLD);
         t = now();
         kpipe::io::load_checkpoint(stage, path);
         MPI_Barrier(MPI_COMM_WORLD);
@@ -136,15 +159,17 @@ int main(int argc, char** argv) {
         const double mb = double(bytes) / 1e6, dd_mb = double((bytes >> 20) << 20) / 1e6;
         const double disk_speed = dd_mb / median(disk);
         fmt::print("one checkpoint file, p = {}, {} model, {:.1f} MB, medians of {} repeats:\n", size, name, mb, repeat);
-        fmt::print("  disk, dd bs=1M count={} conv=fsync: {:.3f} s, {:.0f} MB/s\n", bytes >> 20, median(disk),
-                   disk_speed);
+        fmt::print("  disk, dd bs=1M count={} conv=fsync: {:.3f} s, {:.0f} MB/s; read back (not cached): {:.3f} s, "
+                   "{:.0f} MB/s\n",
+                   bytes >> 20, median(disk), disk_speed, median(disk_reads), dd_mb / median(disk_reads));
         fmt::print("  written while the caller waits: {:.3f} s, {:.0f} MB/s ({:.0f}% of dd)\n", median(waiting),
                    mb / median(waiting), 100 * mb / median(waiting) / disk_speed);
         fmt::print("  written beside it: snapshot copy {:.3f} s ({:.1f} MB on rank 0, {:.2f} GB/s), then the write: "
                    "{:.3f} s in all, {:.0f} MB/s ({:.0f}% of dd)\n",
                    median(snapshots), copied / 1e6, copied / 1e9 / median(snapshots), median(beside),
                    mb / median(beside), 100 * mb / median(beside) / disk_speed);
-        fmt::print("  read, every byte verified: {:.3f} s, {:.0f} MB/s\n", median(reads), mb / median(reads));
+        fmt::print("  read (not cached), every byte verified: {:.3f} s, {:.0f} MB/s ({:.0f}% of dd)\n", median(reads),
+                   mb / median(reads), 100 * mb / median(reads) / (dd_mb / median(disk_reads)));
       }
     }
     kpipe::comm::free_grid(grid);
