@@ -32,12 +32,16 @@ struct MpiProgram {
   double finalize_timeout_s = PipelineConfig{}.recv_timeout_s;  // how long MPI_Finalize may wait for every rank
 };
 
-// Runs run(MpiProgram&), which returns the exit code, inside MPI; `name` prefixes the error lines.
-template <class Run> int run_mpi_program(const std::string& name, int argc, char** argv, const Run& run) {
+// Runs run(MpiProgram&), which returns the exit code, inside MPI started at `thread_level` (what the library
+// provides may be less: MPI_Query_thread says); `name` prefixes the error lines.
+template <class Run>
+int run_mpi_program(const std::string& name, int argc, char** argv, const Run& run,
+                    int thread_level = MPI_THREAD_SINGLE) {
   // A rank on another node that dies closes its sockets: MPI's next write to one must fail (Open MPI then names
   // the peer's host, and kpipe's bounded wait the rank), not kill this rank with SIGPIPE and no word.
   std::signal(SIGPIPE, SIG_IGN);
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, thread_level, &provided);
   MpiProgram program;
   program.argc = argc;
   program.argv = argv;

@@ -1,11 +1,13 @@
-// gtest main for every kpipe test: MPI first, then Kokkos, torn down in reverse order.
+// gtest main for every kpipe test: MPI first (at the thread level kpipe-train asks for: checkpoints written
+// beside the training), then Kokkos, torn down in reverse order.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Kokkos::initialize(argc, argv);

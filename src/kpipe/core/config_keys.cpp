@@ -139,6 +139,8 @@ const std::vector<Key>& keys() {
             "a checkpoint that cannot be written: stop (exit code 5) or continue training", "--on-checkpoint-failure"),
       entry("checkpoint.other_runs", &C::checkpoint, &CheckpointConfig::other_runs,
             "checkpoint.dir holds another run's checkpoints: refuse to start, or keep them and write beside them"),
+      entry("checkpoint.async", &C::checkpoint, &CheckpointConfig::async,
+            "write checkpoints beside the training from a snapshot: on, off, or auto (on where it can run)"),
   };
   return table;
 }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/h5/file.hpp"
@@ -21,10 +20,16 @@ class DatasetTokens final : public TokenSource {
   DatasetTokens(std::string path, std::string dataset, std::int64_t tokens, int vocab, std::string label)
       : path_(std::move(path)), name_(std::move(dataset)), size_(tokens), vocab_(vocab), label_(std::move(label)) {}
 
+  ~DatasetTokens() override {
+    const auto hdf5 = h5::exclusive();
+    dataset_.reset();
+    file_.reset();
+  }
+
   std::int64_t size() const override { return size_; }
 
   void read(std::int64_t first, std::int64_t count, Token* out) const override {
-    const std::lock_guard<std::mutex> lock(mutex_);  // one HDF5 handle per split; reads do not interleave
+    const auto hdf5 = h5::exclusive();  // a checkpoint may be written beside the training (h5/file.hpp)
     open();
     const auto failure =
         h5::read_range(dataset_.get(), h5::memory_type<Token>(), hsize_t(first), hsize_t(count), out);
@@ -60,7 +65,6 @@ class DatasetTokens final : public TokenSource {
   std::int64_t size_;
   int vocab_;
   std::string label_;
-  mutable std::mutex mutex_;
   mutable h5::Handle file_, dataset_;
 };
 

@@ -103,12 +103,10 @@ LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& pa
     }
     if (stage.versioned() && optimizer) loaded.older = read_older_versions(stage, reader);
     // Every tensor of the model was found; a checkpoint with more is of a larger model.
-    std::int64_t model_tensors = 0;
-    for (const auto& layer : stage.desc().layers) model_tensors += std::int64_t(layer.params.size());
     const std::int64_t tensors = reader.number("tensors");
-    require(tensors == model_tensors,
+    require(tensors == model_tensors(stage.desc()),
             "checkpoint '{}': holds {} tensors, the model {} (model.n_layers = {}): not the same model", reader.path(),
-            tensors, model_tensors, stage.desc().config.n_layers);
+            tensors, model_tensors(stage.desc()), stage.desc().config.n_layers);
   });
   return loaded;
 }
