@@ -65,7 +65,7 @@ double checkpoint_loss(const kpipe::Config& config, const kpipe::data::Corpus& c
   runtime::TrainerOptions options;
   options.transport = transport;
   runtime::Trainer<float, A> trainer(config, corpus, grid, options);
-  io::load_checkpoint(trainer.stage(), checkpoint);
+  io::load_weights(trainer.stage(), checkpoint);
   return trainer.evaluate();
 }
 

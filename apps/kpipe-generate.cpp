@@ -77,7 +77,7 @@ double generate_text(const Options& o, const kpipe::Config& config, const kpipe:
   const model::ModelDesc desc = model::describe(config.model);
   const runtime::RunPlan plan = runtime::plan_run(config, desc, grid, transport);
   runtime::StageModel<float, A> stage(config, desc, grid, plan);
-  io::load_checkpoint(stage, o.checkpoint);
+  io::load_weights(stage, o.checkpoint);
   runtime::Generator<float, A> generator(stage, plan, tokenizer);
   TextStream stream(tokenizer, rank == 0 && !o.quiet);
   stream.update(tokens, false);

@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -31,6 +32,7 @@
 #include "kpipe/h5/file.hpp"
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/checkpoint_tokenizer.hpp"
+#include "kpipe/io/param_checksum.hpp"
 #include "kpipe/data/tokenizer_store.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/schedule/bubble.hpp"
@@ -177,6 +179,7 @@ int inspect_checkpoint(const std::string& path) {
   for (const auto& p : dataset_paths(handle.get()))
     if (p != "/manifest" && !reader->find(p)) fmt::print("{:<52} not in the manifest: not part of the checkpoint\n", p);
   fmt::print("\nmodel L2 norm {:.9g}\n", std::sqrt(total));
+  if (info.scalar_type == "float32") fmt::print("param_checksum {}\n", hash_hex(io::param_checksum(*reader)));
   if (damaged > 0) {
     fmt::print("DAMAGED: {} found (see above)\n", quantity(damaged, "problem"));
     return exit_damaged;
@@ -265,6 +268,15 @@ int inspect_timeline(const std::string& path, const std::string& chrome, const s
   for (int r = 0; r < t.info.ranks; ++r) fmt::print("  rank {:>3}: {:.3f}\n", r, bubble[r]);
   const double mean = schedule::mean_bubble(bubble);
   fmt::print("  mean    : {:.3f}\n", mean);
+  // Checkpoint work, slowest rank per checkpoint: what the training waited for, and the write beside it.
+  std::map<std::int64_t, std::array<double, 3>> work;
+  for (const auto& [rank, c] : t.checkpoints) {
+    auto& seconds = work[c.step][int(c.kind)];
+    seconds = std::max(seconds, c.end - c.start);
+  }
+  if (!work.empty()) fmt::print("\ncheckpoints (seconds, slowest rank): snapshot, write, waited for the write before\n");
+  for (const auto& [step, seconds] : work)
+    fmt::print("  step {:>8}: {:.3f} {:.3f} {:.3f}\n", step, seconds[0], seconds[1], seconds[2]);
   if (!chrome.empty()) {
     write_file("--chrome", chrome, io::chrome_trace(t));
     fmt::print("Chrome trace written to {} (open it in Perfetto)\n", chrome);
@@ -273,6 +285,10 @@ int inspect_timeline(const std::string& path, const std::string& chrome, const s
     schedule::SvgOptions options;
     options.title = fmt::format("{}: measured step {}, {}; measured bubble {:.3f}", t.info.schedule, shown,
                                 quantity(t.info.ranks, "rank"), mean);
+    if (!t.checkpoints.empty()) {  // each rank's checkpoint work during the step, in a lane under its row
+      options.side = io::step_checkpoints(t, shown);
+      options.side_kinds = {"checkpoint snapshot", "checkpoint write", "waiting for a checkpoint write"};
+    }
     write_file("--svg", svg, schedule::timeline_svg(spans, t.info.chunks, options));
     fmt::print("timeline drawn in {}\n", svg);
   }

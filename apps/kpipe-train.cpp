@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <optional>
 #include <memory>
 #include <string>
@@ -18,6 +20,7 @@
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/grid.hpp"
 #include "kpipe/comm/watchdog.hpp"
+#include "kpipe/core/clock.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/exit_codes.hpp"
@@ -26,6 +29,9 @@
 #include "kpipe/core/step_number.hpp"
 #include "kpipe/data/corpus.hpp"
 #include "kpipe/io/checkpoint.hpp"
+#include "kpipe/io/checkpoint_tokenizer.hpp"
+#include "kpipe/io/init_from.hpp"
+#include "kpipe/io/checkpoint_saver.hpp"
 #include "kpipe/io/timeline.hpp"
 #include "kpipe/io/trace.hpp"
 #include "kpipe/memory/meter.hpp"
@@ -61,10 +67,14 @@ class StepLog {
   // Records one step's report; `steady`: the step is of the steady state (asynchronous schedules: no warm-up,
   // no drain). Returns an exit code when the run must stop (train.max_skipped_steps non-finite steps in a
   // row), 0 to go on.
-  int record(const kpipe::runtime::StepStats& stats, bool steady) {
+  int record(kpipe::runtime::StepStats stats, bool steady) {
     using namespace kpipe;
     const auto& train = config_->train;
     const std::int64_t s = stats.step;
+    if (const auto waited = checkpoint_waits_.find(s); waited != checkpoint_waits_.end()) {
+      stats.checkpoint_wait_seconds = waited->second;
+      checkpoint_waits_.erase(waited);
+    }
     // A non-finite loss or gradient: the trainer skipped the update on every rank alike; say so, and stop
     // after train.max_skipped_steps in a row.
     skipped_in_a_row_ = stats.skipped ? skipped_in_a_row_ + 1 : 0;
@@ -93,6 +103,10 @@ class StepLog {
   void time_step(std::int64_t s, const std::vector<kpipe::runtime::TimedAction>& actions, bool steady) {
     if (counted(s, steady)) kpipe::schedule::add_step(pipeline_time_, actions);
   }
+
+  // The training stopped `seconds` for a checkpoint at step boundary `step`, before step `step` ran: that step's
+  // metrics say so (checkpoint_wait_seconds).
+  void checkpoint_wait(std::int64_t step, double seconds) { checkpoint_waits_[step] += seconds; }
 
   int stop_signal() const { return stop_signal_; }  // 0: none
   std::int64_t skipped_steps() const { return skipped_; }
@@ -158,6 +172,7 @@ class StepLog {
   int skipped_in_a_row_ = 0;
   std::int64_t skipped_ = 0;
   int stop_signal_ = 0;
+  std::map<std::int64_t, double> checkpoint_waits_;  // by the step they came before, until its report
 };
 
 // What a run holds, on every rank. A: what activations and messages are stored in (float, or bf16 under
@@ -179,11 +194,13 @@ template <class A> struct TrainingRun {
   std::unique_ptr<kpipe::io::ActivationTracer<float, A>> tracer;
   std::unique_ptr<kpipe::io::TimelineRecorder> timeline;
   std::unique_ptr<kpipe::io::CheckpointDir> checkpoints;
+  std::unique_ptr<kpipe::io::CheckpointSaver<float, A>> saver;  // with checkpoints
   bool profiling = false;  // output.profile: the layers timed after the first step
 
   double timeout() const { return config.pipeline.recv_timeout_s; }
   // The run's end on every rank, whatever the code: the observers go before the trainer, the grid last.
   int close(int code) {
+    saver.reset();  // after its write in flight (every rank ends at the same boundary: its collectives complete)
     trainer->set_observer({});
     tracer.reset();
     timeline.reset();
@@ -199,7 +216,14 @@ template <class A> void open_inputs_and_outputs(TrainingRun<A>& run) {
   using namespace kpipe;
   io::validate_checkpoint_config(run.config.checkpoint);
   comm::agree(run.grid.world, {run.timeout(), "checking the run's inputs and outputs"}, [&] {
-    run.corpus = data::load_corpus(run.config.data, run.config.train.seed, run.config.model.seq_len);
+    const std::string note = io::settle_async_checkpoints(run.config.checkpoint);
+    if (run.rank == 0 && !note.empty()) fmt::print(stderr, "kpipe-train: note: {}\n", note);
+    // Starting from a checkpoint's weights: in its tokenizer's tokens (checkpoint.init_from).
+    const auto& init_from = run.config.checkpoint.init_from;
+    run.corpus = init_from.empty()
+                     ? data::load_corpus(run.config.data, run.config.train.seed, run.config.model.seq_len)
+                     : data::load_corpus(run.config.data, run.config.train.seed, run.config.model.seq_len,
+                                         io::read_checkpoint_tokenizer(init_from));
     data::fit_vocabulary(run.config.model, run.corpus);  // the data's vocabulary (a BPE token file's) sizes the model
     run.metrics = std::make_unique<runtime::MetricsWriter>(run.rank == 0 ? run.config.output.metrics : std::string());
     const auto& profile = run.config.output.profile;
@@ -218,7 +242,12 @@ void build_trainer(TrainingRun<A>& run, kpipe::comm::TransportKind transport, st
     options.transport = transport;
     options.stop_signal = runtime::received_stop_signal;
     options.first_step = first_step;
+    options.checkpoint_writing = [&run] { return run.saver && run.saver->writing(); };
     run.trainer = std::make_unique<runtime::Trainer<float, A>>(run.config, run.corpus, run.grid, options);
+    // Its snapshot buffer (checkpoint.async, as the trainer settled it) allocated before the first step.
+    if (run.checkpoints)
+      run.saver = std::make_unique<io::CheckpointSaver<float, A>>(run.trainer->stage(), run.corpus.tokenizer,
+                                                                  *run.checkpoints);
     const auto& output = run.config.output;
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
     if (!output.trace.empty()) {
@@ -249,7 +278,14 @@ template <class A> void load_and_resume(TrainingRun<A>& run, const kpipe::io::Re
   using namespace kpipe;
   auto& trainer = *run.trainer;
   const auto resumed = io::load_resume_point(trainer.stage(), point);
-  if (!resumed.path.empty()) trainer.resume(resumed.step, resumed.older);
+  if (!resumed.path.empty()) {
+    trainer.resume(resumed.step, resumed.older);
+  } else if (const auto& init_from = run.config.checkpoint.init_from; !init_from.empty()) {
+    io::load_weights(trainer.stage(), init_from);
+    trainer.resume(0);  // the weight versions of an asynchronous run start from these weights
+    if (run.rank == 0)
+      fmt::print(stderr, "kpipe-train: initialized from {} (its weights; a fresh optimizer at step 0)\n", init_from);
+  }
   if (run.checkpoints) {
     run.checkpoints->start_run(resumed.run_id);
     if (run.rank == 0 && !run.checkpoints->warning().empty())
@@ -283,57 +319,112 @@ template <class A> int nothing_to_train(TrainingRun<A>& run) {
   return kpipe::exit_status(kpipe::ExitCode::ok);
 }
 
-// What became of a checkpoint the run wrote.
-enum class Saved { written, kept_other_runs, failed };
+// What the run does after a checkpoint that failed: what checkpoint.on_failure says, stop (a stop signal's
+// checkpoint), or end with the exit code it already has.
+enum class AfterFailure { policy, stop, exit };
 
-// Writes a checkpoint of the step reached. One that could not be written leaves `latest` and the older ones as
-// they were; one that another run's of the same step stands in for is not written, as checkpoint.other_runs =
-// "keep" asks, and training goes on. `stopping`: the run ends after it whatever happens (a stop signal).
-template <class A> Saved write_checkpoint(TrainingRun<A>& run, bool stopping) {
+// Records and says on rank 0 what became of the checkpoint of `step`, written in `seconds` (`beside`: beside
+// the training): written; not written because another run's of the same step is kept (checkpoint.other_runs =
+// "keep": training goes on); or failed (then `latest` and the older ones are unchanged) and what the run does
+// next. True when written, or kept another run's and the run goes on.
+template <class A>
+bool report_checkpoint(const TrainingRun<A>& run, const kpipe::io::SaveResult& result, std::int64_t step,
+                       AfterFailure after, double seconds, bool beside) {
   using namespace kpipe;
-  auto& trainer = *run.trainer;
-  const auto start = std::chrono::steady_clock::now();
-  const io::SaveResult result =
-      io::save_checkpoint(trainer.stage(), trainer.next_step(), run.corpus.tokenizer, *run.checkpoints);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string stop = fmt::format("stopping with exit code {}", exit_status(ExitCode::checkpoint_failed));
   if (result.ok) {
-    run.metrics->write_checkpoint(trainer.next_step(), result.path, seconds);
+    run.metrics->write_checkpoint(step, result.path, seconds);
     if (run.rank == 0) {
-      fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {}) in {:.2f} s\n", result.path,
-                 trainer.next_step(), seconds);
+      fmt::print(stderr, "kpipe-train: checkpoint written: {} (step {}) in {:.2f} s{}\n", result.path, step, seconds,
+                 beside ? ", written beside the training" : "");
       if (!result.warning.empty()) fmt::print(stderr, "kpipe-train: warning: {}\n", result.warning);
     }
-    return Saved::written;
+    return true;
   }
   if (result.skipped) {
     if (run.rank == 0)
       fmt::print(stderr, "kpipe-train: warning: {}; {}\n", result.message,
-                 stopping ? "nothing saved, " + stop : std::string("training goes on"));
-    return Saved::kept_other_runs;
+                 after == AfterFailure::stop ? "nothing saved, " + stop : std::string("training goes on"));
+    return after != AfterFailure::stop;
   }
+  const bool stops = after == AfterFailure::stop ||
+                     (after == AfterFailure::policy && run.config.checkpoint.on_failure == CheckpointFailure::stop);
   if (run.rank == 0)
-    fmt::print(stderr, "kpipe-train: {}; `latest` and the older checkpoints are unchanged; {}\n", result.message,
-               stopping || run.config.checkpoint.on_failure == CheckpointFailure::stop
-                   ? stop
-                   : std::string("training goes on (checkpoint.on_failure = continue)"));
-  return Saved::failed;
+    fmt::print(stderr, "kpipe-train: {}; `latest` and the older checkpoints are unchanged{}\n", result.message,
+               after == AfterFailure::exit ? ""
+               : stops                     ? "; " + stop
+                                           : std::string("; training goes on (checkpoint.on_failure = continue)"));
+  return false;
+}
+
+// The checkpoint write in flight beside the training, if any, finished (waited for where it has not ended on
+// this rank: every rank calls this at the same boundary) and reported. True when written or none was in flight.
+template <class A> bool finish_write(TrainingRun<A>& run, AfterFailure after) {
+  auto& saver = *run.saver;
+  if (!saver.in_flight()) return true;
+  const std::int64_t step = saver.in_flight_step();
+  const kpipe::io::SaveResult result = saver.finish();
+  return report_checkpoint(run, result, step, after, saver.write_seconds(), true);
+}
+
+// Writes a checkpoint of the step reached: beside the training (checkpoint.async: a write still in flight is
+// finished first, and the training goes on once the snapshot is taken), or while it waits (synchronous saves,
+// and a stop signal's checkpoint: `stopping`, the run ends after it). What the training waited for goes into the
+// next step's metrics. False when a checkpoint failed: the one in flight or, stopping, this one.
+template <class A> bool write_checkpoint(TrainingRun<A>& run, StepLog& log, bool stopping) {
+  using namespace kpipe;
+  auto& saver = *run.saver;
+  const std::int64_t step = run.trainer->next_step();
+  const double start = seconds_now();
+  const std::int64_t previous = saver.in_flight_step();
+  const AfterFailure after = stopping ? AfterFailure::stop : AfterFailure::policy;
+  bool ok = finish_write(run, after);
+  if (previous >= 0 && saver.waited_seconds() > 0 && run.rank == 0)
+    fmt::print(stderr, "kpipe-train: the checkpoint of step {} waited {:.3f} s for the write of step {} still in flight\n",
+               step, saver.waited_seconds(), previous);
+  const auto write_now = [&] {
+    const double began = seconds_now();
+    const io::SaveResult result = saver.write(step);
+    return report_checkpoint(run, result, step, after, seconds_now() - began, false);
+  };
+  if (stopping) {
+    ok = write_now();
+  } else if (ok || run.config.checkpoint.on_failure == CheckpointFailure::keep_training) {
+    if (saver.background())
+      saver.start(step);
+    else
+      ok = write_now() && ok;
+  }
+  log.checkpoint_wait(step, seconds_now() - start);
+  return ok;
 }
 
 // The one place the loop reads the trainer's step reports: those settled since the last call, recorded in
-// order (and, with a timeline, the last one beside its step's actions). An exit code when the run must stop.
+// order (and, with a timeline, the last one beside its step's actions and the checkpoint work since). A report
+// that says every rank's checkpoint write in flight has ended takes its outcome, on every rank at the same
+// boundary. An exit code when the run must stop.
 template <class A> int record_reports(TrainingRun<A>& run, StepLog& log) {
+  using namespace kpipe;
   const auto& trainer = *run.trainer;
   const auto reports = run.trainer->take_reports();
-  if (run.timeline && !reports.empty()) run.timeline->record(reports.back(), trainer.executor().timeline());
-  for (const auto& stats : reports)
+  auto checkpoint_work = run.saver ? run.saver->take_spans() : std::vector<io::CheckpointSpan>{};
+  if (run.timeline && !reports.empty())
+    run.timeline->record(reports.back(), trainer.executor().timeline(), trainer.executor().timeline_origin(),
+                         checkpoint_work);
+  for (const auto& stats : reports) {
     if (const int code = log.record(stats, trainer.steady_step(stats.step))) return code;
+    const bool ended = run.saver && run.saver->in_flight() && stats.step >= run.saver->in_flight_step() &&
+                       !stats.checkpoint_writing;  // reported after the write began: it has ended everywhere
+    if (ended && !finish_write(run, AfterFailure::policy) && run.config.checkpoint.on_failure == CheckpointFailure::stop)
+      return exit_status(ExitCode::checkpoint_failed);
+  }
   return 0;
 }
 
 // A stop signal every rank learnt from the same report after step `s`: the steps run since that report are
-// recorded first, so that the metrics end where the checkpoint does; then the checkpoint (unless step s wrote
-// one: `saved`) and the signal's exit code.
+// recorded first, so that the metrics end where the checkpoint does; then a checkpoint write in flight is
+// finished, and the current step's checkpoint written while the training waits (unless step s wrote one:
+// `saved`, or started it beside the training); then the signal's exit code.
 template <class A> int stop_on_signal(TrainingRun<A>& run, StepLog& log, int s, bool saved) {
   using namespace kpipe;
   const int stop_signal = log.stop_signal();
@@ -345,7 +436,9 @@ template <class A> int stop_on_signal(TrainingRun<A>& run, StepLog& log, int s, 
                  step_number(s));
     return exit_status(ExitCode::failure);
   }
-  if (!saved && write_checkpoint(run, true) != Saved::written) return exit_status(ExitCode::checkpoint_failed);
+  const bool started_here = run.saver->in_flight() && run.saver->in_flight_step() == run.trainer->next_step();
+  if (started_here ? !finish_write(run, AfterFailure::stop) : !saved && !write_checkpoint(run, log, true))
+    return exit_status(ExitCode::checkpoint_failed);
   const int code = runtime::stop_exit_code(stop_signal);
   if (run.rank == 0)
     fmt::print(stderr, "kpipe-train: signal {} after step {}: checkpointed; exiting with code {} ({})\n", stop_signal,
@@ -378,10 +471,9 @@ template <class A> std::optional<int> train_step(TrainingRun<A>& run, StepLog& l
   if (const int code = record_reports(run, log)) return code;
   bool saved = false;
   if (checkpoint_due) {
-    const Saved outcome = write_checkpoint(run, false);
-    if (outcome == Saved::failed && config.checkpoint.on_failure == CheckpointFailure::stop)
+    saved = write_checkpoint(run, log, false);
+    if (!saved && config.checkpoint.on_failure == CheckpointFailure::stop)
       return exit_status(ExitCode::checkpoint_failed);
-    saved = outcome == Saved::written;
   }
   if (log.stop_signal()) return stop_on_signal(run, log, s, saved);
   if (eval_due) {
@@ -478,7 +570,14 @@ template <class A> int train(const Job& job, kpipe::comm::TransportKind transpor
   const int first_step = int(run.trainer->next_step());  // > 0 when resumed
   StepLog log(run.config, run.rank, first_step, *run.metrics);
   for (int s = first_step; s < run.config.train.steps; ++s)
-    if (const auto code = train_step(run, log, s)) return run.close(*code);
+    if (const auto code = train_step(run, log, s)) {
+      if (run.saver) finish_write(run, AfterFailure::exit);  // its outcome said, whatever ends the run
+      return run.close(*code);
+    }
+  // The last checkpoint write beside the training ends before the run's report.
+  if (run.saver && !finish_write(run, AfterFailure::policy) &&
+      run.config.checkpoint.on_failure == kpipe::CheckpointFailure::stop)
+    return run.close(kpipe::exit_status(kpipe::ExitCode::checkpoint_failed));
   return run.close(finish(run, log));
 }
 
@@ -505,6 +604,11 @@ Job parse_job(int argc, char** argv) {
   job.config = command_line.config;
   job.exit_now = command_line.exit_now;
   job.exit_code = command_line.exit_code;
+  // Starting from a checkpoint's weights: its model (every rank reads it; a failure is agreed by all).
+  if (const auto& init_from = job.config.checkpoint.init_from; !init_from.empty() && !job.exit_now)
+    kpipe::comm::agree(MPI_COMM_WORLD, {job.config.pipeline.recv_timeout_s, "reading checkpoint.init_from"}, [&] {
+      job.config.model = kpipe::io::init_from_model(init_from, command_line.given, job.config.model);
+    });
   const auto optimizer = kpipe::runtime::choose_optimizer(job.config, command_line.preset.optim, command_line.given);
   job.config.optim = optimizer.optim;
   job.optimizer_note = optimizer.note;
@@ -520,6 +624,8 @@ int main(int argc, char** argv) {
   // Before anything else: a batch system's SIGUSR1 or SIGTERM that arrives during start-up is recorded and
   // acted on after the first step, instead of killing the job with nothing saved.
   kpipe::runtime::install_stop_handlers();
+  // MPI_THREAD_MULTIPLE: checkpoints written beside the training run their collectives from a thread of their own
+  // (io/checkpoint_saver.hpp; without it checkpoint.async falls back or is refused).
   return kpipe::apps::run_mpi_program(kpipe::ProgramName::train, "kpipe-train", argc, argv,
                                      [](kpipe::apps::MpiProgram& program) {
     Job job = parse_job(program.argc, program.argv);
@@ -532,5 +638,5 @@ int main(int argc, char** argv) {
     return kpipe::apps::with_storage_type(job.config.train.precision, [&](auto storage) {
       return train<typename decltype(storage)::type>(job, placement.transport, program);
     });
-  });
+  }, MPI_THREAD_MULTIPLE);
 }

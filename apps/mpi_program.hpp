@@ -48,14 +48,17 @@ inline bool agreed_by_every_rank(const MpiProgram& program) {
   }
 }
 
-// Runs run(MpiProgram&), which returns the exit code, inside MPI; `name` prefixes the error lines.
+// Runs run(MpiProgram&), which returns the exit code, inside MPI started at `thread_level` (what the library
+// provides may be less: MPI_Query_thread says); `name` prefixes the error lines.
 template <class Run>
-int run_mpi_program(ProgramName which, const std::string& name, int argc, char** argv, const Run& run) {
+int run_mpi_program(ProgramName which, const std::string& name, int argc, char** argv, const Run& run,
+                    int thread_level = MPI_THREAD_SINGLE) {
   start_program(which);  // before MPI_Init (h5/file.hpp says why)
   // A rank on another node that dies closes its sockets: MPI's next write to one must fail (Open MPI then names
   // the peer's host, and kpipe's bounded wait the rank), not kill this rank with SIGPIPE and no word.
   std::signal(SIGPIPE, SIG_IGN);
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, thread_level, &provided);
   MpiProgram program;
   program.argc = argc;
   program.argv = argv;
@@ -83,19 +86,26 @@ int run_mpi_program(ProgramName which, const std::string& name, int argc, char**
   return exit_status(ending.code);
 }
 
+// Parses the program's command line with `app`: false when it asked for --help (printed on rank 0), which ends the
+// program; a parse error is bad input.
+inline bool parse_options(CLI::App& app, const MpiProgram& program) {
+  try {
+    app.parse(program.argc, program.argv);
+  } catch (const CLI::Success&) {
+    if (program.rank == 0) std::fputs(app.help().c_str(), stdout);
+    return false;
+  } catch (const CLI::ParseError& e) {
+    throw InputError(e.what());
+  }
+  return true;
+}
+
 // The frame of kpipe-eval and kpipe-generate: run(transport, rank, world_size) does the program's work once
 // `app` has parsed the command line and Kokkos runs on the rank's device.
 template <class Run>
 int run_checkpoint_program(ProgramName which, int argc, char** argv, CLI::App& app, const Run& run) {
   return run_mpi_program(which, app.get_name(), argc, argv, [&](MpiProgram& program) {
-    try {
-      app.parse(program.argc, program.argv);
-    } catch (const CLI::Success&) {
-      if (program.rank == 0) std::fputs(app.help().c_str(), stdout);
-      return 0;
-    } catch (const CLI::ParseError& e) {
-      throw InputError(e.what());
-    }
+    if (!parse_options(app, program)) return 0;
     // Each rank drives the GPU of its node-local rank (host threads: OMP_NUM_THREADS).
     const auto placement = runtime::place_rank(PipelineConfig(), MPI_COMM_WORLD);
     runtime::KokkosSession kokkos(placement);

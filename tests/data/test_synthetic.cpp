@@ -56,7 +56,9 @@ TEST(Synthetic, StreamedInPiecesItIsTheSameText) {
       ++pieces;
     });
     EXPECT_EQ(streamed, text_of(c)) << piece_bytes;
-    if (piece_bytes == 777) EXPECT_GT(pieces, 50u);
+    if (piece_bytes == 777) {
+      EXPECT_GT(pieces, 50u);
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SIGKILL to one rank while the checkpoint of step 6 is half written (the LD_PRELOAD shim
-# tests/support/fail_io.c, KPIPE_FAIL_IO_CALL=pause, holds every rank's first write into that checkpoint's
+# tests/support/fail_io.c, KPIPE_FAIL_IO_SLOW_S, holds every rank's first write into that checkpoint's
 # temporary file): the job dies, step 6 stays an incomplete step-00000006.h5.<run>.tmp, `latest` still names
 # step 3, and the restart with --resume loads step 3 (the lock died with its holder), reproduces the
 # uninterrupted run's losses and final param_checksum, and removes the stale temporary file.
@@ -15,12 +15,12 @@ run=(--pipeline-size 2 --microbatches 4 --batch 8 --steps 10 --model.n_layers 2 
 
 "$@" -n 2 "$train" "${run[@]}" --metrics "$dir/straight.jsonl" 2>/dev/null || fail "uninterrupted run failed"
 
-LD_PRELOAD="$shim" KPIPE_FAIL_IO_PATH=step-00000006.h5. KPIPE_FAIL_IO_CALL=pause KPIPE_FAIL_IO_PAUSE_S=60 \
-  "$@" -x LD_PRELOAD -x KPIPE_FAIL_IO_PATH -x KPIPE_FAIL_IO_CALL -x KPIPE_FAIL_IO_PAUSE_S -n 2 "$train" "${run[@]}" \
+LD_PRELOAD="$shim" KPIPE_FAIL_IO_PATH=step-00000006.h5. KPIPE_FAIL_IO_SLOW_S=60 \
+  "$@" -x LD_PRELOAD -x KPIPE_FAIL_IO_PATH -x KPIPE_FAIL_IO_SLOW_S -n 2 "$train" "${run[@]}" \
   --checkpoint-dir "$dir/ck" --checkpoint-every 3 --metrics "$dir/a.jsonl" 2>"$dir/a.err" &
 job=$!
-for _ in $(seq 600); do grep -q "fail_io: pausing" "$dir/a.err" && break; sleep 0.05; done
-grep -q "fail_io: pausing" "$dir/a.err" || fail "the writer never paused"
+for _ in $(seq 600); do grep -q "fail_io: .* waits" "$dir/a.err" && break; sleep 0.05; done
+grep -q "fail_io: .* waits" "$dir/a.err" || fail "the writer never paused"
 kill -KILL "$(a_rank $job)"
 wait $job
 rc=$?

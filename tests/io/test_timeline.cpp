@@ -168,6 +168,67 @@ TEST(Timeline, ChromeTraceHasOneEventPerAction) {
   EXPECT_DOUBLE_EQ(last_step_start, 4e6);  // step 1 starts where step 0 ended (4 s)
 }
 
+// Checkpoint work in a lane of its own: step starts and spans round-trip through the file; the SVG of a step
+// shows the work that overlaps it (the boundary's snapshot included, a write clipped to the step), the Chrome
+// trace puts it on a track per rank, placed by the step it began in.
+TEST(Timeline, CheckpointWorkHasALaneOfItsOwn) {
+  using Kind = io::CheckpointSpan::Kind;
+  test::TempDir dir;
+  const auto path = dir.path("t.h5");
+  {
+    io::TimelineWriter writer(path, two_ranks(), 0);  // written at every append of actions: twice here
+    writer.append({{0, 0, 10.0}, {0, 1, 10.5}}, {{0, {Kind::snapshot, 1, 14.0, 14.5, 1000}}});
+    writer.append(step_rows(0));
+    writer.append({{1, 0, 15.0}, {1, 1, 15.5}},
+                  {{0, {Kind::write, 1, 14.5, 17.0, 1000}}, {1, {Kind::wait, 1, 14.8, 15.2, 0}}});
+    writer.append(step_rows(1));
+  }
+  const auto t = io::read_timeline(path);
+  ASSERT_EQ(t.starts.size(), 4u);
+  EXPECT_EQ(t.starts[3].step, 1);
+  EXPECT_EQ(t.starts[3].rank, 1);
+  EXPECT_EQ(t.starts[3].seconds, 15.5);
+  ASSERT_EQ(t.checkpoints.size(), 3u);
+  EXPECT_EQ(t.checkpoints[1].first, 0);
+  EXPECT_EQ(t.checkpoints[1].second.kind, Kind::write);
+  EXPECT_EQ(t.checkpoints[1].second.bytes, 1000);
+  // Step 0 on rank 0 runs from 10 to 15: the snapshot at 4 s, the write from 4.5 s clipped at 5 s.
+  const auto lanes0 = io::step_checkpoints(t, 0);
+  ASSERT_EQ(lanes0.size(), 2u);
+  ASSERT_EQ(lanes0[0].size(), 2u);
+  EXPECT_DOUBLE_EQ(lanes0[0][0].start, 4.0);
+  EXPECT_DOUBLE_EQ(lanes0[0][1].start, 4.5);
+  EXPECT_DOUBLE_EQ(lanes0[0][1].end, 5.0);
+  ASSERT_EQ(lanes0[1].size(), 1u);  // rank 1's wait from 4.3 s (step 0 began at 10.5), to 4.7 s
+  EXPECT_NEAR(lanes0[1][0].end, 4.7, 1e-12);
+  // Step 1 (the last: up to each rank's last action, 4 s): the rest of the write, 0 to 2 s.
+  const auto lanes1 = io::step_checkpoints(t, 1);
+  ASSERT_EQ(lanes1[0].size(), 1u);
+  EXPECT_DOUBLE_EQ(lanes1[0][0].start, 0.0);
+  EXPECT_DOUBLE_EQ(lanes1[0][0].end, 2.0);
+  schedule::SvgOptions options;
+  options.side = lanes0;
+  options.side_kinds = {"snapshot", "write", "wait"};
+  const std::string svg = schedule::timeline_svg(io::step_timeline(t, 0), 1, options);
+  EXPECT_NE(svg.find("snapshot of step-00000001 (0.0 MB) rank 0: 4 to 4.5"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("waiting for the write of step-00000001 rank 1"), std::string::npos);
+  // Chrome: step 0 lasts 4 s on the layout; rank 0's snapshot at 4 s into step 0, its own track.
+  int events = 0;
+  const auto json = nlohmann::json::parse(io::chrome_trace(t));
+  for (const auto& e : json.at("traceEvents")) {
+    if (e.at("ph") != "X" || e.at("cat") != "checkpoint") continue;
+    ++events;
+    EXPECT_EQ(e.at("tid"), 2 + t.checkpoints[std::size_t(events - 1)].first);
+    if (e.at("args").at("kind") == "snapshot") {
+      EXPECT_DOUBLE_EQ(e.at("ts").get<double>(), 4e6);
+    }
+    if (e.at("args").at("kind") == "write") {
+      EXPECT_DOUBLE_EQ(e.at("dur").get<double>(), 2.5e6);
+    }
+  }
+  EXPECT_EQ(events, 3);
+}
+
 TEST(Timeline, BadFilesAreInputErrors) {
   test::TempDir dir;
   EXPECT_THROW(io::read_timeline(dir.path("none.h5")), InputError);

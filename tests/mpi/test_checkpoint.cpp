@@ -1,6 +1,7 @@
 // Checkpoints across ranks (run with -n 1, 2 and 4): resuming continues bit for bit, on the same layout
 // and on another one (resharding to fewer ranks, another schedule, another chunk count); the checkpoint
-// file API with every rank writing its own share; failures agreed by every rank.
+// file API with every rank writing its own share; failures agreed by every rank; checkpoints written beside
+// the training: their snapshot buffer as the memory plan predicts, their files as a waiting save writes them.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
@@ -14,6 +15,9 @@
 #include "kpipe/data/synthetic.hpp"
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/io/checkpoint_file.hpp"
+#include "kpipe/io/checkpoint_saver.hpp"
+#include "kpipe/memory/meter.hpp"
+#include "kpipe/memory/plan.hpp"
 #include "kpipe/runtime/trainer.hpp"
 
 #include "support/checkpointing.hpp"
@@ -283,6 +287,86 @@ TEST(CheckpointMpi, AWriteThatFailsOnOneRankFailsOnEveryRankNamingIt) {
   EXPECT_FALSE(status.ok);
   EXPECT_EQ(status.rank, 0);  // rank 0 creates the layout
   EXPECT_NE(status.message.find("/t/0"), std::string::npos) << status.message;
+}
+
+// Checkpoints beside the training. `replicas`: data-parallel replicas of a pipeline over the rest of the world.
+Config beside_the_training(const std::string& schedule, int replicas, const std::string& dir) {
+  Config c = config(world_size() / replicas, schedule, schedule == "zb-v" ? 2 : 1);
+  c.pipeline.data_parallel = replicas;
+  c.train.batch *= replicas;
+  c.train.microbatches *= replicas;
+  c.checkpoint.dir = dir;
+  c.checkpoint.async = CheckpointAsync::on;
+  return c;
+}
+
+// The snapshot buffer is a category of the memory plan: predicted = measured on every rank, with the rest,
+// after a checkpoint written beside the training: replica 0's ranks hold each chunk's weights, both moments and
+// (pipedream) the older versions a checkpoint holds; the other replicas write nothing and hold none.
+TEST(CheckpointSaver, TheSnapshotBufferIsAsThePlanPredicts) {
+  SharedDir shared;
+  std::vector<std::pair<std::string, int>> layouts = {{"1f1b", 1}, {"zb-v", 1}, {"pipedream", 1}};
+  if (world_size() == 4) layouts.push_back({"pipedream", 2});
+  for (const auto& [schedule, replicas] : layouts) {
+    const std::string what = schedule + " x " + std::to_string(replicas);
+    const Config c = beside_the_training(schedule, replicas, shared.path + "/" + schedule + std::to_string(replicas));
+    auto grid = comm::make_grid(MPI_COMM_WORLD, c.pipeline.pipeline_size, c.pipeline.data_parallel);
+    {
+      memory::Meter meter;
+      runtime::Trainer<float> trainer(c, test::corpus(), grid);
+      io::CheckpointDir dir(c.checkpoint, grid.world, c.pipeline.recv_timeout_s);
+      dir.start_run("");
+      io::CheckpointSaver<float, float> saver(trainer.stage(), test::corpus().tokenizer, dir);
+      ASSERT_TRUE(saver.background()) << what;
+      for (int s = 0; s < 3; ++s) trainer.step();
+      saver.start(trainer.next_step());
+      for (int s = 3; s < c.train.steps; ++s) trainer.step();
+      EXPECT_TRUE(saver.finish().ok) << what;
+      trainer.evaluate();
+      const auto plan = memory::plan_rank(trainer.config(), trainer.desc(), trainer.plan().run(), grid.replica, grid.stage);
+      EXPECT_EQ(meter.peak(), plan.bytes) << what << " rank " << grid.world_rank;
+      const std::int64_t snapshot = meter.peak()[int(memory::Category::snapshot)];
+      EXPECT_EQ(snapshot > 0, grid.replica == 0) << what << " rank " << grid.world_rank << ": " << snapshot;
+    }
+    comm::free_grid(grid);
+  }
+}
+
+// What a write beside the training publishes is what a save while the training waits writes at that step, byte
+// for byte, although the training changes the model while it is written.
+TEST(CheckpointSaver, BesideTheTrainingWritesWhatAWaitingSaveWrites) {
+  SharedDir shared;
+  for (const std::string schedule : {"1f1b", "pipedream"}) {
+    const Config c = beside_the_training(schedule, 1, shared.path + "/beside-" + schedule);
+    CheckpointConfig waiting = c.checkpoint;
+    waiting.dir += "-waiting";
+    auto grid = comm::make_grid(MPI_COMM_WORLD, c.pipeline.pipeline_size, c.pipeline.data_parallel);
+    std::string beside_file, waiting_file;
+    {
+      runtime::Trainer<float> trainer(c, test::corpus(), grid);
+      io::CheckpointDir beside_dir(c.checkpoint, grid.world, c.pipeline.recv_timeout_s), waiting_dir(waiting, grid.world, 60);
+      beside_dir.start_run("");
+      waiting_dir.start_run("");
+      io::CheckpointSaver<float, float> saver(trainer.stage(), test::corpus().tokenizer, beside_dir);
+      for (int s = 0; s < 3; ++s) trainer.step();
+      waiting_file = test::save(trainer, waiting_dir).path;
+      saver.start(trainer.next_step());
+      for (int s = 3; s < c.train.steps; ++s) trainer.step();
+      const io::SaveResult beside = saver.finish();
+      ASSERT_TRUE(beside.ok) << beside.message;
+      beside_file = beside.path;
+    }
+    comm::free_grid(grid);
+    if (world_rank() != 0) continue;
+    const io::CheckpointReader a(waiting_file), b(beside_file);
+    ASSERT_EQ(a.datasets().size(), b.datasets().size()) << schedule;
+    for (std::size_t k = 0; k < a.datasets().size(); ++k) {
+      EXPECT_EQ(a.datasets()[k].name, b.datasets()[k].name) << schedule;
+      EXPECT_EQ(a.datasets()[k].fnv1a64, b.datasets()[k].fnv1a64) << schedule << " " << a.datasets()[k].name;
+    }
+    EXPECT_EQ(a.number("step"), 3);
+    EXPECT_EQ(b.number("step"), 3);
+  }
 }
 
 }  // namespace

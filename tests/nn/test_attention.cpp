@@ -125,8 +125,9 @@ template <class T, class A> void poison_work(const AttentionWork<T, A>& work) {
     using V = typename std::decay_t<decltype(view)>::value_type;
     if (view.size() > 0) Kokkos::deep_copy(view, V(std::numeric_limits<float>::quiet_NaN()));
   };
-  for (const auto& v : {work.q, work.k, work.v, work.o, work.dq, work.probs, work.dscores}) poison(v);
-  for (const auto& v : {work.dk, work.dv, work.scores, work.dprobs}) poison(v);
+  // One call each (nvcc's front end misreads a braced list of Views in a template's range-for).
+  poison(work.q), poison(work.k), poison(work.v), poison(work.o), poison(work.dq), poison(work.probs);
+  poison(work.dscores), poison(work.dk), poison(work.dv), poison(work.scores), poison(work.dprobs);
 }
 
 // The backward recomputes each block's probabilities from q k^T and the forward's statistics: the same product

@@ -2,12 +2,11 @@
 // processes, the way a full disk (ENOSPC) or a failing device (EIO) does:
 //   KPIPE_FAIL_IO_PATH   substring of the path: files opened under a matching name fail (required)
 //   KPIPE_FAIL_IO_ERRNO  ENOSPC (default) or EIO
-//   KPIPE_FAIL_IO_CALL   write (default: write, pwrite, writev, pwritev fail), fsync (fsync, fdatasync), or
-//                        pause: nothing fails; the process's first write to a matching file waits
-//                        KPIPE_FAIL_IO_PAUSE_S seconds (default 60) first, after a line on stderr, so that a test
-//                        can kill the job while a file is half written
+//   KPIPE_FAIL_IO_CALL   write (default: write, pwrite, writev, pwritev fail) or fsync (fsync, fdatasync)
 //   KPIPE_FAIL_IO_RANK   only in the MPI process of this world rank (OMPI_COMM_WORLD_RANK, PMIX_RANK,
 //                        PMI_RANK or SLURM_PROCID); unset: in every process
+//   KPIPE_FAIL_IO_SLOW_S instead of failing, the first write to each matching file waits this many seconds
+//                        (a slow disk: a test acts, or kills the job, while a checkpoint is half written), saying so on stderr
 // A write fails before writing anything, as write() does on a full file system.
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -19,6 +18,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_FDS 65536
@@ -54,31 +54,38 @@ static int error_number(void) {
   return name && strcmp(name, "EIO") == 0 ? EIO : ENOSPC;
 }
 
-static int paused;  // the process has paused once (KPIPE_FAIL_IO_CALL=pause)
+static unsigned char slowed[MAX_FDS];
 
-static void pause_once(void) {
-  if (paused) return;
-  paused = 1;
-  const char* seconds = env("KPIPE_FAIL_IO_PAUSE_S");
-  const unsigned s = seconds ? (unsigned)atoi(seconds) : 60u;
-  fprintf(stderr, "fail_io: pausing %u s before the first write to a file matching '%s'\n", s,
-          env("KPIPE_FAIL_IO_PATH"));
-  fflush(stderr);
-  sleep(s);
+static double slow_seconds(void) {
+  const char* value = env("KPIPE_FAIL_IO_SLOW_S");
+  return value ? atof(value) : 0;
 }
 
 static int fails(int fd, const char* call) {
   const char* which = env("KPIPE_FAIL_IO_CALL");
   if (!which) which = "write";
   if (fd < 0 || fd >= MAX_FDS || !failing[fd]) return 0;
-  if (strcmp(which, "pause") == 0 && strcmp(call, "write") == 0) pause_once();
+  const double slow = slow_seconds();
+  if (slow > 0) {  // a slow disk: the file's first write waits, nothing fails
+    if (strcmp(call, "write") == 0 && !slowed[fd]) {
+      slowed[fd] = 1;
+      fprintf(stderr, "fail_io: pid %d: a write to a file matching '%s' waits %g s\n", (int)getpid(),
+              env("KPIPE_FAIL_IO_PATH"), slow);
+      const struct timespec wait = {(time_t)slow, (long)((slow - (double)(time_t)slow) * 1e9)};
+      nanosleep(&wait, NULL);
+    }
+    return 0;
+  }
   if (strcmp(which, call) != 0) return 0;
   errno = error_number();
   return 1;
 }
 
 static void track(int fd, const char* path) {
-  if (fd >= 0 && fd < MAX_FDS) failing[fd] = (unsigned char)matches(path);
+  if (fd >= 0 && fd < MAX_FDS) {
+    failing[fd] = (unsigned char)matches(path);
+    slowed[fd] = 0;
+  }
 }
 
 #define NEXT(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
@@ -127,7 +134,7 @@ FILE* fopen64(const char* path, const char* mode) {
 }
 
 int close(int fd) {
-  if (fd >= 0 && fd < MAX_FDS) failing[fd] = 0;
+  if (fd >= 0 && fd < MAX_FDS) failing[fd] = slowed[fd] = 0;
   return NEXT(close)(fd);
 }
 

@@ -1,5 +1,5 @@
-// gtest main for every kpipe test: HDF5 as kpipe's programs start it (h5/file.hpp), MPI, then Kokkos, torn
-// down in reverse order.
+// gtest main for every kpipe test: HDF5 as kpipe's programs start it (h5/file.hpp), MPI (at the thread level
+// kpipe-train asks for: checkpoints written beside the training), then Kokkos, torn down in reverse order.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -9,7 +9,8 @@
 
 int main(int argc, char** argv) {
   kpipe::h5::start_for_program();
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   Kokkos::initialize(argc, argv);

@@ -252,6 +252,16 @@ void allreduce(void* data, int count, MPI_Datatype type, MPI_Op op, MPI_Comm com
   });
 }
 
+MPI_Comm duplicate(MPI_Comm comm, const Bound& bound) {
+  MPI_Comm copy = MPI_COMM_NULL;
+  run_bounded(comm, bound, [&] {
+    MPI_Request request;
+    MPI_Comm_idup(comm, &copy, &request);
+    return request;
+  });
+  return copy;
+}
+
 void bcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm, const Bound& bound) {
   run_bounded(comm, bound, [&] {
     MPI_Request request;

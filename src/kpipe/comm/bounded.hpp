@@ -121,6 +121,9 @@ template <class T> class PendingAllreduce {
 };
 
 void allreduce(void* data, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm, const Bound& bound);
+// A communicator of its own over comm's ranks (MPI_Comm_idup), for collectives that run beside comm's own
+// from another thread; the caller frees it (MPI_Comm_free).
+MPI_Comm duplicate(MPI_Comm comm, const Bound& bound);
 void bcast(void* data, int count, MPI_Datatype type, int root, MPI_Comm comm, const Bound& bound);
 void barrier(MPI_Comm comm, const Bound& bound);
 // count elements from every rank, in rank order, into recv (size x count elements).

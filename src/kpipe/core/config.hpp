@@ -26,6 +26,8 @@ enum class Recompute : std::uint8_t { none, attention, mlp, block };
 enum class CheckpointFallback : std::uint8_t { error, previous };
 enum class CheckpointFailure : std::uint8_t { stop, keep_training };
 enum class OtherRuns : std::uint8_t { refuse, keep };
+// Whether checkpoints are written beside the training (a snapshot, then a thread of its own) or while it waits.
+enum class CheckpointAsync : std::uint8_t { off, on, automatic };
 // What the matrix products compute in and the activations are stored in (docs/gpu.md, "Precision"): fp32
 // everywhere; fp32 storage with TF32 tensor-core products (CUDA builds); bf16 mixed precision (fp32 master
 // weights, optimizer state, reductions and loss; bf16 activations, messages and products' operands).
@@ -59,6 +61,9 @@ template <> struct EnumText<CheckpointFailure> {
 };
 template <> struct EnumText<OtherRuns> {
   static constexpr std::array<std::string_view, 2> names{"refuse", "keep"};
+};
+template <> struct EnumText<CheckpointAsync> {
+  static constexpr std::array<std::string_view, 3> names{"off", "on", "auto"};
 };
 template <> struct EnumText<Precision> {
   static constexpr std::array<std::string_view, 3> names{"fp32", "tf32", "bf16"};
@@ -197,9 +202,12 @@ struct CheckpointConfig {
   int every = 0;                  // write one every this many steps (0: only at a stop signal)
   int keep = 3;                   // newest complete checkpoints of this run kept (at least 2)
   std::string resume;             // "" (start fresh), "latest" (in dir), or a checkpoint file
+  std::string init_from;          // a checkpoint whose weights (model, tokenizer) a fresh run starts from; "": none
   CheckpointFallback fallback = CheckpointFallback::error;  // a corrupt checkpoint: exit 2, or load the one before
   CheckpointFailure on_failure = CheckpointFailure::stop;  // a checkpoint not written: exit code 5, or train on
   OtherRuns other_runs = OtherRuns::refuse;  // dir holds another run's checkpoints: refuse to start, or keep them
+  // Written beside the training from a snapshot (on), while it waits (off), or on where it can run (auto).
+  CheckpointAsync async = CheckpointAsync::automatic;
 };
 
 struct Config {

@@ -129,12 +129,18 @@ const std::vector<Key>& keys() {
             "newest complete checkpoints of this run kept (>= 2)", "--keep"),
       entry("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume,
             "resume from: latest (in checkpoint.dir) or a checkpoint file (empty: start fresh)"),
+      entry("checkpoint.init_from", &C::checkpoint, &CheckpointConfig::init_from,
+            "start from this checkpoint's weights, model and tokenizer with a fresh optimizer at step 0 (a checkpoint "
+            "of any layout, or kpipe-import's); a checkpoint to resume from wins",
+            "--init-from"),
       entry("checkpoint.fallback", &C::checkpoint, &CheckpointConfig::fallback,
             "a corrupt checkpoint: error (exit 2) or load the previous complete one", "--fallback"),
       entry("checkpoint.on_failure", &C::checkpoint, &CheckpointConfig::on_failure,
             "a checkpoint that cannot be written: stop (exit code 5) or continue training", "--on-checkpoint-failure"),
       entry("checkpoint.other_runs", &C::checkpoint, &CheckpointConfig::other_runs,
             "checkpoint.dir holds another run's checkpoints: refuse to start, or keep them and write beside them"),
+      entry("checkpoint.async", &C::checkpoint, &CheckpointConfig::async,
+            "write checkpoints beside the training from a snapshot: on, off, or auto (on where it can run)"),
   };
   return table;
 }

@@ -16,14 +16,18 @@ namespace {
 constexpr unsigned bits(ProgramName p) { return static_cast<unsigned>(p); }
 
 constexpr unsigned every_program = bits(ProgramName::train) | bits(ProgramName::eval) | bits(ProgramName::generate) |
-                                   bits(ProgramName::prepare) | bits(ProgramName::sim) | bits(ProgramName::inspect);
+                                   bits(ProgramName::prepare) | bits(ProgramName::sim) | bits(ProgramName::inspect) |
+                                   bits(ProgramName::export_model) | bits(ProgramName::import_model);
+// The programs that convert models to and from Hugging Face's files.
+constexpr unsigned bridge_programs = bits(ProgramName::export_model) | bits(ProgramName::import_model);
 // The programs that run a pipeline of MPI ranks.
 constexpr unsigned pipeline_programs = bits(ProgramName::train) | bits(ProgramName::eval) | bits(ProgramName::generate);
 
 constexpr std::pair<ProgramName, std::string_view> program_names[] = {
     {ProgramName::train, "kpipe-train"},     {ProgramName::eval, "kpipe-eval"},
     {ProgramName::generate, "kpipe-generate"}, {ProgramName::prepare, "kpipe-prepare"},
-    {ProgramName::sim, "kpipe-sim"},         {ProgramName::inspect, "kpipe-inspect"}};
+    {ProgramName::sim, "kpipe-sim"},         {ProgramName::inspect, "kpipe-inspect"},
+    {ProgramName::export_model, "kpipe-export"}, {ProgramName::import_model, "kpipe-import"}};
 
 // Appends `text` to `out` in lines of at most `width` characters, each after `indent`.
 void append_wrapped(std::string& out, std::string_view text, std::size_t width, std::string_view indent) {
@@ -52,7 +56,7 @@ const std::vector<ExitCodeRow>& exit_code_table() {
       {0, every_program & ~bits(ProgramName::inspect), "done"},
       {0, bits(ProgramName::inspect), "nothing wrong: `diff` found the checkpoints identical, or every byte of the "
                                       "checkpoint was verified"},
-      {1, pipeline_programs, "failure: a bug or a system failure (an unwritable stdout, say): one line; one rank's "
+      {1, pipeline_programs | bridge_programs, "failure: a bug or a system failure (an unwritable stdout, say): one line; one rank's "
                              "ends the whole job, naming the rank"},
       {1, bits(ProgramName::prepare), "failure: a bug or a system failure (an unwritable stdout, say): one line"},
       {1, bits(ProgramName::train), "stopped by a signal with no `checkpoint.dir` to checkpoint into"},

@@ -29,6 +29,8 @@ enum class ProgramName : unsigned {
   prepare = 1u << 3,
   sim = 1u << 4,
   inspect = 1u << 5,
+  export_model = 1u << 6,  // kpipe-export
+  import_model = 1u << 7,  // kpipe-import
 };
 
 struct ExitCodeRow {

@@ -14,6 +14,7 @@ const char* to_string(Category category) {
     case Category::backward: return "backward";
     case Category::messages: return "messages";
     case Category::workspaces: return "workspaces";
+    case Category::snapshot: return "snapshot";
   }
   return "?";
 }
@@ -28,6 +29,7 @@ const char* region_name(Category category) {
     case Category::backward: return "kpipe::memory::backward";
     case Category::messages: return "kpipe::memory::messages";
     case Category::workspaces: return "kpipe::memory::workspaces";
+    case Category::snapshot: return "kpipe::memory::snapshot";
   }
   return "kpipe::memory::?";
 }

@@ -16,11 +16,13 @@ enum class Category : int {
   backward,         // backward buffers: what a micro-batch holds from its backward_input until its backward_weight
   messages,         // spare [N, C] buffers that receives land in and sends in flight keep
   workspaces,       // per-chunk scratch (attention, recomputation), host token staging rows, loss sums
+  snapshot,         // host (pinned) copy of what a checkpoint holds, written beside the training (checkpoint.async)
 };
-constexpr int category_count = 8;
+constexpr int category_count = 9;
 constexpr std::array<Category, category_count> all_categories{
     Category::parameters,  Category::gradients, Category::optimizer, Category::weight_versions,
-    Category::activations, Category::backward,  Category::messages,  Category::workspaces};
+    Category::activations, Category::backward,  Category::messages,  Category::workspaces,
+    Category::snapshot};
 
 const char* to_string(Category category);     // "parameters", "weight_versions", ...
 const char* region_name(Category category);   // "kpipe::memory::parameters", ...

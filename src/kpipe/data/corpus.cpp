@@ -89,6 +89,28 @@ Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len) {
   return corpus;
 }
 
+Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len, const Tokenizer& tokenizer) {
+  Corpus corpus = load_corpus(config, seed, seq_len);
+  if (corpus.tokenizer.kind() == tokenizer.kind() && corpus.tokenizer.serialized_model() == tokenizer.serialized_model())
+    return corpus;
+  const std::string label = config.path.empty() ? fmt::format("data.synthetic_tokens = {}", config.synthetic_tokens)
+                                                : fmt::format("data.path = '{}'", config.path);
+  require(corpus.tokenizer.kind() == TokenizerKind::bytes && (config.path.empty() || !is_token_file(config.path, label)),
+          "{}: made by a {} tokenizer (vocabulary {}), not by checkpoint.init_from's ({}, vocabulary {})", label,
+          to_string(corpus.tokenizer.kind()), corpus.vocab(), to_string(tokenizer.kind()), tokenizer.vocab());
+  std::string text;
+  if (config.path.empty()) {
+    for (const TokenSplit* split : {&corpus.train, &corpus.validation})
+      for (const Token t : split->read_all()) text += static_cast<char>(t);
+  } else {
+    text = read_bytes(config.path, label);
+  }
+  corpus = encoded_corpus(text, tokenizer, config.val_fraction, corpus.source);
+  require_window(label, "train", corpus.train.size(), seq_len);
+  require_window(label, "validation", corpus.validation.size(), seq_len);
+  return corpus;
+}
+
 void fit_vocabulary(ModelConfig& model, const Corpus& corpus) { model.vocab = std::max(model.vocab, corpus.vocab()); }
 
 }  // namespace kpipe::data

@@ -41,6 +41,10 @@ Corpus text_file_corpus(const std::string& path, double val_fraction, const std:
 // read: a damaged chunk is an InputError when a window that holds it is read.
 Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len);
 
+// The same corpus in the tokens of `tokenizer` (checkpoint.init_from's): a token file must have been made by it;
+// a text file, or the synthetic text, is encoded with it, in memory (kpipe-eval does the same).
+Corpus load_corpus(const DataConfig& config, std::uint64_t seed, int seq_len, const Tokenizer& tokenizer);
+
 // The model's vocabulary follows the data: model.vocab is raised to the corpus's (a BPE token file's, say);
 // a larger model.vocab stays (a padded vocabulary: the extra ids never occur and are never generated).
 void fit_vocabulary(ModelConfig& model, const Corpus& corpus);

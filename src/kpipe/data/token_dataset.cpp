@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <mutex>
 #include <vector>
 
 #include "kpipe/core/error.hpp"
@@ -22,10 +21,16 @@ class DatasetTokens final : public TokenSource {
   DatasetTokens(std::string path, std::string dataset, std::int64_t tokens, int vocab, std::string label)
       : path_(std::move(path)), name_(std::move(dataset)), size_(tokens), vocab_(vocab), label_(std::move(label)) {}
 
+  ~DatasetTokens() override {
+    const auto hdf5 = h5::exclusive();
+    dataset_.reset();
+    file_.reset();
+  }
+
   std::int64_t size() const override { return size_; }
 
   void read(std::int64_t first, std::int64_t count, Token* out) const override {
-    const std::lock_guard<std::mutex> lock(mutex_);  // one HDF5 handle per split; reads do not interleave
+    const auto hdf5 = h5::exclusive();  // a checkpoint may be written beside the training (h5/file.hpp)
     open();
     if (wide_) {
       // Read at 64 bits: HDF5 would clamp an id beyond Token's range to its limit, and the message would name
@@ -80,7 +85,6 @@ class DatasetTokens final : public TokenSource {
   std::int64_t size_;
   int vocab_;
   std::string label_;
-  mutable std::mutex mutex_;
   mutable h5::Handle file_, dataset_;
   mutable bool wide_ = false;                   // stored wider than Token (int64, uint32): read at 64 bits
   mutable std::vector<std::int64_t> wide_ids_;  // those reads' buffer

@@ -23,7 +23,23 @@ constexpr const char* no_sentencepiece =
 }  // namespace
 #endif
 
-const char* to_string(TokenizerKind kind) { return kind == TokenizerKind::bytes ? "bytes" : "sentencepiece"; }
+const char* to_string(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::bytes: return "bytes";
+    case TokenizerKind::sentencepiece: return "sentencepiece";
+    case TokenizerKind::byte_level_bpe: return "byte_level_bpe";
+  }
+  return "?";
+}
+
+Tokenizer Tokenizer::byte_level_bpe(std::string tokenizer_json, const std::string& label) {
+  Tokenizer t;
+  t.byte_level_ = std::make_shared<const ByteLevelBpe>(tokenizer_json, label);
+  t.kind_ = TokenizerKind::byte_level_bpe;
+  t.vocab_ = t.byte_level_->vocab();
+  t.model_ = std::move(tokenizer_json);
+  return t;
+}
 
 bool sentencepiece_available() {
 #if defined(KPIPE_HAVE_SENTENCEPIECE)
@@ -182,6 +198,7 @@ std::vector<Token> Tokenizer::encode(std::string_view text) const {
     std::transform(text.begin(), text.end(), ids.begin(), [](char c) { return Token(static_cast<unsigned char>(c)); });
     return ids;
   }
+  if (byte_level_) return byte_level_->encode(text);
 #if defined(KPIPE_HAVE_SENTENCEPIECE)
   // Line by line: no piece spans a newline (training sentences are lines; the newline itself is a byte
   // piece), so this is the encoding of the whole text, in linear time, and SentencePiece's BPE merges run
@@ -210,6 +227,7 @@ std::string Tokenizer::decode(const std::vector<Token>& ids) const {
     std::transform(ids.begin(), ids.end(), text.begin(), [](Token t) { return static_cast<char>(t); });
     return text;
   }
+  if (byte_level_) return byte_level_->decode(ids);
 #if defined(KPIPE_HAVE_SENTENCEPIECE)
   return processor_->sp.DecodeIds(std::vector<int>(ids.begin(), ids.end()));
 #else
@@ -219,7 +237,7 @@ std::string Tokenizer::decode(const std::vector<Token>& ids) const {
 
 bool Tokenizer::can_generate(Token id) const {
   if (id < 0 || id >= vocab_) return false;
-  if (kind_ == TokenizerKind::bytes) return true;
+  if (kind_ != TokenizerKind::sentencepiece) return true;
 #if defined(KPIPE_HAVE_SENTENCEPIECE)
   return !processor_->sp.IsUnknown(id) && !processor_->sp.IsControl(id);
 #else
@@ -233,11 +251,24 @@ std::string Tokenizer::piece(Token id) const {
     const auto byte = static_cast<unsigned char>(id);
     return byte >= 0x20 && byte < 0x7F ? std::string(1, char(byte)) : fmt::format("<0x{:02X}>", unsigned(byte));
   }
+  if (byte_level_) return byte_level_->piece(id);
 #if defined(KPIPE_HAVE_SENTENCEPIECE)
   return processor_->sp.IdToPiece(id);
 #else
   throw InputError(no_sentencepiece);
 #endif
+}
+
+std::vector<Tokenizer::ScoredPiece> Tokenizer::sentencepiece_pieces() const {
+  std::vector<ScoredPiece> pieces;
+#if defined(KPIPE_HAVE_SENTENCEPIECE)
+  if (kind_ != TokenizerKind::sentencepiece) return pieces;
+  const auto& sp = processor_->sp;
+  for (int id = 0; id < vocab_; ++id)
+    pieces.push_back({sp.IdToPiece(id), sp.GetScore(id),
+                      !sp.IsUnknown(id) && !sp.IsControl(id) && !sp.IsUnused(id) && !sp.IsByte(id), sp.IsUnknown(id)});
+#endif
+  return pieces;
 }
 
 }  // namespace kpipe::data

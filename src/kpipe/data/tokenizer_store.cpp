@@ -31,9 +31,11 @@ Tokenizer stored_tokenizer(const std::string& kind, std::int64_t vocab, const st
     require(vocab == byte_vocab, "{}: /tokenizer says bytes with vocab = {} (bytes have {})", label, vocab, byte_vocab);
     return {};
   }
-  require(kind == to_string(TokenizerKind::sentencepiece), "{}: /tokenizer kind = '{}': expected bytes or sentencepiece",
-          label, kind);
-  Tokenizer tokenizer = Tokenizer::sentencepiece(model(), label + ": /" + tokenizer_model_dataset);
+  const bool byte_level = kind == to_string(TokenizerKind::byte_level_bpe);
+  require(byte_level || kind == to_string(TokenizerKind::sentencepiece),
+          "{}: /tokenizer kind = '{}': expected bytes, sentencepiece or byte_level_bpe", label, kind);
+  const std::string where = label + ": /" + tokenizer_model_dataset;
+  Tokenizer tokenizer = byte_level ? Tokenizer::byte_level_bpe(model(), where) : Tokenizer::sentencepiece(model(), where);
   require(tokenizer.vocab() == vocab, "{}: /tokenizer says vocab = {}, its model has {} pieces", label, vocab,
           tokenizer.vocab());
   return tokenizer;

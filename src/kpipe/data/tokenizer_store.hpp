@@ -1,7 +1,7 @@
 #pragma once
 // A tokenizer inside an HDF5 file (token files and checkpoints alike), self-contained and verified:
-//   /tokenizer         group; attributes kind = "bytes" | "sentencepiece", vocab (int64)
-//   /tokenizer/model   uint8 [n]: the serialized SentencePiece model (sentencepiece only), with attribute
+//   /tokenizer         group; attributes kind = "bytes" | "sentencepiece" | "byte_level_bpe", vocab (int64)
+//   /tokenizer/model   uint8 [n]: the serialized SentencePiece model, or byte_level_bpe's tokenizer.json, with attribute
 //                      fnv1a64 (uint64), the FNV-1a 64 hash of its bytes, checked on reading
 // A file without /tokenizer (written before kpipe had tokenizers) holds byte tokens. Checkpoints keep the
 // same layout through their own file API (io/checkpoint_tokenizer.hpp).

@@ -13,6 +13,11 @@
 
 namespace kpipe::h5 {
 
+std::unique_lock<std::mutex> exclusive() {
+  static std::mutex library;
+  return std::unique_lock<std::mutex>(library);
+}
+
 namespace {
 
 // Roughly this many bytes per chunk: small enough for a step's rows, large enough to compress well.

@@ -8,12 +8,20 @@
 #include <hdf5.h>
 
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 namespace kpipe::h5 {
+
+// HDF5 as Debian builds it (parallel, 1.10) is not thread-safe: no two of its calls may overlap in a process.
+// kpipe calls it from a second thread only to write a checkpoint beside the training (io/checkpoint_saver.hpp),
+// so what may run meanwhile holds this lock around its HDF5 calls: the token reads, traces and timelines on
+// the training thread, the checkpoint writer's file layout and its reads of older checkpoints on the other.
+// One lock for the one library in the process; not recursive: taken where the calls are, not by callers.
+[[nodiscard]] std::unique_lock<std::mutex> exclusive();
 
 // An HDF5 identifier closed when it goes out of scope (movable, not copyable).
 class Handle {

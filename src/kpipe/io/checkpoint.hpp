@@ -3,7 +3,8 @@
 // step-<N>.h5 in the run's checkpoint directory (io/checkpoint_store.hpp), loaded by tensor name on any
 // layout. Layout and reasons: docs/checkpoint-format.md.
 //
-// Every function taking a StageModel or a CheckpointDir is collective over the stage's world communicator, with every wait bounded by pipeline.recv_timeout_s. Failures are agreed on before anyone
+// Every function taking a StageModel or a CheckpointDir is collective over the stage's world communicator (a
+// write: over the directory's own, CheckpointDir::comm()), with every wait bounded by pipeline.recv_timeout_s. Failures are agreed on before anyone
 // returns: every rank throws the same InputError (the lowest failing rank's message) or returns the same
 // SaveResult, so no rank waits for another that has given up.
 #include <mpi.h>
@@ -67,6 +68,9 @@ class CheckpointDir {
   const CheckpointConfig& config() const { return config_; }
   const std::string& run_id() const { return run_id_; }
   MPI_Comm world() const { return world_; }
+  // The checkpoints' own communicator over world's ranks: a write's collectives run there, so that a write
+  // beside the training (io/checkpoint_saver.hpp) never meets the training's collectives.
+  MPI_Comm comm() const { return comm_; }
   double timeout_s() const { return timeout_s_; }
   bool locked() const;
   // A line for the log (world rank 0): the file system could not lock the directory ("" otherwise).
@@ -75,6 +79,7 @@ class CheckpointDir {
  private:
   CheckpointConfig config_;
   MPI_Comm world_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
   double timeout_s_;
   std::string run_id_;
   std::unique_ptr<DirectoryLock> lock_;  // world rank 0 only
@@ -92,11 +97,12 @@ struct SaveResult {
 };
 
 // Writes the stage model's state at step boundary `step` (the optimizer steps taken) as step-<step>.h5 in dir,
-// with the run's tokenizer (an asynchronous run's older weight versions in flight too, /weight_versions/<j>/...): written as a temporary file by every rank
+// with the run's tokenizer (an asynchronous run's older weight versions in flight too, /weight_versions/<j>/...):
+// copied to host memory (io/checkpoint_snapshot.hpp), written as a temporary file by every rank
 // (io/checkpoint_file.hpp), published by a rename only once every rank's bytes are on storage, then
 // `latest` is updated and this run's checkpoints beyond checkpoint.keep are removed, oldest first. A
 // failure anywhere (disk full, I/O error, non-finite state) publishes nothing: `latest` and every older
-// checkpoint stay as they were.
+// checkpoint stay as they were. The training waits; io/checkpoint_saver.hpp writes the same beside it.
 template <class T, class A>
 SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
                            CheckpointDir& dir);
@@ -118,6 +124,10 @@ template <class T> struct LoadedCheckpoint {
 // versions in flight (same schedule, pipeline size and micro-batches only: InputError otherwise). The trainer
 // resumes from what it returns (Trainer::resume). Throws CorruptCheckpoint or InputError on every rank alike.
 template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>& stage, const std::string& path);
+
+// checkpoint.init_from: the newest weights of a checkpoint (any layout's, or kpipe-import's) into the stage model's
+// chunks, on any layout; the optimizer state is left as it is (a fresh run's). InputError on every rank alike.
+template <class T, class A> void load_weights(runtime::StageModel<T, A>& stage, const std::string& path);
 
 // The checkpoint a run resumes from, chosen before the run is planned: its step is the run's first, where an
 // asynchronous run's lists start (runtime::TrainerOptions::first_step).

@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "kpipe/core/config.hpp"
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/io/checkpoint_file.hpp"
+#include "kpipe/model/desc.hpp"
 
 namespace kpipe::io::detail {
 
@@ -24,6 +26,20 @@ inline std::string older_version_root(int older) { return "/weight_versions/" + 
 
 // The UTC time as an ISO 8601 text ("2026-12-07T07:19:48Z").
 std::string utc_now();
+
+// The root, /optimizer and /training attributes of a checkpoint of `config` at `step` (every rank alike; `created`
+// the UTC time of writing); T the tensors' type. save_checkpoint's, and kpipe-import's (io/hf_import.hpp).
+// `tensors` counts the whole model's (model_tensors).
+template <class T>
+void add_metadata(CheckpointWriter& writer, const Config& config, std::int64_t tensors, std::int64_t step,
+                  const std::string& run_id, const std::string& created);
+
+// How many tensors the model has: the checkpoint's "tensors" attribute.
+inline std::int64_t model_tensors(const model::ModelDesc& desc) {
+  std::int64_t tensors = 0;
+  for (const auto& layer : desc.layers) tensors += std::int64_t(layer.params.size());
+  return tensors;
+}
 
 // Runs fn on this rank, then every rank learns whether any failed and the message of the lowest failing
 // rank; all throw the same error (CorruptCheckpoint or InputError). Doubles as a barrier.

@@ -68,9 +68,12 @@ CheckpointDir::CheckpointDir(const CheckpointConfig& config, MPI_Comm world, dou
     ::gethostname(host, sizeof host - 1);
     lock_ = std::make_unique<DirectoryLock>(dir, fmt::format("pid {} on host {}, since {}", ::getpid(), host, utc_now()));
   });
+  comm_ = comm::duplicate(world, {timeout_s, "making the checkpoints' communicator"});
 }
 
-CheckpointDir::~CheckpointDir() = default;
+CheckpointDir::~CheckpointDir() {
+  if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
 
 bool CheckpointDir::locked() const { return lock_ && lock_->held(); }
 

@@ -142,6 +142,7 @@ Handle create_contiguous(hid_t file, const std::string& name, hid_t type, const 
 std::string create_layout(const std::string& path, const std::vector<DatasetEntry>& datasets,
                           const Attributes& attributes, const std::string& manifest,
                           std::vector<std::uint64_t>& offsets) {
+  const auto hdf5 = h5::exclusive();  // written beside the training, which may read tokens meanwhile
   const h5::QuietErrors quiet;
   std::string failure;
   // Called right after the HDF5 call that failed (the next call clears HDF5's record of the reason).
@@ -211,6 +212,50 @@ std::string create_layout(const std::string& path, const std::vector<DatasetEntr
   return failure;
 }
 
+// What each rank writes and hashes at a time: small enough to stay in cache between the two.
+constexpr std::size_t write_piece = std::size_t(4) << 20;
+
+// Rank 0, once every rank's bytes are on storage: every dataset's fnv1a64 attribute and the manifest's (made
+// with zeros, before the hashes were known) set to the hashes, then the manifest's bytes at `manifest_offset`,
+// made durable. "" or what failed, with HDF5's reason or the errno.
+std::string record_hashes(const std::string& path, const std::vector<DatasetEntry>& datasets,
+                          const std::string& manifest, std::uint64_t manifest_offset) {
+  {
+    const auto hdf5 = h5::exclusive();  // written beside the training, which may read tokens meanwhile
+    const h5::QuietErrors quiet;
+    Handle file;
+    {
+      const Handle access = h5::file_access();
+      H5Pset_libver_bounds(access.get(), H5F_LIBVER_V18, H5F_LIBVER_V18);
+      file = Handle(H5Fopen(path.c_str(), H5F_ACC_RDWR, access.get()), H5Fclose);
+    }
+    if (!file.valid()) return fmt::format("cannot open to record the hashes: {}", h5::error_text());
+    const auto set = [&](const std::string& name, std::uint64_t hash) {
+      const Handle dataset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+      const Handle attribute(dataset.valid() ? H5Aopen(dataset.get(), "fnv1a64", H5P_DEFAULT) : -1, H5Aclose);
+      return attribute.valid() && H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &hash) >= 0;
+    };
+    for (const auto& e : datasets)
+      if (!set(e.name, e.fnv1a64)) return fmt::format("cannot record the hash of dataset {}: {}", e.name, h5::error_text());
+    if (!set(manifest_name, fnv1a64(manifest)))
+      return fmt::format("cannot record the manifest's hash: {}", h5::error_text());
+    if (H5Fclose(file.release()) < 0) return "cannot close the file (writing the hashes)";
+  }
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return fmt::format("cannot open for writing the manifest: {}", errno_text(errno));
+  int error = write_all(fd, manifest.data(), manifest.size(), manifest_offset);
+  std::string what = "cannot write the manifest";
+  if (!error && ::fsync(fd) != 0) {
+    error = errno;
+    what = "cannot flush to storage (fsync)";
+  }
+  if (::close(fd) != 0 && !error) {
+    error = errno;
+    what = "cannot close";
+  }
+  return error ? fmt::format("{}: {}", what, errno_text(error)) : "";
+}
+
 }  // namespace
 
 const char* to_string(ElementType type) {
@@ -254,8 +299,7 @@ void CheckpointWriter::add(const std::string& name, ElementType type, const std:
   Local local;
   local.entry.name = name;
   local.entry.type = type;
-  local.entry.shape = shape;
-  local.entry.fnv1a64 = fnv1a64(data, local.entry.bytes());
+  local.entry.shape = shape;  // its hash is computed as it is written
   local.data = data;
   local_.push_back(std::move(local));
 }
@@ -286,7 +330,9 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
   const comm::Bound bound{timeout_s_, fmt::format("writing checkpoint file '{}'", path)};
 
-  // 1. Everyone's declarations, in rank order: the file's layout (each rank's datasets side by side).
+  // 1. Everyone's declarations, in rank order: the file's layout (each rank's datasets side by side). Their
+  // hashes are not known yet (each rank hashes its bytes as it writes them): the layout, whose sizes do not
+  // depend on them, is made with zeros in their place.
   json mine = json::array();
   for (const auto& l : local_) mine.push_back(entry_json(l.entry));
   std::vector<int> counts;
@@ -301,12 +347,15 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
       owner.push_back(r);
     }
   }
-  std::vector<DatasetEntry> sorted = datasets;
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
-  for (std::size_t i = 1; i < sorted.size(); ++i)
-    if (sorted[i].name == sorted[i - 1].name)
-      throw std::logic_error("kpipe::io::CheckpointWriter: dataset " + sorted[i].name + " given twice");
-  const std::string manifest = manifest_text(attributes_, sorted);
+  const auto manifest_of = [&] {
+    std::vector<DatasetEntry> sorted = datasets;
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    for (std::size_t i = 1; i < sorted.size(); ++i)
+      if (sorted[i].name == sorted[i - 1].name)
+        throw std::logic_error("kpipe::io::CheckpointWriter: dataset " + sorted[i].name + " given twice");
+    return manifest_text(attributes_, sorted);
+  };
+  const std::string unhashed = manifest_of();
 
   // 2. The file, every dataset and attribute: created by rank 0 (metadata only: the datasets' space is
   // allocated, not written), so that a failing write there is one process's failure with its reason.
@@ -315,17 +364,19 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
   std::vector<std::uint64_t> offsets(datasets.size() + 1, HADDR_UNDEF);
   comm::Failure mine_failed;
   if (rank == 0) {
-    const std::string failure = create_layout(path, datasets, attributes_, manifest, offsets);
+    const std::string failure = create_layout(path, datasets, attributes_, unhashed, offsets);
     if (!failure.empty()) mine_failed = {1, rank, fmt::format("rank {}: '{}': {}", world_rank, path, failure)};
   }
   if (const auto failed = comm::first_failure(comm_, mine_failed, bound))
     return {false, failed.rank, failed.message, 0};
   comm::bcast(offsets.data(), int(offsets.size()), MPI_UINT64_T, 0, comm_, bound);
 
-  // 3. Each rank writes its own datasets' bytes where HDF5 put them, then makes them durable.
+  // 3. Each rank writes its own datasets' bytes where HDF5 put them, hashing each piece as it goes (so the disk
+  // is busy while the rest is hashed), then makes them durable.
   auto fail = [&](const std::string& what, int error) {
     mine_failed = {1, rank, fmt::format("rank {}: '{}': {}: {}", world_rank, path, what, errno_text(error))};
   };
+  std::vector<std::uint64_t> hashes;  // of this rank's datasets, in order
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) {
     fail("cannot open for writing", errno);
@@ -338,16 +389,38 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
         fail(fmt::format("dataset {} has no storage", datasets[i].name), EIO);
         break;
       }
-      if (const int error = write_all(fd, static_cast<const char*>(local.data), bytes, offsets[i]))
-        fail(fmt::format("cannot write dataset {} ({} bytes at offset {})", datasets[i].name, bytes, offsets[i]), error);
+      const char* data = static_cast<const char*>(local.data);
+      std::uint64_t hash = fnv1a64_basis;
+      for (std::size_t done = 0; done < bytes && !mine_failed;) {
+        const std::size_t piece = std::min(bytes - done, write_piece);
+        hash = fnv1a64(data + done, piece, hash);
+        if (const int error = write_all(fd, data + done, piece, offsets[i] + done))
+          fail(fmt::format("cannot write dataset {} ({} bytes at offset {})", datasets[i].name, bytes, offsets[i]),
+               error);
+        done += piece;
+      }
+      hashes.push_back(hash);
     }
-    if (rank == 0 && !mine_failed)
-      if (const int error = write_all(fd, manifest.data(), manifest.size(), offsets.back()))
-        fail("cannot write the manifest", error);
     if (!mine_failed && ::fsync(fd) != 0) fail("cannot flush to storage (fsync)", errno);
     if (::close(fd) != 0 && !mine_failed) fail("cannot close", errno);
   }
-  // 4. Everyone learns whether every rank's bytes are on storage.
+  // 4. Everyone learns whether every rank's bytes are on storage, and every dataset's hash.
+  if (const auto failed = comm::first_failure(comm_, mine_failed, bound)) return {false, failed.rank, failed.message, 0};
+  const std::string gathered = comm::allgatherv(
+      std::string(reinterpret_cast<const char*>(hashes.data()), hashes.size() * sizeof(std::uint64_t)), comm_, bound);
+  if (gathered.size() != datasets.size() * sizeof(std::uint64_t))
+    throw std::logic_error("kpipe::io::CheckpointWriter: a rank hashed another number of datasets");
+  for (std::size_t i = 0; i < datasets.size(); ++i)
+    std::memcpy(&datasets[i].fnv1a64, gathered.data() + i * sizeof(std::uint64_t), sizeof(std::uint64_t));
+  const std::string manifest = manifest_of();
+  if (manifest.size() != unhashed.size())
+    throw std::logic_error("kpipe::io::CheckpointWriter: the manifest's size depends on the hashes");
+
+  // 5. Rank 0 records the hashes in the file: each dataset's attribute, the manifest and its own hash.
+  if (rank == 0) {
+    const std::string failure = record_hashes(path, datasets, manifest, offsets.back());
+    if (!failure.empty()) mine_failed = {1, rank, fmt::format("rank {}: '{}': {}", world_rank, path, failure)};
+  }
   if (const auto failed = comm::first_failure(comm_, mine_failed, bound)) return {false, failed.rank, failed.message, 0};
   WriteStatus status;
   status.manifest_hash = fnv1a64(manifest);

@@ -8,14 +8,16 @@
 // (io/checkpoint.hpp puts a trainer's state through these.)
 //
 // Writing, collective over the writer's communicator:
-//   1. every rank hashes its own datasets; the declarations (name, type, shape, hash) are gathered on all;
+//   1. the declarations (name, type, shape) are gathered on every rank;
 //   2. rank 0 creates the file and all the datasets (contiguous, space allocated at creation, never
-//      filled), the attributes and the manifest: HDF5 metadata only, written by one process so that a
-//      failure there is one rank's failure with its reason (docs/checkpoint-format.md says why not
-//      collective creation); the datasets' offsets are broadcast;
-//   3. each rank writes its own datasets' bytes at those offsets (pwrite), fsyncs, and reports success or
-//      the errno of the first failure;
-//   4. every rank learns the lowest failing rank's message (or that all succeeded).
+//      filled), the attributes and the manifest's space: HDF5 metadata only, written by one process so that
+//      a failure there is one rank's failure with its reason (docs/checkpoint-format.md says why not
+//      collective creation), with zeros for the hashes (their sizes are fixed); the offsets are broadcast;
+//   3. each rank writes its own datasets' bytes at those offsets (pwrite), hashing each piece as it writes it
+//      (the disk works while the rest is hashed), fsyncs, and reports success or the errno of the first
+//      failure;
+//   4. every rank learns the lowest failing rank's message (or that all succeeded) and every hash;
+//   5. rank 0 records the hashes (each dataset's attribute, the manifest and its hash) and fsyncs.
 // No file-system failure throws: write() returns the agreed status, the same on every rank.
 #include <mpi.h>
 
@@ -72,8 +74,8 @@ class CheckpointWriter {
   // Collective operations run over comm, each bounded by timeout_s (pipeline.recv_timeout_s).
   CheckpointWriter(MPI_Comm comm, double timeout_s);
 
-  // This rank's share. Data must stay valid until write() returns; names are absolute and unique over
-  // all ranks (a name given twice is a std::logic_error on every rank).
+  // This rank's share, hashed when written. Data must stay valid until write() returns; names are absolute
+  // and unique over all ranks (a name given twice is a std::logic_error on every rank).
   void add_tensor(const std::string& name, const std::vector<std::int64_t>& shape, const float* data);
   void add_tensor(const std::string& name, const std::vector<std::int64_t>& shape, const double* data);
   void add_blob(const std::string& name, std::string bytes);  // kept by the writer

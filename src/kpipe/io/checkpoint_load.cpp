@@ -66,8 +66,11 @@ OlderVersions<T> read_older_versions(const runtime::StageModel<T, A>& stage, con
   return older;
 }
 
+// `optimizer`: the moments and an asynchronous run's older versions too (resuming); else the newest weights alone,
+// the moments left as they are (checkpoint.init_from: a fresh optimizer).
 template <class T, class A>
-LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& path, const Expected* expected) {
+LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& path, const Expected* expected,
+                         bool optimizer = true) {
   LoadedCheckpoint<T> loaded;
   const double timeout = stage.config().pipeline.recv_timeout_s;
   collectively(stage.grid().world, timeout, fmt::format("loading checkpoint '{}'", path), [&] {
@@ -79,26 +82,32 @@ LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& pa
     require(loaded.step >= 0, "checkpoint file '{}': step = {}", reader.path(), loaded.step);
     for (int c = 0; c < stage.chunks(); ++c) {
       auto& store = stage.chunk(c).params();
-      std::vector<T> values(store.size()), moment1(store.size()), moment2(store.size());
+      // kpipe-import's checkpoints hold weights only: they start a run (init_from), they do not resume one.
+      require(!optimizer || reader.find(moment1_root + store.slots().front().path()),
+              "checkpoint '{}' holds weights only, no optimizer state (kpipe-import wrote it?): start a run from it "
+              "with checkpoint.init_from (--init-from) rather than resume it",
+              reader.path());
+      std::vector<T> values(store.size()), moment1(optimizer ? store.size() : 0), moment2(moment1.size());
       for (const auto& slot : store.slots()) {
         const std::string name = slot.path();
         reader.read_tensor(model_root + name, slot.spec->shape, values.data() + slot.offset);
+        if (!optimizer) continue;
         reader.read_tensor(moment1_root + name, slot.spec->shape, moment1.data() + slot.offset);
         reader.read_tensor(moment2_root + name, slot.spec->shape, moment2.data() + slot.offset);
       }
       copy_to_device(values, store.values());
-      copy_to_device(moment1, store.moment1());
-      copy_to_device(moment2, store.moment2());
+      if (optimizer) {
+        copy_to_device(moment1, store.moment1());
+        copy_to_device(moment2, store.moment2());
+      }
       store.refresh_compute_copy(ExecSpace());  // what the products read (mixed precision)
     }
-    if (stage.versioned()) loaded.older = read_older_versions(stage, reader);
+    if (stage.versioned() && optimizer) loaded.older = read_older_versions(stage, reader);
     // Every tensor of the model was found; a checkpoint with more is of a larger model.
-    std::int64_t model_tensors = 0;
-    for (const auto& layer : stage.desc().layers) model_tensors += std::int64_t(layer.params.size());
     const std::int64_t tensors = reader.number("tensors");
-    require(tensors == model_tensors,
+    require(tensors == model_tensors(stage.desc()),
             "checkpoint '{}': holds {} tensors, the model {} (model.n_layers = {}): not the same model", reader.path(),
-            tensors, model_tensors, stage.desc().config.n_layers);
+            tensors, model_tensors(stage.desc()), stage.desc().config.n_layers);
   });
   return loaded;
 }
@@ -106,6 +115,10 @@ LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& pa
 
 template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>& stage, const std::string& path) {
   return load(stage, path, nullptr);
+}
+
+template <class T, class A> void load_weights(runtime::StageModel<T, A>& stage, const std::string& path) {
+  load(stage, path, nullptr, false);
 }
 
 template <class T, class A>
@@ -121,6 +134,7 @@ LoadedCheckpoint<T> load_resume_point(runtime::StageModel<T, A>& stage, const Re
 
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
   template LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>&, const std::string&);                       \
+  template void load_weights(runtime::StageModel<T, A>&, const std::string&);                                         \
   template LoadedCheckpoint<T> load_resume_point(runtime::StageModel<T, A>&, const ResumePoint&);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE

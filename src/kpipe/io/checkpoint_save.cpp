@@ -11,8 +11,8 @@
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
+#include "kpipe/io/checkpoint_snapshot.hpp"
 #include "kpipe/io/checkpoint_tokenizer.hpp"
-#include "kpipe/nn/optimizer.hpp"
 #include "kpipe/version.hpp"
 
 namespace kpipe::io {
@@ -21,67 +21,10 @@ namespace fs = std::filesystem;
 
 using namespace detail;
 
-namespace {
-
-// Whether this step's checkpoint may be written: never one with a non-finite value (every rank checks its
-// state, all agree). Returns why not, the same on every rank, or an empty string.
-template <class T, class A>
-std::string reason_not_to_save(runtime::StageModel<T, A>& stage, const std::string& name, const comm::Bound& bound) {
-  int bad = 0;
-  for (int c = 0; c < stage.chunks(); ++c) {
-    const auto& store = stage.chunk(c).params();
-    for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()})
-      if (!std::isfinite(nn::sum_squares<T>(ExecSpace(), *buffer))) bad = 1;
-  }
-  if (comm::allreduce(bad, MPI_MAX, stage.grid().world, bound))
-    return fmt::format("checkpoint {} not written: the model or optimizer state holds non-finite values", name);
-  return {};
-}
-
-// Another run's checkpoint of this step, kept where it is (checkpoint.other_runs = "keep"): why this run's is
-// not written, the same on every rank, or an empty string.
-std::string other_runs_checkpoint(const comm::ProcessGrid& grid, const std::string& name, const std::string& path,
-                                  const CheckpointDir& dir, const comm::Bound& bound) {
-  comm::Failure clash;
-  if (grid.world_rank == 0 && fs::exists(path)) {
-    const std::string owner = run_of(path);
-    if (owner != dir.run_id())
-      clash = {1, 0, fmt::format("checkpoint {} not written: {} belongs to another run ({}), kept as "
-                                 "checkpoint.other_runs = \"keep\" asks",
-                                 name, path, owner.empty() ? "unreadable" : owner)};
-  }
-  return comm::first_failure(grid.world, clash, bound).message;
-}
-
-// This rank's share of the tensors: replica 0's (replicas hold identical copies), with the older versions the
-// micro-batches in flight read (asynchronous runs: resume forwards them again). The host copies go into
-// `buffers`, which must outlive the write.
-template <class T, class A>
-void add_tensors(CheckpointWriter& writer, runtime::StageModel<T, A>& stage, std::int64_t step,
-                 std::vector<std::vector<T>>& buffers) {
-  for (int c = 0; c < stage.chunks() && stage.grid().replica == 0; ++c) {
-    const auto& store = stage.chunk(c).params();
-    const auto add = [&](const std::string& root, std::vector<T> values) {
-      buffers.push_back(std::move(values));
-      for (const auto& slot : store.slots())
-        writer.add_tensor(root + slot.path(), slot.spec->shape, buffers.back().data() + slot.offset);
-    };
-    add(model_root, host_copy(store.values()));
-    add(moment1_root, host_copy(store.moment1()));
-    add(moment2_root, host_copy(store.moment2()));
-    for (int j = 1; j <= stage.older_versions(c, step); ++j) {
-      std::vector<T> values = stage.older_version(c, j);
-      if (!values.empty()) add(older_version_root(j), std::move(values));  // empty: read by no micro-batch in flight
-    }
-  }
-}
-
 // The metadata: the same on every rank (rank 0's clock), all of it in the checksummed manifest.
 template <class T>
-void add_metadata(CheckpointWriter& writer, const Config& config, const model::ModelDesc& desc, std::int64_t step,
-                  const std::string& run_id, const std::string& created) {
-  std::int64_t tensors = 0;
-  for (const auto& layer : desc.layers) tensors += std::int64_t(layer.params.size());
+void detail::add_metadata(CheckpointWriter& writer, const Config& config, std::int64_t tensors, std::int64_t step,
+                          const std::string& run_id, const std::string& created) {
   writer.set_attribute("/", "step", step);
   writer.set_attribute("/", "run_id", run_id);
   writer.set_attribute("/", "kpipe_version", std::string(kpipe::version));
@@ -109,13 +52,54 @@ void add_metadata(CheckpointWriter& writer, const Config& config, const model::M
                                    "by (seed, step, sequence)"));
 }
 
+template void detail::add_metadata<float>(CheckpointWriter&, const Config&, std::int64_t, std::int64_t,
+                                          const std::string&, const std::string&);
+
+namespace {
+
+int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  return rank;
+}
+
+// Whether this step's checkpoint may be written: never one with a non-finite value (every rank checks its
+// share, all agree). Returns why not, the same on every rank, or an empty string.
+template <class T>
+std::string reason_not_to_save(const Snapshot<T>& snapshot, const std::string& name, const comm::Bound& bound,
+                               MPI_Comm comm) {
+  int bad = 0;
+  for (const auto& [first, count] : snapshot.must_be_finite)
+    for (const T* v = snapshot.values + first; v != snapshot.values + first + count && !bad; ++v)
+      bad = std::isfinite(*v) ? 0 : 1;
+  if (comm::allreduce(bad, MPI_MAX, comm, bound))
+    return fmt::format("checkpoint {} not written: the model or optimizer state holds non-finite values", name);
+  return {};
+}
+
+// Another run's checkpoint of this step, kept where it is (checkpoint.other_runs = "keep"): why this run's is
+// not written, the same on every rank, or an empty string.
+std::string other_runs_checkpoint(const std::string& name, const std::string& path, const CheckpointDir& dir,
+                                  const comm::Bound& bound) {
+  comm::Failure clash;
+  if (rank_in(dir.comm()) == 0 && fs::exists(path)) {
+    const std::string owner = run_of(path);
+    if (owner != dir.run_id())
+      clash = {1, 0, fmt::format("checkpoint {} not written: {} belongs to another run ({}), kept as "
+                                 "checkpoint.other_runs = \"keep\" asks",
+                                 name, path, owner.empty() ? "unreadable" : owner)};
+  }
+  return comm::first_failure(dir.comm(), clash, bound).message;
+}
+
 // Once every rank's bytes are on storage, rank 0 publishes the file, then `latest`, then prunes. Returns the
 // failure (agreed by all ranks) and sets `warning` (pruning only) on every rank.
-comm::Failure publish(const CheckpointDir& dir, const comm::ProcessGrid& grid, const std::string& tmp,
-                      const SaveResult& result, const std::string& name, std::uint64_t manifest_hash,
-                      const comm::Bound& bound, std::string& warning) {
+comm::Failure publish(const CheckpointDir& dir, const std::string& tmp, const SaveResult& result,
+                      const std::string& name, std::uint64_t manifest_hash, const comm::Bound& bound,
+                      std::string& warning) {
   comm::Failure failed;
-  if (grid.world_rank == 0) {
+  const bool root = rank_in(dir.comm()) == 0;
+  if (root) {
     try {
       publish_file(tmp, result.path);
     } catch (const std::exception& e) {
@@ -138,48 +122,44 @@ comm::Failure publish(const CheckpointDir& dir, const comm::ProcessGrid& grid, c
       }
     }
   }
-  auto agreed = comm::first_failure(grid.world, failed, bound);
-  if (!agreed) warning = comm::bcast(warning, 0, grid.world, bound);
+  auto agreed = comm::first_failure(dir.comm(), failed, bound);
+  if (!agreed) warning = comm::bcast(warning, 0, dir.comm(), bound);
   return agreed;
 }
 
 }  // namespace
 
-template <class T, class A>
-SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
-                           CheckpointDir& dir) {
-  const auto& grid = stage.grid();
-  stage.bind_newest();  // the parameters are the newest version (asynchronous runs)
-  const std::string name = checkpoint_file_name(step);
+template <class T> SaveResult detail::write_snapshot(const Snapshot<T>& snapshot, const CheckpointDir& dir) {
+  const std::string name = checkpoint_file_name(snapshot.step);
   SaveResult result;
   result.path = (fs::path(dir.path()) / name).string();
-  const std::string tmp = (fs::path(dir.path()) / temporary_file_name(step, dir.run_id())).string();
-  const comm::Bound bound{dir.timeout_s(), fmt::format("writing checkpoint {}", name), grid.nodes};
-  result.message = reason_not_to_save(stage, name, bound);
+  const std::string tmp = (fs::path(dir.path()) / temporary_file_name(snapshot.step, dir.run_id())).string();
+  const comm::Bound bound{dir.timeout_s(), fmt::format("writing checkpoint {}", name), snapshot.nodes};
+  result.message = reason_not_to_save(snapshot, name, bound, dir.comm());
   if (!result.message.empty()) return result;
-  result.message = other_runs_checkpoint(grid, name, result.path, dir, bound);
+  result.message = other_runs_checkpoint(name, result.path, dir, bound);
   if (!result.message.empty()) {
     result.skipped = true;
     return result;
   }
 
-  CheckpointWriter writer(grid.world, dir.timeout_s());
-  std::vector<std::vector<T>> buffers;  // the host copies, alive until written
-  add_tensors(writer, stage, step, buffers);
-  const std::string created = comm::bcast(grid.world_rank == 0 ? utc_now() : std::string(), 0, grid.world, bound);
-  add_metadata<T>(writer, stage.config(), stage.desc(), step, dir.run_id(), created);
+  CheckpointWriter writer(dir.comm(), dir.timeout_s());
+  for (const auto& t : snapshot.tensors) writer.add_tensor(t.name, t.shape, snapshot.values + t.offset);
+  const bool root = rank_in(dir.comm()) == 0;
+  const std::string created = comm::bcast(root ? utc_now() : std::string(), 0, dir.comm(), bound);
+  add_metadata<T>(writer, snapshot.config, snapshot.model_tensors, snapshot.step, dir.run_id(), created);
   // What the model's token ids mean, so that kpipe-generate decodes them (io/checkpoint_tokenizer.hpp).
-  add_tokenizer(writer, tokenizer, grid.world_rank == 0);
+  add_tokenizer(writer, *snapshot.tokenizer, snapshot.tokenizer_owner);
   const WriteStatus status = writer.write(tmp);
   if (!status.ok) {
-    if (grid.world_rank == 0) {
+    if (root) {
       std::error_code ignored;
       fs::remove(tmp, ignored);
     }
     result.message = fmt::format("checkpoint {} not written: {}", name, status.message);
     return result;
   }
-  if (const auto failed = publish(dir, grid, tmp, result, name, status.manifest_hash, bound, result.warning)) {
+  if (const auto failed = publish(dir, tmp, result, name, status.manifest_hash, bound, result.warning)) {
     result.message = failed.message;
     return result;
   }
@@ -187,10 +167,20 @@ SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, 
   return result;
 }
 
+template <class T, class A>
+SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
+                           CheckpointDir& dir) {
+  std::vector<T> memory(snapshot_capacity(stage));  // the host copies, alive until written
+  return write_snapshot(take_snapshot(stage, step, tokenizer, memory.data(), ExecSpace()), dir);
+}
+
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
   template SaveResult save_checkpoint(runtime::StageModel<T, A>&, std::int64_t, const data::Tokenizer&,               \
                                       CheckpointDir&);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
+#define KPIPE_INSTANTIATE(T) template SaveResult detail::write_snapshot(const Snapshot<T>&, const CheckpointDir&);
+KPIPE_TRAINING_ACCUMULATIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE
 
 }  // namespace kpipe::io

@@ -50,6 +50,7 @@ std::int64_t step_of_file_name(const std::string& name) { return step_before(nam
 
 std::string run_of(const std::string& checkpoint_file) {
   try {
+    const auto hdf5 = h5::exclusive();  // the background writer prunes while the training reads tokens
     const h5::QuietErrors quiet;
     const h5::Handle file = h5::open_file(checkpoint_file);
     return h5::read_string_attribute(file.get(), "run_id", checkpoint_file);

@@ -5,12 +5,14 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "kpipe/comm/bounded.hpp"
+#include "kpipe/core/clock.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
 #include "kpipe/core/program_name.hpp"
@@ -28,6 +30,23 @@ constexpr const char* op_names =
     "F,B,I,W,S,send_activation,recv_activation,send_gradient,recv_gradient,send_sum,recv_sum,U";
 constexpr int last_op = int(schedule::Op::update);
 constexpr int packed_interval = 9;  // step, rank, op, microbatch, chunk, peer, start, end, bytes
+// Rows of the gather that are not actions, by their op: when the rank began the step (start), and a
+// checkpoint's work (microbatch: its kind, chunk: the checkpoint's step; start, end, bytes).
+constexpr double packed_step_start = -1, packed_checkpoint = -2;
+
+// Each rank's step starts in step order, for placing its checkpoint work.
+std::vector<std::map<std::int64_t, double>> starts_by_rank(const TimelineFile& timeline) {
+  std::vector<std::map<std::int64_t, double>> starts(std::size_t(timeline.info.ranks));
+  for (const auto& s : timeline.starts) starts.at(std::size_t(s.rank))[s.step] = s.seconds;
+  return starts;
+}
+
+// A checkpoint's work as its tooltip says it: "write of step-00000012 (40.2 MB)".
+std::string checkpoint_label(const CheckpointSpan& c) {
+  const std::string what = c.kind == CheckpointSpan::Kind::wait ? "waiting for the write" : to_string(c.kind);
+  return fmt::format("{} of step-{:08d}{}", what, c.step,
+                     c.bytes > 0 ? fmt::format(" ({:.1f} MB)", double(c.bytes) / 1e6) : "");
+}
 
 const char* category(schedule::Op op) {
   switch (op) {
@@ -42,9 +61,19 @@ const char* category(schedule::Op op) {
 
 }  // namespace
 
+const char* to_string(CheckpointSpan::Kind kind) {
+  switch (kind) {
+    case CheckpointSpan::Kind::snapshot: return "snapshot";
+    case CheckpointSpan::Kind::write: return "write";
+    case CheckpointSpan::Kind::wait: return "wait";
+  }
+  return "?";
+}
+
 TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info, double write_seconds)
     : path_(path), write_interval_(write_seconds) {
   require_writable(path, fmt::format("output.timeline = '{}'", path));
+  const auto hdf5 = h5::exclusive();
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
   h5::write_format(root, timeline_format, timeline_format_version);
@@ -58,18 +87,26 @@ TimelineWriter::TimelineWriter(const std::string& path, const TimelineInfo& info
   h5::write_attribute(group.get(), "ops", std::string(op_names));
   // Empty columns, so that a run with no step still has the tables.
   h5::require_group(root, "steps");
-  write_pending();
+  write_held();
 }
 
 TimelineWriter::~TimelineWriter() {
+  const auto hdf5 = h5::exclusive();
   try {
-    write_pending();
+    write_held();
   } catch (const std::exception& e) {  // a destructor reports and goes on: the rows written so far stay
     fmt::print(stderr, "{}: {}: the timeline's last rows were not written: {}\n", program_name(), path_, e.what());
   }
+  file_.reset();  // closed under the lock
 }
 
 void TimelineWriter::append(const StepRow& row) { pending_steps_.push_back(row); }
+
+void TimelineWriter::append(const std::vector<StepStart>& starts,
+                            const std::vector<std::pair<int, CheckpointSpan>>& checkpoints) {
+  pending_starts_.insert(pending_starts_.end(), starts.begin(), starts.end());
+  pending_checkpoints_.insert(pending_checkpoints_.end(), checkpoints.begin(), checkpoints.end());
+}
 
 void TimelineWriter::append(const std::vector<TimelineRow>& rows) {
   pending_rows_.insert(pending_rows_.end(), rows.begin(), rows.end());
@@ -77,10 +114,18 @@ void TimelineWriter::append(const std::vector<TimelineRow>& rows) {
 }
 
 void TimelineWriter::write_pending() {
+  const auto hdf5 = h5::exclusive();
+  write_held();
+}
+
+void TimelineWriter::write_held() {
   write_steps(pending_steps_);
   write_rows(pending_rows_);
+  write_beside();
   pending_steps_.clear();
   pending_rows_.clear();
+  pending_starts_.clear();
+  pending_checkpoints_.clear();
   H5Fflush(file_.get(), H5F_SCOPE_GLOBAL);
   written_ = std::chrono::steady_clock::now();
 }
@@ -134,6 +179,46 @@ void TimelineWriter::write_rows(const std::vector<TimelineRow>& rows) {
   h5::append(g, "bytes", bytes);
 }
 
+void TimelineWriter::write_beside() {
+  if (!pending_starts_.empty()) {
+    std::vector<std::int64_t> step;
+    std::vector<std::int32_t> rank;
+    std::vector<double> seconds;
+    for (const StepStart& s : pending_starts_) {
+      step.push_back(s.step);
+      rank.push_back(s.rank);
+      seconds.push_back(s.seconds);
+    }
+    const h5::Handle group = h5::require_group(file_.get(), "step_starts");
+    h5::append(group.get(), "step", step);
+    h5::append(group.get(), "rank", rank);
+    h5::append(group.get(), "seconds", seconds);
+  }
+  if (!pending_checkpoints_.empty()) {
+    std::vector<std::int64_t> step, bytes;
+    std::vector<std::int32_t> rank, kind;
+    std::vector<double> start, end;
+    for (const auto& [r, c] : pending_checkpoints_) {
+      rank.push_back(r);
+      kind.push_back(int(c.kind));
+      step.push_back(c.step);
+      start.push_back(c.start);
+      end.push_back(c.end);
+      bytes.push_back(c.bytes);
+    }
+    const bool fresh = !h5::exists(file_.get(), "checkpoints");
+    const h5::Handle group = h5::require_group(file_.get(), "checkpoints");
+    if (fresh) h5::write_attribute(group.get(), "kinds", std::string("snapshot,write,wait"));
+    const hid_t g = group.get();
+    h5::append(g, "rank", rank);
+    h5::append(g, "kind", kind);
+    h5::append(g, "step", step);
+    h5::append(g, "start", start);
+    h5::append(g, "end", end);
+    h5::append(g, "bytes", bytes);
+  }
+}
+
 TimelineFile read_timeline(const std::string& path) {
   const h5::Handle file = h5::open_file(path);
   const hid_t root = file.get();
@@ -181,6 +266,37 @@ TimelineFile read_timeline(const std::string& path) {
     row.bytes = bytes[k];
     t.rows.push_back(row);
   }
+  if (h5::exists(root, "step_starts")) {
+    const h5::Handle starts = h5::open_group(root, "step_starts");
+    const std::string where = path + ":/step_starts";
+    const auto s_step = h5::read_int64s(starts.get(), "step", where), s_rank = h5::read_int64s(starts.get(), "rank", where);
+    const auto s_seconds = h5::read_doubles(starts.get(), "seconds", where);
+    require(s_rank.size() == s_step.size() && s_seconds.size() == s_step.size(), "{}: columns of different lengths",
+            where);
+    for (std::size_t k = 0; k < s_step.size(); ++k) {
+      require(s_rank[k] >= 0 && s_rank[k] < t.info.ranks, "{}: row {}: rank = {} outside [0, {})", where, k, s_rank[k],
+              t.info.ranks);
+      t.starts.push_back({s_step[k], int(s_rank[k]), s_seconds[k]});
+    }
+  }
+  if (h5::exists(root, "checkpoints")) {
+    const h5::Handle group = h5::open_group(root, "checkpoints");
+    const std::string where = path + ":/checkpoints";
+    const hid_t c = group.get();
+    const auto c_rank = h5::read_int64s(c, "rank", where), c_kind = h5::read_int64s(c, "kind", where),
+               c_step = h5::read_int64s(c, "step", where), c_bytes = h5::read_int64s(c, "bytes", where);
+    const auto c_start = h5::read_doubles(c, "start", where), c_end = h5::read_doubles(c, "end", where);
+    for (const std::size_t size : {c_kind.size(), c_step.size(), c_bytes.size(), c_start.size(), c_end.size()})
+      require(size == c_rank.size(), "{}: columns of different lengths ({} and {})", where, c_rank.size(), size);
+    for (std::size_t k = 0; k < c_rank.size(); ++k) {
+      require(c_rank[k] >= 0 && c_rank[k] < t.info.ranks, "{}: row {}: rank = {} outside [0, {})", where, k, c_rank[k],
+              t.info.ranks);
+      require(c_kind[k] >= 0 && c_kind[k] <= int(CheckpointSpan::Kind::wait), "{}: row {}: kind = {} is not one of {}",
+              where, k, c_kind[k], "snapshot (0), write (1), wait (2)");
+      t.checkpoints.emplace_back(int(c_rank[k]), CheckpointSpan{CheckpointSpan::Kind(c_kind[k]), c_step[k], c_start[k],
+                                                                c_end[k], c_bytes[k]});
+    }
+  }
   return t;
 }
 
@@ -196,6 +312,26 @@ schedule::Timeline step_timeline(const TimelineFile& timeline, std::int64_t step
     if (r.step == step && (schedule::is_compute(r.action.op) || r.action.op == schedule::Op::update))
       spans[r.rank].push_back(schedule::Span{r.action, r.start, r.end});
   return spans;
+}
+
+std::vector<std::vector<schedule::SideSpan>> step_checkpoints(const TimelineFile& timeline, std::int64_t step) {
+  const auto starts = starts_by_rank(timeline);
+  std::vector<std::vector<schedule::SideSpan>> lanes(std::size_t(timeline.info.ranks));
+  // Each rank's step, from its start to the next step's (the boundary's work included), or to its last action.
+  std::vector<double> last_action(std::size_t(timeline.info.ranks), 0);
+  for (const auto& r : timeline.rows)
+    if (r.step == step) last_action[std::size_t(r.rank)] = std::max(last_action[std::size_t(r.rank)], r.end);
+  for (const auto& [rank, c] : timeline.checkpoints) {
+    const auto& mine = starts[std::size_t(rank)];
+    const auto at = mine.find(step);
+    if (at == mine.end()) continue;
+    const auto next = std::next(at);
+    const double begin = at->second, end = next == mine.end() ? begin + last_action[std::size_t(rank)] : next->second;
+    if (c.start < end && c.end > begin)
+      lanes[std::size_t(rank)].push_back(
+          {int(c.kind), checkpoint_label(c), std::max(c.start, begin) - begin, std::min(c.end, end) - begin});
+  }
+  return lanes;
 }
 
 std::vector<double> measured_bubble(const TimelineFile& timeline) {
@@ -232,6 +368,30 @@ std::string chrome_trace(const TimelineFile& timeline) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", rank},
                       {"args", {{"name", fmt::format("rank {}", rank)}}}});
   }
+  // Checkpoint work, on a track of each rank's own below the ranks': placed by the step it began in (each
+  // rank's own step starts), lasting what it lasted.
+  const auto starts = starts_by_rank(timeline);
+  std::set<int> lanes;
+  for (const auto& [rank, c] : timeline.checkpoints) {
+    const auto& mine = starts[std::size_t(rank)];
+    auto at = mine.end();
+    for (auto it = mine.begin(); it != mine.end() && it->second <= c.start; ++it) at = it;
+    if (at == mine.end()) at = mine.begin();
+    if (at == mine.end()) continue;  // no step start recorded on that rank
+    const double start_us = (step_offset[at->first] + std::max(0.0, c.start - at->second)) * 1e6;
+    if (lanes.insert(rank).second)
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", timeline.info.ranks + rank},
+                        {"args", {{"name", fmt::format("rank {} checkpoint", rank)}}}});
+    events.push_back({{"name", checkpoint_label(c)},
+                      {"cat", "checkpoint"},
+                      {"ph", "X"},
+                      {"ts", start_us},
+                      {"dur", std::max(0.0, (c.end - c.start) * 1e6)},
+                      {"pid", 0},
+                      {"tid", timeline.info.ranks + rank},
+                      {"args", {{"step", at->first}, {"checkpoint_step", c.step}, {"kind", to_string(c.kind)},
+                                {"bytes", c.bytes}}}});
+  }
   for (const auto& r : timeline.rows) {
     nlohmann::json args = {{"step", r.step}, {"microbatch", r.action.microbatch}, {"chunk", r.action.chunk}};
     if (schedule::is_comm(r.action.op) || schedule::is_reduction(r.action.op)) {
@@ -261,7 +421,7 @@ std::string chrome_trace(const TimelineFile& timeline) {
 
 TimelineRecorder::TimelineRecorder(const comm::ProcessGrid& grid, const Config& config, const schedule::Schedule& lists,
                                    const std::string& path)
-    : grid_(grid), timeout_s_(config.pipeline.recv_timeout_s) {
+    : grid_(grid), timeout_s_(config.pipeline.recv_timeout_s), origin_(seconds_now()) {
   if (grid.world_rank != 0) return;
   TimelineInfo info;
   info.ranks = grid.world_size;
@@ -273,19 +433,41 @@ TimelineRecorder::TimelineRecorder(const comm::ProcessGrid& grid, const Config& 
   writer_ = std::make_unique<TimelineWriter>(path, info);
 }
 
-void TimelineRecorder::record(std::int64_t step_index, const std::vector<runtime::TimedAction>& actions) {
-  const std::int64_t step = step_number(step_index);
+namespace {
+
+std::vector<double> packed_actions(std::int64_t step, int rank, const std::vector<runtime::TimedAction>& actions) {
   std::vector<double> packed;
   for (const auto& a : actions)
-    packed.insert(packed.end(), {double(step), double(grid_.world_rank), double(int(a.action.op)),
-                                 double(a.action.microbatch), double(a.action.chunk), double(a.action.peer), a.start,
-                                 a.end, double(a.bytes)});
+    packed.insert(packed.end(), {double(step), double(rank), double(int(a.action.op)), double(a.action.microbatch),
+                                 double(a.action.chunk), double(a.action.peer), a.start, a.end, double(a.bytes)});
+  return packed;
+}
+
+}  // namespace
+
+void TimelineRecorder::record(std::int64_t step_index, const std::vector<runtime::TimedAction>& actions) {
+  const std::int64_t step = step_number(step_index);
+  gather(step, packed_actions(step, grid_.world_rank, actions));
+}
+
+void TimelineRecorder::gather(std::int64_t step, const std::vector<double>& packed) {
   const auto all = comm::gatherv(packed, 0, grid_.world,
                                  {timeout_s_, fmt::format("gathering the timeline of step {}", step)});
   if (!writer_) return;
   std::vector<TimelineRow> rows;
+  std::vector<StepStart> starts;
+  std::vector<std::pair<int, CheckpointSpan>> checkpoints;
   for (std::size_t k = 0; k + packed_interval <= all.size(); k += packed_interval) {
     const double* v = all.data() + k;
+    if (v[2] == packed_step_start) {
+      starts.push_back({std::int64_t(v[0]), int(v[1]), v[6]});
+      continue;
+    }
+    if (v[2] == packed_checkpoint) {
+      checkpoints.emplace_back(int(v[1]), CheckpointSpan{CheckpointSpan::Kind(int(v[3])), std::int64_t(v[4]), v[6],
+                                                         v[7], std::int64_t(v[8])});
+      continue;
+    }
     TimelineRow row;
     row.step = std::int64_t(v[0]);
     row.rank = int(v[1]);
@@ -295,14 +477,21 @@ void TimelineRecorder::record(std::int64_t step_index, const std::vector<runtime
     row.bytes = std::int64_t(v[8]);
     rows.push_back(row);
   }
+  writer_->append(starts, checkpoints);
   writer_->append(rows);
 }
 
-void TimelineRecorder::record(const runtime::StepStats& stats, const std::vector<runtime::TimedAction>& actions) {
-  if (writer_)
-    writer_->append(
-        StepRow{step_number(stats.step), stats.loss, stats.lr, stats.grad_norm, stats.seconds, stats.tokens});
-  record(stats.step, actions);
+void TimelineRecorder::record(const runtime::StepStats& stats, const std::vector<runtime::TimedAction>& actions,
+                              double began, const std::vector<CheckpointSpan>& checkpoints) {
+  const std::int64_t step = step_number(stats.step);
+  if (writer_) writer_->append(StepRow{step, stats.loss, stats.lr, stats.grad_norm, stats.seconds, stats.tokens});
+  std::vector<double> packed = packed_actions(step, grid_.world_rank, actions);
+  const double rank = grid_.world_rank;
+  if (began >= 0) packed.insert(packed.end(), {double(step), rank, packed_step_start, 0, 0, 0, began - origin_, 0, 0});
+  for (const auto& c : checkpoints)
+    packed.insert(packed.end(), {double(step), rank, packed_checkpoint, double(int(c.kind)), double(c.step), 0,
+                                 c.start - origin_, c.end - origin_, double(c.bytes)});
+  gather(step, packed);
 }
 
 }  // namespace kpipe::io

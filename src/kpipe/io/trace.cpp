@@ -157,6 +157,7 @@ const char* to_string(TraceKind kind) { return kind == TraceKind::output ? "outp
 
 TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info) : path_(path) {
   require_writable(path, fmt::format("output.trace = '{}'", path));
+  const auto hdf5 = h5::exclusive();
   file_ = h5::create_file(path);
   const hid_t root = file_.get();
   h5::write_format(root, trace_format, trace_format_version);
@@ -169,10 +170,16 @@ TraceWriter::TraceWriter(const std::string& path, const TraceInfo& info) : path_
   h5::write_attribute(root, "dtype", info.dtype);
 }
 
+TraceWriter::~TraceWriter() {
+  const auto hdf5 = h5::exclusive();
+  file_.reset();
+}
+
 void TraceWriter::append(std::vector<TraceRow> rows, const std::vector<TraceTensor>& tensors) {
   std::sort(rows.begin(), rows.end(), [](const TraceRow& a, const TraceRow& b) {
     return std::tie(a.layer, a.kind, a.step, a.microbatch) < std::tie(b.layer, b.kind, b.step, b.microbatch);
   });
+  const auto hdf5 = h5::exclusive();
   for (std::size_t i = 0; i < rows.size();) {
     std::size_t j = i;
     std::vector<std::int64_t> steps, microbatches;

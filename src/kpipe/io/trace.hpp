@@ -80,10 +80,14 @@ struct TraceInfo {
   std::string dtype = "float32";
 };
 
-// The HDF5 file, written by one process (no MPI here).
+// The HDF5 file, written by one process (no MPI here), under h5::exclusive() (a checkpoint may be written
+// beside it).
 class TraceWriter {
  public:
   TraceWriter(const std::string& path, const TraceInfo& info);
+  ~TraceWriter();
+  TraceWriter(const TraceWriter&) = delete;
+  TraceWriter& operator=(const TraceWriter&) = delete;
   // Rows are appended in (layer, kind, step, microbatch) order, whatever order they come in.
   void append(std::vector<TraceRow> rows, const std::vector<TraceTensor>& tensors = {});
   const std::string& path() const { return path_; }

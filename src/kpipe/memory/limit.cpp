@@ -4,8 +4,13 @@
 
 #include <Kokkos_Core.hpp>
 #include <array>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <limits>
+#include <sstream>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kpipe/comm/bounded.hpp"
@@ -116,23 +121,46 @@ void enforce_parameter_bound(const Config& config, const Limit& limit) {
       config.pipeline.pipeline_size, config.pipeline.pipeline_size == 1 ? "" : "s"));
 }
 
-std::string enforce_limit(const Config& config, const Limit& limit, const model::ModelDesc& desc,
-                          const schedule::Replicated& schedule) {
-  const auto ranks = plan_ranks(config, desc, schedule);
-  const RankMemory* worst = &ranks.front();
-  for (const auto& r : ranks)
-    if (r.total() > worst->total()) worst = &r;
-  const std::string most = fmt::format("rank {} needs the most, {}", worst->world_rank, format_bytes(worst->total()));
-  if (!limit.bytes || worst->total() <= *limit.bytes) return fmt::format("{}: {}", limit.why, most);
-  int over = 0;
-  for (const auto& r : ranks) over += r.total() > *limit.bytes ? 1 : 0;
+std::string enforce_limit(Config& config, const Limit& limit, const model::ModelDesc& desc,
+                          const schedule::Replicated& schedule, MPI_Comm world) {
+  const auto worst_of = [&] {
+    const auto ranks = plan_ranks(config, desc, schedule);
+    std::pair<RankMemory, int> worst{ranks.front(), 0};  // the rank that needs the most, and how many exceed
+    for (const auto& r : ranks) {
+      if (r.total() > worst.first.total()) worst.first = r;
+      worst.second += limit.bytes && r.total() > *limit.bytes ? 1 : 0;
+    }
+    return worst;
+  };
+  auto [worst, over] = worst_of();
+  const auto fits = [&] {
+    return fmt::format("{}: rank {} needs the most, {}", limit.why, worst.world_rank, format_bytes(worst.total()));
+  };
+  if (!limit.bytes || worst.total() <= *limit.bytes) return fits();
+  // checkpoint.async = auto gives way to synchronous checkpoints where its snapshot alone does not fit.
+  const std::int64_t snapshot = worst.bytes[int(Category::snapshot)];
+  if (snapshot > 0 && config.checkpoint.async == CheckpointAsync::automatic) {
+    config.checkpoint.async = CheckpointAsync::off;
+    const auto without = worst_of();
+    if (without.first.total() <= *limit.bytes) {
+      int rank = 0;
+      MPI_Comm_rank(world, &rank);
+      if (rank == 0)
+        fmt::print(stderr, "kpipe-train: note: checkpoint.async = auto: writing checkpoints synchronously: the "
+                           "snapshot buffer ({}) would take rank {} to {}, over {}\n",
+                   format_bytes(snapshot), worst.world_rank, format_bytes(worst.total()), limit.why);
+      std::tie(worst, over) = without;
+      return fits();
+    }
+    std::tie(worst, over) = without;
+  }
   const std::string others = over == 1   ? ""
                              : over == 2 ? ", and 1 other rank exceeds it too"
                                          : fmt::format(", and {} other ranks exceed it too", over - 1);
   throw InputError(fmt::format(
       "{}: rank {} needs {} ({}){}; fewer micro-batches in flight (schedule), recomputation (memory.recompute), "
       "more pipeline stages or a smaller model: kpipe-sim --recommend finds a layout that fits",
-      limit.why, worst->world_rank, format_bytes(worst->total()), describe(worst->bytes), others));
+      limit.why, worst.world_rank, format_bytes(worst.total()), describe(worst.bytes), others));
 }
 
 }  // namespace kpipe::memory

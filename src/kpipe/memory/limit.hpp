@@ -34,10 +34,12 @@ void enforce_parameter_bound(const Config& config, const Limit& limit);
 
 // Plans every rank's memory and throws InputError (the same on every rank) when one exceeds the limit:
 //   memory.limit_per_rank = 512MiB: rank 0 needs 1.25 GiB (parameters 25.0 MiB, ..., activations 900 MiB)...
-// Otherwise returns the limit and the largest need, for the run's start-up line:
+// Under checkpoint.async = auto, a layout that fits only without the snapshot buffer sets it off instead (one
+// line on world rank 0 says why). Otherwise returns the limit and the largest need, for the run's start-up line:
 //   memory.limit_per_rank = auto (11.2 GiB: the node's MemAvailable on node n1, shared by 2 ranks): rank 1 needs
 //   the most, 540 KiB
-std::string enforce_limit(const Config& config, const Limit& limit, const model::ModelDesc& desc,
-                          const schedule::Replicated& schedule);
+// Collective over world only for rank 0's note.
+std::string enforce_limit(Config& config, const Limit& limit, const model::ModelDesc& desc,
+                          const schedule::Replicated& schedule, MPI_Comm world);
 
 }  // namespace kpipe::memory

@@ -1,6 +1,7 @@
 #include "kpipe/memory/plan.hpp"
 
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/versions.hpp"
 
 #include <fmt/format.h>
@@ -30,6 +31,7 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
   // lists hold at once (schedule/versions.hpp): one in the chunk's own parameter buffers, the others in
   // buffers of the same layout; synchronous ones keep none.
   const auto versions = schedule::plan_versions(s, stage, s.actions.at(stage));
+  const bool snapshots = !config.checkpoint.dir.empty() && config.checkpoint.async != CheckpointAsync::off;
 
   RankMemory r;
   r.replica = replica;
@@ -62,6 +64,12 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
     add(Category::activations, m.slots * m.slot_bytes);
     add(Category::backward, m.backward_sets * m.backward_bytes);
     add(Category::workspaces, m.workspace_bytes);
+    // Checkpoints written beside the training: replica 0's snapshot of each chunk's masters, both moments and
+    // the most older versions a checkpoint holds (io/checkpoint_snapshot.hpp); the other replicas write nothing.
+    if (snapshots && replica == 0) {
+      const int older = s.asynchronous() ? schedule::versions_bound(s.updates, s.ranks, s.virtual_stage(stage, c)) - 1 : 0;
+      add(Category::snapshot, (3 + older) * m.parameters * e);
+    }
     r.chunks.push_back(m);
   }
   // Evaluation runs forward-only lists of up to a step's micro-batches (runtime/evaluator.hpp) with buffers of

@@ -10,7 +10,8 @@
 // x their bytes (one set with plain backwards, more when I and W run apart); the attention and
 // recomputation scratch. Per rank: the spare [N, C] message buffers, the host token staging rows (inputs
 // and targets of each micro-batch) and the per-micro-batch loss sums.
-// Weight versions are 0 for every synchronous schedule (PipeDream's stashes will count there).
+// Weight versions are 0 for every synchronous schedule (PipeDream's stashes will count there). With
+// checkpoint.dir and checkpoint.async not off (auto counts as on), replica 0's snapshot buffer of each chunk.
 #include <cstddef>
 #include <string>
 #include <vector>

@@ -57,6 +57,7 @@ double Executor<T, A>::run(const Program& program, const ListRange& range, Updat
   run.tokens = &tokens;
   run.step = step;
   run.start = seconds_now();
+  origin_ = run.start;
   timeline_.clear();
   clock_.start(space_);
   buffers_.begin_run();

@@ -44,6 +44,7 @@ template <class T, class A = T> class Executor {
   void set_observer(ActionObserver observer) { observer_ = std::move(observer); }
   // Every action of the last run on this rank, in the order run.
   const std::vector<TimedAction>& timeline() const { return timeline_; }
+  double timeline_origin() const { return origin_; }  // seconds_now() when the run timeline() holds began
   int peak_stash() const { return peak_stash_; }  // micro-batches in flight at once on this rank, at most
   // Mean seconds of one F, B, I, W on chunk `chunk` (index by Op), over the runs after the first; 0 for kinds
   // that did not run.
@@ -64,6 +65,7 @@ template <class T, class A = T> class Executor {
   ActionClock clock_;
   ActionObserver observer_;
   std::vector<TimedAction> timeline_;
+  double origin_ = 0;
   std::vector<std::array<double, 4>> action_seconds_;  // [chunk] F, B, I, W, summed over the runs after the first
   std::vector<std::array<long, 4>> action_count_;
   int runs_ = 0, stash_ = 0, peak_stash_ = 0;

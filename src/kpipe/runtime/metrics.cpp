@@ -35,6 +35,7 @@ void MetricsWriter::write_step(const StepStats& s) {
                       {"grad_norm", number(s.grad_norm)},
                       {"tokens_per_s", number(s.seconds > 0 ? s.tokens / s.seconds : 0.0)},
                       {"step_seconds", number(s.seconds)},
+                      {"checkpoint_wait_seconds", number(s.checkpoint_wait_seconds)},
                       {"skipped", s.skipped}};  // loss or gradient not finite: no update
   write(j.dump());
 }

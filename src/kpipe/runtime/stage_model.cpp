@@ -55,14 +55,17 @@ template <class T, class A> void StageModel<T, A>::bind_newest() {
 
 template <class T, class A> int StageModel<T, A>::older_versions(int c, std::int64_t next_step) const {
   // After the run's last step the pipeline is drained: nothing in flight, only the newest version.
-  if (!versioned() || next_step >= config_.train.steps) return 0;
-  return schedule::versions_bound(updates_, ranks_, vstages_.at(c)) - 1;
+  return next_step >= config_.train.steps ? 0 : most_older_versions(c);
 }
 
-template <class T, class A> std::vector<T> StageModel<T, A>::older_version(int c, int older) const {
+template <class T, class A> int StageModel<T, A>::most_older_versions(int c) const {
+  return versioned() ? schedule::versions_bound(updates_, ranks_, vstages_.at(c)) - 1 : 0;
+}
+
+template <class T, class A> View1<T> StageModel<T, A>::older_version(int c, int older) const {
   const auto& versions = *versions_.at(c);
   const int version = std::max(0, versions.newest() - older);
-  return versions.holds(version) ? versions.host_copy(version) : std::vector<T>();
+  return versions.holds(version) ? versions.values(version) : View1<T>();
 }
 
 template <class T, class A> void StageModel<T, A>::profile_layers(bool on) {

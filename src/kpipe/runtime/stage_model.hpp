@@ -46,10 +46,12 @@ template <class T, class A = T> class StageModel {
   const WeightVersions<T, A>& versions(int c) const { return *versions_.at(c); }
   void bind_newest();  // the parameters hold each chunk's newest version (evaluation, checksums, checkpoints)
   // At step boundary `next_step`, the versions older than the newest that chunk c's micro-batches in flight
-  // read: 1 .. older_versions (none once the run's last step drained the pipeline, and for synchronous runs).
+  // read: 1 .. older_versions (none once the run's last step drained the pipeline, and for synchronous runs),
+  // at most most_older_versions(c).
   int older_versions(int c, std::int64_t next_step) const;
-  // Host copy of the version `older` updates before the newest; empty when none in flight reads it.
-  std::vector<T> older_version(int c, int older) const;
+  int most_older_versions(int c) const;
+  // The master values of the version `older` updates before the newest; empty when none in flight reads it.
+  View1<T> older_version(int c, int older) const;
 
   // Profiling (output.profile): while on, every layer's work is fenced and timed (chunk.hpp).
   void profile_layers(bool on);

@@ -6,7 +6,7 @@ namespace kpipe::runtime {
 
 namespace {
 
-constexpr std::size_t after_losses = 3;  // the two stop votes, the update's squares
+constexpr std::size_t after_losses = 4;  // the two stop votes, the update's squares, the checkpoint writes
 
 }  // namespace
 
@@ -18,7 +18,7 @@ double StepReport::loss_sum() const {
 
 std::vector<double> StepReport::pack() const {
   std::vector<double> sums(losses);
-  sums.insert(sums.end(), {stop_votes[0], stop_votes[1], update_squares});
+  sums.insert(sums.end(), {stop_votes[0], stop_votes[1], update_squares, checkpoint_writes});
   return sums;
 }
 
@@ -29,6 +29,7 @@ StepReport StepReport::unpack(const std::vector<double>& sums) {
   report.losses.assign(sums.begin(), votes);
   report.stop_votes = {votes[0], votes[1]};
   report.update_squares = votes[2];
+  report.checkpoint_writes = votes[3];
   return report;
 }
 

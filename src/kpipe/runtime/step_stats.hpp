@@ -20,6 +20,10 @@ struct StepStats {
   std::int64_t tokens = 0;   // tokens in the mini-batch (all replicas)
   bool skipped = false;      // loss or gradient not finite: no update, on every rank alike
   int stop_signal = 0;       // the stop signal the world passed on with this step's report (signals.hpp), or 0
+  // A checkpoint write beside the training was still under way on some rank when this step reported (false:
+  // every write started before the step is done everywhere, its outcome agreed).
+  bool checkpoint_writing = false;
+  double checkpoint_wait_seconds = 0;  // training stopped for a checkpoint at the step boundary before this step
 };
 
 // One action this rank ran in a step, with its wall-clock span (seconds since the step began).

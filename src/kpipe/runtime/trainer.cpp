@@ -77,10 +77,11 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
     : config_(config), corpus_(&corpus), grid_(grid),
       limit_(memory::resolve_limit(config.memory.limit_per_rank, grid.world, config.pipeline.recv_timeout_s)),
       desc_(described(config, limit_)), options_(options), plan_(checked_plan(config, corpus, desc_, grid, options)) {
-  // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank).
-  memory_verdict_ = memory::enforce_limit(config, limit_, desc_, plan_.run());
+  // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank;
+  // checkpoint.async = auto may give way here, and the stage model's copy of the configuration says so).
+  memory_verdict_ = memory::enforce_limit(config_, limit_, desc_, plan_.run(), grid.world);
 
-  stage_ = std::make_unique<StageModel<T, A>>(config, desc_, grid, plan_);
+  stage_ = std::make_unique<StageModel<T, A>>(config_, desc_, grid, plan_);
   updates_ = make_update_policy(*stage_, plan_);
   program_ = Program{plan_.lists(), plan_.actions, plan_.buffers, 0, "step"};
   executor_ = std::make_unique<Executor<T, A>>(*stage_, updates_->microbatch_period());
@@ -113,6 +114,7 @@ template <class T, class A> void Trainer<T, A>::run_step() {
   report.losses = tokens.read_losses(space_);
   stats.pipeline_seconds = seconds_now() - start;
   report.stop_votes = stop_votes(options_.stop_signal ? options_.stop_signal() : 0);
+  report.checkpoint_writes = options_.checkpoint_writing && options_.checkpoint_writing() ? 1 : 0;
   updates_->contribute(report, stats);
   // One report under way at a time: the previous step's completes first (every rank started it before this
   // step's lists, so it waits for no one still running them).
@@ -139,6 +141,7 @@ template <class T, class A> void Trainer<T, A>::settle() {
 template <class T, class A> void Trainer<T, A>::close_report(StepStats stats, const StepReport& report) {
   stats.loss = report.loss_sum() / double(stats.tokens);
   stats.stop_signal = agreed_stop_signal(report.stop_votes);
+  stats.checkpoint_writing = report.checkpoint_writes > 0;
   updates_->finish(stats.step, report, stats);
   reports_.push_back(stats);
 }

@@ -39,6 +39,9 @@ struct TrainerOptions {
   // The stop signal this rank has received (signals.hpp: received_stop_signal), read as each step's lists end
   // and passed on with the step's report; none: no signal is ever passed on.
   std::function<int()> stop_signal;
+  // Whether this rank's checkpoint write beside the training (io/checkpoint_saver.hpp) is still under way, read
+  // and passed on alike; none: never.
+  std::function<bool()> checkpoint_writing;
   // The step boundary the run starts at: a checkpoint's, chosen before the trainer is built (io/checkpoint.hpp's
   // choose_resume_point), since an asynchronous run's lists continue the run from there. The trainer plans
   // once, for that step; resume() then restores the checkpoint's state at it.

@@ -108,8 +108,12 @@ template <class T, class A> void WeightVersions<T, A>::restart(int newest, const
   peak_ = std::max(peak_, int(held_.size()));
 }
 
+template <class T, class A> const View1<T>& WeightVersions<T, A>::values(int version) const {
+  return held_buffers(version).values;
+}
+
 template <class T, class A> std::vector<T> WeightVersions<T, A>::host_copy(int version) const {
-  const View1<T>& buffer = held_buffers(version).values;
+  const View1<T>& buffer = values(version);
   std::vector<T> values(buffer.extent(0));
   Kokkos::deep_copy(Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(values.data(), values.size()),
                     buffer);

@@ -40,6 +40,7 @@ template <class T, class A = T> class WeightVersions {
   bool holds(int version) const { return held_.count(version) > 0; }
   // Host copy of a held version.
   std::vector<T> host_copy(int version) const;
+  const View1<T>& values(int version) const;  // a held version's master values, where they live
 
   int held() const { return int(held_.size()); }
   int peak() const { return peak_; }            // most versions held at once

@@ -31,6 +31,12 @@ double tick_step(double least) {
 
 std::string tick_label(double t) { return fmt::format("{:g}", t); }
 
+// The side lanes' colours, by kind: greys and an amber, apart from the actions' hues.
+const char* side_colour(int kind) {
+  constexpr const char* colours[] = {"#7f7f7f", "#c9c9c9", "#e0a030", "#4d4d4d"};
+  return colours[std::size_t(kind) % (sizeof colours / sizeof colours[0])];
+}
+
 // The label of an action that fits in `room` characters: the token, then without its chunk, then the letter.
 // With want_blank (text, where nothing else separates boxes) a label that leaves a blank is preferred.
 std::string fitted_label(const Action& a, int chunks, int room, bool want_blank) {
@@ -154,12 +160,16 @@ std::string gantt_text(const Timeline& timeline, int chunks, const GanttOptions&
 }
 
 std::string timeline_svg(const Timeline& timeline, int chunks, const SvgOptions& options) {
-  const double end = std::max(timeline_end(timeline), 1e-12);
+  double end = std::max(timeline_end(timeline), 1e-12);
+  for (const auto& lane : options.side)  // the step boundary's work after the last action, too
+    for (const auto& span : lane) end = std::max(end, span.end);
   const int ranks = int(timeline.size());
   const double left = 64, right = 24, top = options.title.empty() ? 16 : 44, row_height = 26, row_gap = 6;
+  const double lane_height = options.side.empty() ? 0 : 10, lane_gap = options.side.empty() ? 0 : 2;
+  const double row_pitch = row_height + lane_gap + lane_height + row_gap;
   const double plot_width = std::max(options.width - left - right, 100.0);
   const double scale = plot_width / end;
-  const double rows_bottom = top + ranks * (row_height + row_gap) - row_gap;
+  const double rows_bottom = top + ranks * row_pitch - row_gap;
   const double axis_y = rows_bottom + 8, legend_y = axis_y + 40;
   const double height = legend_y + 26;
   const double font = 11, char_width = 0.62 * font;
@@ -180,8 +190,19 @@ std::string timeline_svg(const Timeline& timeline, int chunks, const SvgOptions&
   // Rows: the idle background, then the actions on top.
   std::vector<bool> used(int(Op::update) + 1, false);
   bool boundaries = false;  // asynchronous schedules' step boundaries (S without a flush: no time)
+  std::vector<bool> side_used(options.side_kinds.size(), false);
   for (int r = 0; r < ranks; ++r) {
-    const double y = top + r * (row_height + row_gap);
+    const double y = top + r * row_pitch;
+    // The side lane: what the rank did beside its actions.
+    for (const auto& span : r < int(options.side.size()) ? options.side[r] : std::vector<SideSpan>{}) {
+      const double from = std::clamp(span.start, 0.0, end), to = std::clamp(span.end, 0.0, end);
+      if (!(to > from) || span.kind < 0 || span.kind >= int(side_used.size())) continue;
+      side_used[span.kind] = true;
+      svg += fmt::format("<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\"><title>{} rank {}: "
+                         "{:g} to {:g}</title></rect>\n",
+                         left + from * scale, y + row_height + lane_gap, std::max((to - from) * scale, 0.5),
+                         lane_height, side_colour(span.kind), escape(span.label), r, span.start, span.end);
+    }
     svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\" dominant-baseline=\"central\">rank {}</text>\n",
                        left - 8, y + row_height / 2, r);
     svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"url(#idle)\"/>\n", left, y,
@@ -242,6 +263,8 @@ std::string timeline_svg(const Timeline& timeline, int chunks, const SvgOptions&
   for (Op op : {Op::forward, Op::backward, Op::backward_input, Op::backward_weight, Op::update, Op::step})
     if (used[int(op)]) legend_entry(hex(shade(op, 0, chunks)), op_name(op));
   if (boundaries) legend_entry("#222222", "step boundary (no flush)");
+  for (std::size_t k = 0; k < side_used.size(); ++k)
+    if (side_used[k]) legend_entry(side_colour(int(k)), options.side_kinds[k]);
   legend_entry("url(#idle)", "idle");
   if (chunks > 1) {
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" dominant-baseline=\"central\" fill=\"#333\">lighter: "

@@ -1,0 +1,60 @@
+// The snapshot: what a checkpoint holds, copied to host memory at a step boundary.
+#include "kpipe/io/checkpoint_snapshot.hpp"
+
+#include "kpipe/core/precisions.hpp"
+#include "kpipe/io/checkpoint_common.hpp"
+
+namespace kpipe::io::detail {
+
+template <class T, class A> std::size_t snapshot_capacity(const runtime::StageModel<T, A>& stage) {
+  std::size_t elements = 0;
+  for (int c = 0; c < stage.chunks() && stage.grid().replica == 0; ++c)
+    elements += std::size_t(3 + stage.most_older_versions(c)) * std::size_t(stage.chunk(c).params().size());
+  return elements;
+}
+
+template <class T, class A>
+Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
+                          T* memory, const ExecSpace& space) {
+  stage.bind_newest();  // the parameters are the newest version (asynchronous runs)
+  Snapshot<T> s;
+  s.step = step;
+  s.config = stage.config();
+  s.model_tensors = model_tensors(stage.desc());
+  s.tokenizer = &tokenizer;
+  s.tokenizer_owner = stage.grid().world_rank == 0;
+  s.values = memory;
+  s.nodes = stage.grid().nodes;
+  std::size_t used = 0;
+  // Replica 0's share (replicas hold identical copies), each flat buffer copied whole: one copy per buffer.
+  const auto copy = [&](const std::string& root, const View1<T>& from, bool state, const auto& slots) {
+    const Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> to(memory + used, from.extent(0));
+    Kokkos::deep_copy(space, to, from);
+    for (const auto& slot : slots) s.tensors.push_back({root + slot.path(), slot.spec->shape, used + std::size_t(slot.offset)});
+    if (state) s.must_be_finite.emplace_back(used, from.extent(0));
+    used += from.extent(0);
+  };
+  for (int c = 0; c < stage.chunks() && stage.grid().replica == 0; ++c) {
+    const auto& store = stage.chunk(c).params();
+    copy(model_root, store.values(), true, store.slots());
+    copy(moment1_root, store.moment1(), true, store.slots());
+    copy(moment2_root, store.moment2(), true, store.slots());
+    // The older versions the micro-batches in flight read (resume forwards them again); an empty one is read
+    // by no micro-batch in flight.
+    for (int j = 1; j <= stage.older_versions(c, step); ++j)
+      if (const View1<T> older = stage.older_version(c, j); older.extent(0) > 0)
+        copy(older_version_root(j), older, false, store.slots());
+  }
+  space.fence();
+  s.elements = used;
+  return s;
+}
+
+#define KPIPE_INSTANTIATE(T, A)                                                                                       \
+  template std::size_t snapshot_capacity(const runtime::StageModel<T, A>&);                                          \
+  template Snapshot<T> take_snapshot(runtime::StageModel<T, A>&, std::int64_t, const data::Tokenizer&,                \
+                                     T*, const ExecSpace&);
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
+
+}  // namespace kpipe::io::detail
