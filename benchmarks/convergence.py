@@ -58,7 +58,7 @@ def reference_run(args, steps, batch, rule):
     if out.returncode != 0:
         raise SystemExit(f"{shlex.join(cmd)} failed:\n{out.stderr}")
     rows = [json.loads(l) for l in out.stdout.splitlines()]
-    curve = [[r["step"] + 1, r["val_loss"]] for r in rows if "val_loss" in r and not r.get("final")]
+    curve = [[r["step"], r["val_loss"]] for r in rows if "val_loss" in r and not r.get("final")]
     return curve + [[steps, rows[-1]["val_loss"]]]
 
 

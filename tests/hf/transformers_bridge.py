@@ -237,7 +237,7 @@ def import_checks(o, kpipe, work):
     kpipe.app("kpipe-train", "--init-from", checkpoint, "--data", step_text, "--data.val_fraction", 0.5,
               "--steps", 1, "--batch", 4, "--microbatches", 2, "--pipeline-size", 2, "--metrics", metrics, ranks=2)
     first = json.loads(open(metrics).readline())
-    check(first["step"] == 0 and relative(theirs, first["loss"]) < TOLERANCE,
+    check(first["step"] == 1 and relative(theirs, first["loss"]) < TOLERANCE,
           f"small: one training step on 2 pipeline ranks from the import: loss {first['loss']:.9g}, transformers' "
           f"forward {theirs:.9g}")
 
