@@ -54,6 +54,7 @@
 #include "kpipe/schedule/text.hpp"
 #include "kpipe/schedule/validate.hpp"
 #include "kpipe/schedule/versions.hpp"
+#include "program.hpp"
 #include "sim_kernels.hpp"
 
 namespace {
@@ -141,10 +142,22 @@ const CLI::Validator at_least_one(
       return CLI::detail::lexical_cast(text, value) && value >= 1 ? "" : text + " is not a positive integer";
     },
     "");
+// A time, a size or a count: at most 1e15, so that a step's simulated times stay finite (1e308 overflowed them
+// to infinity and the simulation to a deadlock).
 const CLI::Validator non_negative(
     [](std::string& text) {
       double value = 0;
-      return CLI::detail::lexical_cast(text, value) && value >= 0 ? "" : text + " is not a non-negative number";
+      return CLI::detail::lexical_cast(text, value) && value >= 0 && value <= 1e15
+                 ? ""
+                 : text + " is not a number from 0 to 1e15";
+    },
+    "");
+// A rate (FLOP/s, bytes/s): from 1 to 1e21, for the same reason.
+const CLI::Validator a_rate(
+    [](std::string& text) {
+      double value = 0;
+      return CLI::detail::lexical_cast(text, value) && value >= 1 && value <= 1e21 ? ""
+                                                                                   : text + " is not a number from 1 to 1e21";
     },
     "");
 
@@ -485,11 +498,11 @@ int plan_main(int argc, char** argv) {
                                    "(h100, h200)")
         ->group("[kpipe-sim]");
     app.add_option("--flops-per-second", o.machine.flops_per_second, "compute rate per rank without a profile")
-        ->check(CLI::PositiveNumber)->group("[kpipe-sim]")->capture_default_str();
+        ->check(a_rate)->group("[kpipe-sim]")->capture_default_str();
     app.add_option("--latency", o.machine.latency, "seconds per message")
-        ->check(CLI::NonNegativeNumber)->group("[kpipe-sim]")->capture_default_str();
+        ->check(non_negative)->group("[kpipe-sim]")->capture_default_str();
     app.add_option("--bandwidth", o.machine.bytes_per_second, "bytes per second per link")
-        ->check(CLI::PositiveNumber)->group("[kpipe-sim]")->capture_default_str();
+        ->check(a_rate)->group("[kpipe-sim]")->capture_default_str();
     app.footer(exit_codes_help(ProgramName::sim));
   });
   if (command.exit_now) return command.exit_code;
@@ -501,9 +514,7 @@ int plan_main(int argc, char** argv) {
   return o.recommend ? run_recommend(command.config, o, model_arguments(argc, argv)) : run_memory(command.config, o);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int sim_main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--kernels") return kpipe::apps::sim_kernels_main(argc, argv);
   for (int i = 1; i < argc; ++i)
@@ -577,4 +588,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kpipe-sim: error: %s\n", in_option_terms(e.what()).c_str());
     return kpipe::exit_status(kpipe::ExitCode::bad_input);
   }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  return kpipe::apps::run_program(kpipe::ProgramName::sim, "kpipe-sim", [&] { return sim_main(argc, argv); });
 }
