@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# kpipe-eval and kpipe-prepare on bad input: exit code 2 and one line naming the option and the value (no
+# kpipe-eval, kpipe-prepare and kpipe-sim on bad input: exit code 2 and one line naming the option and the value (no
 # SIGFPE, no file written over a device node, a FIFO refused and never opened, more memory than there is named
 # with its figure), each within a bound.
-# Usage: tools_input.sh KPIPE_PREPARE KPIPE_EVAL KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
+# Usage: tools_input.sh KPIPE_PREPARE KPIPE_EVAL KPIPE_TRAIN KPIPE_SIM MPIEXEC [MPIEXEC_FLAGS...]
 set -u
-prepare=$1; eval_app=$2; train=$3; shift 3
+prepare=$1; eval_app=$2; train=$3; sim=$4; shift 4
 source "$(dirname "$0")/checkpoint_common.sh"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -22,6 +22,10 @@ expect() {  # expect NAME NEEDLE -- COMMAND...
 echo "some text to tokenize, long enough for a window or two of the tiny model: $(seq 300 | tr '\n' ' ')" >"$dir/text.txt"
 "$@" -n 1 "$train" --steps 2 --checkpoint-dir "$dir/ck" --checkpoint-every 2 2>/dev/null || fail "training"
 
+# Times so large that a simulated step overflowed to infinity (an abort on a "deadlock", exit 134).
+expect sim-latency "--latency: 1e308 is not a number from 0 to 1e15" -- "$sim" --latency 1e308
+expect sim-cost "--cost-f: 1e308" -- "$sim" --cost-f 1e308
+expect sim-recommend-latency "--latency: 1e308" -- "$sim" --recommend --ranks 2 --memory-per-rank 1GiB --latency 1e308
 expect eval-pipeline-size-0 "--pipeline-size = 0" -- "$eval_app" "$dir/ck" --data "$dir/text.txt" --pipeline-size 0
 expect eval-max-windows "--max-windows = -1" -- "$eval_app" "$dir/ck" --data "$dir/text.txt" --max-windows -1
 mkdir -p "$dir/old/step-00000004" && touch "$dir/old/step-00000004/checkpoint.h5"  # format 1: a directory
