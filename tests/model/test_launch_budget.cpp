@@ -263,7 +263,7 @@ StepCounts count_and_print(ScheduleKind schedule, bool bf16_run, const char* wha
 
 // A step's budget, as measured: launches in fp32 and in bf16 (fewer: the compute copy is written by the
 // update's own kernel, and mixed precision fuses ln2 into the residual's kernel) and deep copies
-// (docs/performance.md has their history).
+// (docs/performance.md lists them).
 struct StepBudget {
   int fp32_launches, bf16_launches, copies;
 };
