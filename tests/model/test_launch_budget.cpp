@@ -293,8 +293,8 @@ void expect_step_fences(ScheduleKind schedule, const char* name, const std::map<
   }
 }
 
-// Budgets: 4 micro-batches through 2 blocks, launches as measured (docs/performance.md lists them before and
-// after) on each kernel path: the host path's fp32 forward has a launch a block more. Fences: the losses read
+// Budgets: 4 micro-batches through 2 blocks, launches as measured (docs/performance.md lists them) on each
+// kernel path: the host path's fp32 forward has a launch a block more. Fences: the losses read
 // once per step, and the gradient norm's sums once per optimizer step (clipping scales the update by the norm,
 // which the host computes): once after the flush (1F1B), once per micro-batch's update (PipeDream).
 constexpr bool device_path = default_kernel_path == KernelPath::device;

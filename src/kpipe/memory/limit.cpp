@@ -132,7 +132,9 @@ std::string enforce_limit(Config& config, const Limit& limit, const model::Model
     }
     return worst;
   };
-  auto [worst, over] = worst_of();
+  auto found = worst_of();
+  RankMemory& worst = found.first;  // references, not structured bindings: the lambda below captures them
+  int& over = found.second;
   const auto fits = [&] {
     return fmt::format("{}: rank {} needs the most, {}", limit.why, worst.world_rank, format_bytes(worst.total()));
   };
