@@ -97,8 +97,10 @@ TEST(TokenFile, AnIdBeyondThirtyTwoBitsIsReportedAsItsValue) {
   test::TempDir dir;
   std::vector<std::int64_t> ids(1000, 7);
   ids[123] = 5000000000;  // HDF5 would clamp it to 2147483647 on the way to an int32
-  for (const hid_t type : {H5T_STD_I64LE, H5T_STD_U64LE}) {
-    const std::string path = dir.path(type == H5T_STD_I64LE ? "int64.h5" : "uint64.h5");
+  // HDF5's type names are macros calling H5open: not in a braced list (nvcc's front end refuses it).
+  const hid_t int64 = H5T_STD_I64LE, uint64 = H5T_STD_U64LE;
+  for (const hid_t type : {int64, uint64}) {
+    const std::string path = dir.path(type == int64 ? "int64.h5" : "uint64.h5");
     write_chunked(path, type, ids.size(), ids);
     const Corpus corpus = read_token_file(path);
     std::vector<Token> out(100);
