@@ -46,7 +46,7 @@ def train(build, model, steps, every, kind, work):
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", OMP_WAIT_POLICY="passive")
     subprocess.run(mpiexec(cmd), check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     shutil.rmtree(ck, ignore_errors=True)
-    rows = [json.loads(line) for line in open(metrics) if '"step"' in line and '"final"' not in line]
+    rows = [json.loads(line) for line in open(metrics) if '"step_seconds"' in line]  # the steps' records alone
     return [(r["step_seconds"], r.get("checkpoint_wait_seconds", 0.0)) for r in rows[1:]]
 
 
