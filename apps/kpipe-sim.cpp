@@ -410,7 +410,7 @@ int run_memory(const Config& config, const ConfigModeOptions& o) {
   const auto desc = model::describe(config.model);
   // What the run executes on the configuration's transport (pipeline.transport = nccl: stream-ordered).
   const auto planned = schedule::plan(config, schedule::planned_delivery(config.pipeline.transport));
-  const auto ranks = memory::plan_ranks(config, desc, planned.run);
+  const auto ranks = memory::plan_ranks(config, desc, planned);
   const auto costs = planner::stage_costs(config, desc, planned.run, machine_of(o));
   const auto sim = schedule::simulate(planned, costs);
   const auto& lists = planned.run.replicas.front();

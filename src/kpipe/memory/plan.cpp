@@ -10,14 +10,13 @@
 #include "kpipe/model/chunk.hpp"
 #include "kpipe/nn/block.hpp"
 #include "kpipe/partition/configured.hpp"
-#include "kpipe/schedule/buffers.hpp"
-#include "kpipe/schedule/forward_only.hpp"
 
 namespace kpipe::memory {
 
 template <class T, class A>
-RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& replicated,
+RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, const schedule::Plan& plan,
                          int replica, int stage) {
+  const schedule::Replicated& replicated = plan.run;
   constexpr std::int64_t e = sizeof(T);
   const auto& pc = config.pipeline;
   const schedule::Schedule& s = replicated.replicas.at(replica);
@@ -26,7 +25,7 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
   std::int64_t message_bytes = 0;  // one [N, C] buffer in A
   const nn::Recompute recompute = config.memory.recompute;
   const auto ranges = partition::configured_partition(config, desc, replicated);
-  const auto buffers = schedule::plan_buffers(s, stage, s.actions.at(stage));
+  const schedule::BufferPlan& buffers = plan.buffers.at(replica).at(stage);  // what the runtime follows
   // Asynchronous schedules keep the weight versions they hold (runtime/weight_versions.hpp), as many as the
   // lists hold at once (schedule/versions.hpp): one in the chunk's own parameter buffers, the others in
   // buffers of the same layout; synchronous ones keep none.
@@ -73,16 +72,15 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
     r.chunks.push_back(m);
   }
   // Evaluation runs forward-only lists of up to a step's micro-batches (runtime/evaluator.hpp) with buffers of
-  // its own: its spares come on top, its slots from the same pools.
+  // its own, from any step boundary: its spares come on top, its slots from the same pools.
   int evaluation_spares = 0;
   std::vector<int> evaluation_slots(s.chunks, 0);
-  for (int n = 1; n <= s.microbatches; ++n) {
-    const schedule::Schedule list =
-        schedule::forward_only(s, n, schedule::planned_delivery(config.pipeline.transport)).run.replicas.front();
-    const auto plan = schedule::plan_buffers(list, stage, list.actions.at(stage));
-    evaluation_spares = std::max(evaluation_spares, plan.message_buffers);
-    for (int c = 0; c < s.chunks; ++c) evaluation_slots[c] = std::max(evaluation_slots[c], plan.slots.at(c));
-  }
+  if (!plan.evaluation.buffers.empty())
+    for (const auto& boundary : plan.evaluation.buffers.at(replica).at(stage))
+      for (const schedule::BufferPlan& list : boundary) {
+        evaluation_spares = std::max(evaluation_spares, list.message_buffers);
+        for (int c = 0; c < s.chunks; ++c) evaluation_slots[c] = std::max(evaluation_slots[c], list.slots.at(c));
+      }
   for (int c = 0; c < s.chunks; ++c)
     if (evaluation_slots[c] > r.chunks[c].slots) {
       add(Category::activations, (evaluation_slots[c] - r.chunks[c].slots) * r.chunks[c].slot_bytes);
@@ -100,24 +98,22 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
   return r;
 }
 
-RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Plan& schedule,
                      int replica, int stage) {
   return config.train.precision == Precision::bf16 ? plan_rank_for<float, bf16>(config, desc, schedule, replica, stage)
                                                    : plan_rank_for<float, float>(config, desc, schedule, replica, stage);
 }
 
-std::vector<RankMemory> plan_ranks(const Config& config, const model::ModelDesc& desc,
-                                   const schedule::Replicated& schedule) {
+std::vector<RankMemory> plan_ranks(const Config& config, const model::ModelDesc& desc, const schedule::Plan& schedule) {
   std::vector<RankMemory> ranks;
-  for (int replica = 0; replica < schedule.replica_count(); ++replica)
+  for (int replica = 0; replica < schedule.run.replica_count(); ++replica)
     for (int stage = 0; stage < config.pipeline.pipeline_size; ++stage)
       ranks.push_back(plan_rank(config, desc, schedule, replica, stage));
   return ranks;
 }
 
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
-  template RankMemory plan_rank_for<T, A>(const Config&, const model::ModelDesc&, const schedule::Replicated&, int,   \
-                                          int);
+  template RankMemory plan_rank_for<T, A>(const Config&, const model::ModelDesc&, const schedule::Plan&, int, int);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE
 

@@ -24,11 +24,14 @@ template <class T, class A = T> class Evaluator {
             Kokkos::View<double*, MemSpace> losses, int tag_base);
   ~Evaluator();
   // Mean per-token loss over the validation windows, every rank the same (NaN when the split holds none).
-  // Collective over the world; `step`, the steps done, names it in messages.
-  double evaluate(std::int64_t step);
+  // Collective over the world; `step`, the steps done, names it in messages. Run after step `boundary` of the
+  // training lists' steps, whose micro-batches in flight keep their slots (the plan's evaluation says where its
+  // own go).
+  double evaluate(std::int64_t step, int boundary);
 
  private:
-  const Program& program(int microbatches);  // the forward-only list of that many micro-batches
+  // The forward-only list of that many micro-batches, run after that step of the training lists.
+  const Program& program(int microbatches, int boundary);
 
   StageModel<T, A>* stage_;
   const RunPlan* plan_;
@@ -36,7 +39,7 @@ template <class T, class A = T> class Evaluator {
   TokenStaging* tokens_;
   Kokkos::View<double*, MemSpace> losses_;
   int tag_base_;
-  std::map<int, Program> programs_;
+  std::map<std::pair<int, int>, Program> programs_;  // by (micro-batches, boundary)
   std::unique_ptr<Executor<T, A>> executor_;
 };
 

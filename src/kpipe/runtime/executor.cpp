@@ -100,7 +100,8 @@ template <class T, class A> void Executor<T, A>::post_receive(Run& run, std::siz
   if (run.posted[i]) return;
   const Action a = instance_of(*run.program, i, run.offset);
   const Program& program = *run.program;
-  const View2<A> buffer = buffers_.receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient);
+  const View2<A> buffer =
+      buffers_.receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient, program.buffers.spare[i]);
   const int tag = program.tag_base +
                   schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
   run.recv[i] = stage_->transport().recv(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
@@ -114,10 +115,9 @@ template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i
   const auto& plan = program.buffers;
   auto& transport = stage_->transport();
   const double timeout = stage_->config().pipeline.recv_timeout_s;
-  // Receives the coming actions need, posted now so that they arrive while this one runs. (Not on a
-  // stream-ordered transport: a receive posted ahead would hold the stream until its data arrived.)
-  if (!transport.stream_ordered())
-    for (std::size_t k : plan.post_before[i]) post_receive(run, k);
+  // Receives the coming actions need, posted now so that they arrive while this one runs (the plan posts none
+  // ahead on a stream-ordered transport: a receive posted ahead would hold the stream until its data arrived).
+  for (std::size_t k : plan.post_before[i]) post_receive(run, k);
   const double start = seconds_now();
   // Consecutive messages go out as one group (NCCL: a pair of ranks sending to each other cannot deadlock;
   // schedule/stream_order.hpp proves the groups safe). MPI posts never block: the calls do nothing there.
@@ -137,14 +137,14 @@ template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i
       const int tag = program.tag_base +
                       schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
       // The transport orders the send after the kernels queued so far (they complete the buffer).
-      buffers_.add_send(a, a.op == Op::send_gradient, plan.delivered_after[i]) =
+      buffers_.add_send(a, i, plan.delivered_after[i], plan.spare[i]) =
           transport.send(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
       break;
     }
     case Op::forward:
     case Op::backward:
     case Op::backward_input:
-    case Op::backward_weight: compute(run, a); break;
+    case Op::backward_weight: compute(run, a, i); break;
     case Op::recv_sum:
     case Op::send_sum: run.updates->run(a); break;
     case Op::update: {
@@ -157,7 +157,9 @@ template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i
       run.timed.push_back(timeline_.size() - 1);
       break;
     }
-    case Op::step: return;  // a step boundary: the sends it delivers are the next run's to wait on
+    case Op::step:  // a step boundary: the sends it delivers are the next run's to wait on
+      if (i == plan.renumber_after) buffers_.renumber(plan.renumbering);
+      return;
   }
   if (message && (i + 1 == list.size() || !schedule::is_comm(list[i + 1].op))) transport.end_group();
   if (message) {  // host time of posting (and, for receives, of waiting)
@@ -170,12 +172,13 @@ template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i
   }
   if (observer_ && schedule::is_compute(a.op)) observer_(a, buffers_.slot(a.chunk, a.microbatch));
   wait_for_sends(run, i, i);
-  for (const int chunk : plan.retire[i]) buffers_.retire(chunk, a.microbatch);
+  for (const int chunk : plan.retire[i]) buffers_.retire(chunk, a.microbatch, plan.detach[i]);
 }
 
 // F, B, I or W on its chunk, timed on the stream (no fence: the span is read at the run's end).
-template <class T, class A> void Executor<T, A>::compute(Run& run, const Action& a) {
+template <class T, class A> void Executor<T, A>::compute(Run& run, const Action& a, std::size_t i) {
   const auto& lists = run.program->lists;
+  const auto& plan = run.program->buffers;
   const int c = a.chunk, mb = a.microbatch, rank = stage_->grid().stage;
   auto& chunk = stage_->chunk(c);
   const int vstage = stage_->virtual_stage(c);
@@ -188,8 +191,9 @@ template <class T, class A> void Executor<T, A>::compute(Run& run, const Action&
   if (run.updates && a.op != Op::backward_weight) run.updates->before_compute(a);
   switch (a.op) {
     case Op::forward: {
-      const int slot = buffers_.take_slot(c, mb);
-      buffers_.move_in_activation(c, mb);
+      buffers_.take_slot(c, mb, plan.slot[i]);
+      const int slot = buffers_.slot(c, mb);
+      buffers_.move_in_activation(c, mb, plan.spare[i]);
       if (local_prev >= 0)  // the previous virtual stage's output, kept in its slot, is our input
         Kokkos::deep_copy(space_, chunk.input(slot), stage_->chunk(local_prev).output(buffers_.slot(local_prev, mb)));
       if (reads_tokens) run.tokens->staging().load(space_, chunk, slot, row);
@@ -203,8 +207,8 @@ template <class T, class A> void Executor<T, A>::compute(Run& run, const Action&
     case Op::backward:
     case Op::backward_input: {
       const int slot = buffers_.slot(c, mb);
-      buffers_.move_in_gradient(c, mb);
-      chunk.backward_input(space_, slot, run.updates->loss_scale());
+      buffers_.move_in_gradient(c, mb, plan.spare[i]);
+      chunk.backward_input(space_, slot, run.updates->loss_scale(), plan.backward_set[i]);
       if (local_prev >= 0)
         Kokkos::deep_copy(space_, stage_->chunk(local_prev).output_grad(buffers_.slot(local_prev, mb)),
                           chunk.input_grad(slot));

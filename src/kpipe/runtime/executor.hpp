@@ -55,7 +55,7 @@ template <class T, class A = T> class Executor {
   struct Run;
   void post_receive(Run& run, std::size_t position);
   void execute(Run& run, std::size_t position);
-  void compute(Run& run, const schedule::Action& a);
+  void compute(Run& run, const schedule::Action& a, std::size_t position);
   void read_action_times(Run& run);
   void wait_for_sends(const Run& run, std::size_t done, std::size_t position);
   [[noreturn]] void lost(const Run& run, const schedule::Action& a, std::size_t position) const;

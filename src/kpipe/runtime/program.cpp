@@ -10,10 +10,9 @@ namespace kpipe::runtime {
 using schedule::Action;
 using schedule::Op;
 
-Program program_of(const schedule::Schedule& lists, int rank, int tag_base, std::string activity) {
-  Program p{lists, lists.actions.at(rank), {}, tag_base, std::move(activity)};
-  p.buffers = schedule::plan_buffers(lists, rank, p.actions);
-  return p;
+Program program_of(const schedule::Schedule& lists, int rank, const schedule::BufferPlan& buffers, int tag_base,
+                   std::string activity) {
+  return Program{lists, lists.actions.at(rank), buffers, tag_base, std::move(activity)};
 }
 
 Action instance_of(const Program& program, std::size_t i, const Offset& offset) {

@@ -12,9 +12,9 @@
 
 namespace kpipe::runtime {
 
-// The actions, the schedule they come from (the layout, the message tags), where its buffers come and go, and
-// an offset of its message tags, so that lists that may be under way at once (a training step's last sends and
-// an evaluation) never share a tag.
+// The actions, the schedule they come from (the layout, the message tags), where its buffers come and go (the
+// plan's), and an offset of its message tags, so that lists that may be under way at once (a training step's
+// last sends and an evaluation) never share a tag.
 struct Program {
   schedule::Schedule lists;
   std::vector<schedule::Action> actions;
@@ -22,8 +22,9 @@ struct Program {
   int tag_base = 0;
   std::string activity = "step";  // names the program in a timeout's message
 };
-// Rank `rank`'s part of `lists`.
-Program program_of(const schedule::Schedule& lists, int rank, int tag_base, std::string activity);
+// Rank `rank`'s part of `lists`, whose buffer plan is `buffers` (schedule::plan's for that rank).
+Program program_of(const schedule::Schedule& lists, int rank, const schedule::BufferPlan& buffers, int tag_base,
+                   std::string activity);
 
 // Which instance of a list a run is: shifted by whole steps, micro-batches and versions numbered from a resume.
 struct Offset {
@@ -32,10 +33,12 @@ struct Offset {
   int version = 0;
 };
 
-// What one run executes: positions [begin, end) of a program, as instance `offset`.
+// What one run executes: positions [begin, end) of a program, as instance `offset`; they are step `step` of
+// the steps its lists hold.
 struct ListRange {
   std::size_t begin = 0, end = 0;
   Offset offset;
+  int step = 0;
 };
 inline ListRange whole(const Program& program) { return {0, program.actions.size(), {}}; }
 

@@ -76,14 +76,15 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
                        const TrainerOptions& options)
     : config_(config), corpus_(&corpus), grid_(grid),
       limit_(memory::resolve_limit(config.memory.limit_per_rank, grid.world, config.pipeline.recv_timeout_s)),
-      desc_(described(config, limit_)), options_(options), plan_(checked_plan(config, corpus, desc_, grid, options)) {
+      desc_(described(config, limit_)), options_(options), plan_(checked_plan(config, corpus, desc_, grid, options)),
+      boundary_(int(plan_.steps.size()) - 1) {
   // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank;
   // checkpoint.async = auto may give way here, and the stage model's copy of the configuration says so).
-  memory_verdict_ = memory::enforce_limit(config_, limit_, desc_, plan_.run(), grid.world);
+  memory_verdict_ = memory::enforce_limit(config_, limit_, desc_, plan_.schedule, grid.world);
 
   stage_ = std::make_unique<StageModel<T, A>>(config_, desc_, grid, plan_);
   updates_ = make_update_policy(*stage_, plan_);
-  program_ = Program{plan_.lists(), plan_.actions, plan_.buffers, 0, "step"};
+  program_ = program_of(plan_.lists(), plan_.stage, plan_.buffers(), 0, "step");
   executor_ = std::make_unique<Executor<T, A>>(*stage_, updates_->microbatch_period());
   // Token rows for each micro-batch a step forwards, and a loss slot per micro-batch of the whole mini-batch.
   tokens_ = std::make_unique<TokenStaging>(updates_->token_rows(),
@@ -102,6 +103,7 @@ template <class T, class A> Trainer<T, A>::~Trainer() = default;
 
 template <class T, class A> void Trainer<T, A>::run_step() {
   const ListRange range = updates_->step_range(step_);
+  boundary_ = range.step;
   executor_->finish_sends(program_, step_);  // what the previous step's list delivers at its step boundary
   const double start = seconds_now();
   updates_->begin_step(step_);
@@ -159,7 +161,7 @@ template <class T, class A> StepStats Trainer<T, A>::step() {
 
 template <class T, class A> double Trainer<T, A>::evaluate() {
   settle();  // the report first: every rank enters its collectives in one order
-  return evaluator_->evaluate(step_);
+  return evaluator_->evaluate(step_, boundary_);
 }
 
 template <class T, class A>

@@ -126,6 +126,7 @@ template <class T, class A = T> class Trainer {
   Kokkos::View<double*, MemSpace> losses_;  // per loss slot (train.microbatches), on the device until a step's end
   std::unique_ptr<Evaluator<T, A>> evaluator_;
   std::int64_t step_ = 0;
+  int boundary_;  // the step of the lists' steps that ran last (before any: the last, which leaves nothing held)
   std::optional<ReportUnderWay> report_under_way_;  // the last step's, until the policy or the next step settles it
   std::vector<StepStats> reports_;                  // completed, not taken yet
   ExecSpace space_;

@@ -50,6 +50,7 @@ template <class T, class A> ListRange VersionedUpdates<T, A>::step_range(std::in
   std::tie(range.begin, range.end) = plan_->steps.at(source.step);
   range.offset = resumed_;
   range.offset.steps = source.shift;
+  range.step = source.step;
   return range;
 }
 
