@@ -23,6 +23,7 @@ constexpr std::size_t all_sends = std::numeric_limits<std::size_t>::max();
 template <class T, class A> struct Executor<T, A>::Run {
   const Program* program = nullptr;
   Offset offset;
+  std::int64_t shift = 0;  // the micro-batches the offset shifts the list's by: its tags move with them
   UpdatePolicy<T>* updates = nullptr;
   TokenSource* tokens = nullptr;
   std::int64_t step = 0;
@@ -53,6 +54,7 @@ double Executor<T, A>::run(const Program& program, const ListRange& range, Updat
   Run run;
   run.program = &program;
   run.offset = range.offset;
+  run.shift = microbatch_shift(program, range.offset);
   run.updates = updates;
   run.tokens = &tokens;
   run.step = step;
@@ -102,8 +104,7 @@ template <class T, class A> void Executor<T, A>::post_receive(Run& run, std::siz
   const Program& program = *run.program;
   const View2<A> buffer =
       buffers_.receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient, program.buffers.spare[i]);
-  const int tag = program.tag_base +
-                  schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
+  const int tag = program.tag_base + schedule::shifted_tag(program.lists, program.tags[i], run.shift);
   run.recv[i] = stage_->transport().recv(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
   run.posted[i] = true;
 }
@@ -134,8 +135,7 @@ template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i
       auto& chunk = stage_->chunk(a.chunk);
       const int slot = buffers_.slot(a.chunk, a.microbatch);
       const View2<A>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
-      const int tag = program.tag_base +
-                      schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
+      const int tag = program.tag_base + schedule::shifted_tag(program.lists, program.tags[i], run.shift);
       // The transport orders the send after the kernels queued so far (they complete the buffer).
       buffers_.add_send(a, i, plan.delivered_after[i], plan.spare[i]) =
           transport.send(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
