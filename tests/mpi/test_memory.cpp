@@ -70,7 +70,7 @@ template <class A = float> Measured expect_prediction_equals_measurement(const C
     EXPECT_EQ(measured, plan.bytes) << what << " rank " << grid.world_rank << "\n  measured:" << bytes_text(measured)
                                     << "\n  predicted:" << bytes_text(plan.bytes);
     EXPECT_EQ(meter.live(), measured) << what << ": nothing is freed while training";
-    EXPECT_EQ(trainer.executor().message_buffers(), plan.message_buffers) << what;
+    EXPECT_EQ(trainer.record().message_buffers, plan.message_buffers) << what;
     for (int k = 0; k < trainer.stage().chunks(); ++k) {
       EXPECT_EQ(trainer.stage().chunk(k).allocated_slots(), plan.chunks[k].slots) << what << " chunk " << k;
       EXPECT_EQ(trainer.stage().chunk(k).allocated_backward_sets(), plan.chunks[k].backward_sets) << what << " chunk " << k;
@@ -145,7 +145,7 @@ template <class A = float> void expect_async_prediction_equals_measurement(const
     const auto measured = meter.peak();
     EXPECT_EQ(measured, plan.bytes) << what << " rank " << grid.world_rank << "\n  measured:" << bytes_text(measured)
                                     << "\n  predicted:" << bytes_text(plan.bytes);
-    EXPECT_EQ(trainer.executor().message_buffers(), plan.message_buffers) << what;
+    EXPECT_EQ(trainer.record().message_buffers, plan.message_buffers) << what;
     const auto versions = measured[int(memory::Category::weight_versions)];
     const auto parameters = measured[int(memory::Category::parameters)];
     // The chunk's own parameter buffers hold one version, the pool's the others.

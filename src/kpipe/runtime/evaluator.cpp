@@ -10,10 +10,14 @@
 namespace kpipe::runtime {
 
 template <class T, class A>
-Evaluator<T, A>::Evaluator(StageModel<T, A>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
-                        Kokkos::View<double*, MemSpace> losses, int tag_base)
+Evaluator<T, A>::Evaluator(StageModel<T, A>& stage, const RunPlan& plan, const data::Corpus& corpus,
+                           TokenStaging& tokens, Kokkos::View<double*, MemSpace> losses, comm::Transport& transport,
+                           int tag_base)
     : stage_(&stage), plan_(&plan), corpus_(&corpus), tokens_(&tokens), losses_(std::move(losses)),
-      tag_base_(tag_base), executor_(std::make_unique<Executor<T, A>>(stage, plan.local_microbatches)) {}
+      tag_base_(tag_base),
+      executor_(std::make_unique<Executor<T, A>>(
+          stage, ExecutorLinks{transport, stage.grid(), stage.config().pipeline.recv_timeout_s, record_,
+                               plan.local_microbatches})) {}
 
 template <class T, class A> Evaluator<T, A>::~Evaluator() = default;
 

@@ -18,10 +18,10 @@ namespace kpipe::runtime {
 
 template <class T, class A = T> class Evaluator {
  public:
-  // `tokens` and `losses` (at least plan.local_microbatches rows and slots) are lent by the trainer; the
-  // lists' messages are tagged from `tag_base` on, above the training lists' tags.
+  // `tokens`, `losses` (at least plan.local_microbatches rows and slots) and the pipeline's transport are lent
+  // by the trainer; the lists' messages are tagged from `tag_base` on, above the training lists' tags.
   Evaluator(StageModel<T, A>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
-            Kokkos::View<double*, MemSpace> losses, int tag_base);
+            Kokkos::View<double*, MemSpace> losses, comm::Transport& transport, int tag_base);
   ~Evaluator();
   // Mean per-token loss over the validation windows, every rank the same (NaN when the split holds none).
   // Collective over the world; `step`, the steps done, names it in messages. Run after step `boundary` of the
@@ -40,6 +40,7 @@ template <class T, class A = T> class Evaluator {
   Kokkos::View<double*, MemSpace> losses_;
   int tag_base_;
   std::map<std::pair<int, int>, Program> programs_;  // by (micro-batches, boundary)
+  RunRecord record_;
   std::unique_ptr<Executor<T, A>> executor_;
 };
 

@@ -25,7 +25,8 @@ template <class T, class A>
 Generator<T, A>::Generator(StageModel<T, A>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer)
     : stage_(&stage),
       program_(one_forward(plan)),
-      executor_(stage, 1),
+      transport_(comm::make_transport(plan.transport, stage.grid().pipeline, stage.config().pipeline.recv_timeout_s)),
+      executor_(stage, ExecutorLinks{*transport_, stage.grid(), stage.config().pipeline.recv_timeout_s, record_, 1}),
       tokens_(1, stage.config().model.seq_len),
       losses_("kpipe::runtime::Generator::losses", 1),
       logits_("kpipe::runtime::Generator::logits", stage.config().model.vocab) {

@@ -83,9 +83,14 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
   memory_verdict_ = memory::enforce_limit(config_, limit_, desc_, plan_.schedule, grid.world);
 
   stage_ = std::make_unique<StageModel<T, A>>(config_, desc_, grid, plan_);
+  // Collective over the pipeline where the transport is NCCL (its communicator is built here).
+  const double timeout = config.pipeline.recv_timeout_s;
+  transport_ = comm::make_transport(plan_.transport, grid.pipeline, timeout);
+  if (options.wrap_transport) transport_ = options.wrap_transport(std::move(transport_));
   updates_ = make_update_policy(*stage_, plan_);
   program_ = program_of(plan_.lists(), plan_.stage, plan_.buffers(), 0, "step");
-  executor_ = std::make_unique<Executor<T, A>>(*stage_, updates_->microbatch_period());
+  executor_ = std::make_unique<Executor<T, A>>(
+      *stage_, ExecutorLinks{*transport_, grid_, timeout, record_, updates_->microbatch_period()});
   // Token rows for each micro-batch a step forwards, and a loss slot per micro-batch of the whole mini-batch.
   tokens_ = std::make_unique<TokenStaging>(updates_->token_rows(),
                                            std::int64_t(plan_.sequences_per_microbatch) * config.model.seq_len);
@@ -95,7 +100,7 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
   }
   // Evaluation's lists are tagged above the training lists' (a step's last sends may still be under way when
   // it runs).
-  evaluator_ = std::make_unique<Evaluator<T, A>>(*stage_, plan_, corpus, *tokens_, losses_,
+  evaluator_ = std::make_unique<Evaluator<T, A>>(*stage_, plan_, corpus, *tokens_, losses_, *transport_,
                                                  schedule::message_tags(plan_.lists()));
 }
 
@@ -162,6 +167,10 @@ template <class T, class A> StepStats Trainer<T, A>::step() {
 template <class T, class A> double Trainer<T, A>::evaluate() {
   settle();  // the report first: every rank enters its collectives in one order
   return evaluator_->evaluate(step_, boundary_);
+}
+
+template <class T, class A> PipelineReport Trainer<T, A>::pipeline_report(const schedule::RankTime& time) {
+  return runtime::pipeline_report(*stage_, plan_, record_, *transport_, time);
 }
 
 template <class T, class A>
