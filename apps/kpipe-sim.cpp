@@ -184,7 +184,7 @@ std::vector<Costs> model_costs(const Options& o, const Replicated& world) {
   ModelConfig model = preset(o.preset).model;
   if (o.vocab > 0) model.vocab = o.vocab;
   const model::ModelDesc desc = model::describe(model);
-  const partition::InFlight in_flight = partition::in_flight(world, o.sequences);
+  const partition::InFlight in_flight = partition::in_flight(world, o.sequences, s.steps);
   const auto ranges = partition::partition_layers(desc, s.ranks, s.chunks, o.partition, in_flight);
   planner::Machine gflops;
   gflops.flops_per_second = 1e9;

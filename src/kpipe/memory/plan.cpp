@@ -1,15 +1,15 @@
 #include "kpipe/memory/plan.hpp"
 
-#include "kpipe/core/precisions.hpp"
-#include "kpipe/schedule/asynchronous.hpp"
-#include "kpipe/schedule/versions.hpp"
-
 #include <fmt/format.h>
 
 #include "kpipe/core/bytes.hpp"
+#include "kpipe/core/precisions.hpp"
 #include "kpipe/model/chunk.hpp"
 #include "kpipe/nn/block.hpp"
 #include "kpipe/partition/configured.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
+#include "kpipe/schedule/run_steps.hpp"
+#include "kpipe/schedule/versions.hpp"
 
 namespace kpipe::memory {
 
@@ -26,9 +26,9 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
   const nn::Recompute recompute = config.memory.recompute;
   const auto ranges = partition::configured_partition(config, desc, replicated);
   const schedule::BufferPlan& buffers = plan.buffers.at(replica).at(stage);  // what the runtime follows
-  // Asynchronous schedules keep the weight versions they hold (runtime/weight_versions.hpp), as many as the
-  // lists hold at once (schedule/versions.hpp): one in the chunk's own parameter buffers, the others in
-  // buffers of the same layout; synchronous ones keep none.
+  // The weight versions the lists hold at once (schedule/versions.hpp; runtime/weight_versions.hpp keeps them):
+  // one in the chunk's own parameter buffers, the others in buffers of the same layout (synchronous lists hold
+  // one).
   const auto versions = schedule::plan_versions(s, stage, s.actions.at(stage));
   const bool snapshots = !config.checkpoint.dir.empty() && config.checkpoint.async != CheckpointAsync::off;
 
@@ -54,19 +54,18 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
     message_bytes = bytes.message;
     add(Category::parameters, bytes.parameters + bytes.compute_copy);  // masters, and the products' copy in A
     add(Category::gradients, m.parameters * e);
-    // Asynchronous schedules summing replicas in order: the buffer the sum of the replicas before arrives in.
-    if (s.asynchronous() && replicated.replica_count() > 1 && pc.dp_reduction == DpReduction::ordered && replica > 0)
-      add(Category::gradients, m.parameters * e);
+    // Where each update's running sum of the replicas before this one arrives (asynchronous, in order).
+    if (schedule::holds_update_sum(plan, replica)) add(Category::gradients, m.parameters * e);
     add(Category::optimizer, m.parameters * (2 * e + 1));
-    if (s.asynchronous())  // each with its masters and, under mixed precision, their compute copy
-      add(Category::weight_versions, (versions.peak.at(c) - 1) * (bytes.parameters + bytes.compute_copy));
+    // Each version beyond the chunk's own with its masters and, under mixed precision, their compute copy.
+    add(Category::weight_versions, (versions.peak.at(c) - 1) * (bytes.parameters + bytes.compute_copy));
     add(Category::activations, m.slots * m.slot_bytes);
     add(Category::backward, m.backward_sets * m.backward_bytes);
     add(Category::workspaces, m.workspace_bytes);
     // Checkpoints written beside the training: replica 0's snapshot of each chunk's masters, both moments and
     // the most older versions a checkpoint holds (io/checkpoint_snapshot.hpp); the other replicas write nothing.
     if (snapshots && replica == 0) {
-      const int older = s.asynchronous() ? schedule::versions_bound(s.updates, s.ranks, s.virtual_stage(stage, c)) - 1 : 0;
+      const int older = schedule::versions_bound(s.updates, s.ranks, s.virtual_stage(stage, c)) - 1;  // flush: 0
       add(Category::snapshot, (3 + older) * m.parameters * e);
     }
     r.chunks.push_back(m);
@@ -89,10 +88,9 @@ RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, con
   r.message_buffers = buffers.message_buffers;
   r.evaluation_buffers = evaluation_spares;
   add(Category::messages, std::int64_t(r.message_buffers + r.evaluation_buffers) * message_bytes);
-  // The trainer's host staging rows of tokens (inputs, targets) for each of its micro-batches, and its
+  // The trainer's host staging rows of tokens (inputs, targets) for each micro-batch a step forwards, and its
   // per-micro-batch loss sums on the device.
-  // (asynchronous schedules: the m + p - 1 micro-batches a step may forward)
-  const std::int64_t staged = s.microbatches + (s.asynchronous() ? s.ranks - 1 : 0);
+  const std::int64_t staged = schedule::staged_microbatches(s);
   add(Category::workspaces, 2 * staged * rows * std::int64_t(sizeof(Token)) +
                                 std::int64_t(config.train.microbatches) * std::int64_t(sizeof(double)));
   return r;

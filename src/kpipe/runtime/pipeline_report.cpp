@@ -90,8 +90,8 @@ PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, con
   }
   // What runs: every replica's lists with the reduction's actions, this replica's ranks reported.
   const auto sim = schedule::simulate(plan.schedule, costs);
-  // Asynchronous schedules: the steady state's (the steps kpipe-train counts; schedule/simulate.hpp).
-  const auto& idle = lowered.asynchronous() ? sim.steady_idle_fraction : sim.idle_fraction;
+  // The steady state's (the steps kpipe-train counts; schedule/simulate.hpp: the whole step of synchronous lists).
+  const auto& idle = sim.steady_idle_fraction;
   r.simulated_bubble.assign(idle.begin() + std::ptrdiff_t(grid.replica) * p,
                             idle.begin() + std::ptrdiff_t(grid.replica + 1) * p);
   r.predicted_stash = schedule::peak_stash(lowered);

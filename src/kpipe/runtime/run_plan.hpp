@@ -34,7 +34,6 @@ struct RunPlan {
 
   const schedule::Replicated& run() const { return schedule.run; }
   const schedule::Schedule& lists() const { return schedule.run.replicas.at(replica); }  // this replica's
-  bool asynchronous() const { return lists().asynchronous(); }
   // Where this rank's buffers come and go (the plan's, which the memory plan reads too).
   const schedule::BufferPlan& buffers() const { return schedule.buffers.at(replica).at(stage); }
   // The micro-batch of the whole mini-batch that this replica's local micro-batch is.

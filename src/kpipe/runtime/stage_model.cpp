@@ -36,7 +36,6 @@ StageModel<T, A>::StageModel(const Config& config, const model::ModelDesc& desc,
     chunks_.push_back(std::make_unique<model::Chunk<T, A>>(desc, r.first, r.last, plan.sequences_per_microbatch,
                                                            config.memory.recompute, math_of(config.train.precision)));
     chunks_.back()->params().initialize(space_, config.train.seed);
-    if (lists.asynchronous()) versions_.push_back(std::make_unique<WeightVersions<T, A>>(space_, *chunks_.back()));
   }
 }
 

@@ -33,7 +33,9 @@ template <class T, class A = T> class StageModel {
   const model::Chunk<T, A>& chunk(int c) const { return *chunks_.at(c); }
   std::vector<model::Chunk<T, A>*> chunk_pointers();
   int virtual_stage(int c) const { return vstages_.at(c); }
-  // Asynchronous schedules: each chunk's weight versions (synchronous ones keep none: versioned() is false).
+  // Asynchronous schedules: each chunk's weight versions, which their update policy makes and hands over here
+  // (synchronous ones keep none: versioned() is false).
+  void keep_versions(std::vector<std::unique_ptr<WeightVersions<T, A>>> versions) { versions_ = std::move(versions); }
   bool versioned() const { return !versions_.empty(); }
   WeightVersions<T, A>& versions(int c) { return *versions_.at(c); }
   const WeightVersions<T, A>& versions(int c) const { return *versions_.at(c); }

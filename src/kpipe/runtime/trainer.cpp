@@ -17,6 +17,7 @@
 #include "kpipe/runtime/evaluator.hpp"
 #include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/signals.hpp"
+#include "kpipe/schedule/run_steps.hpp"
 
 namespace kpipe::runtime {
 
@@ -90,9 +91,9 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
   updates_ = make_update_policy(*stage_, plan_);
   program_ = program_of(plan_.lists(), plan_.stage, plan_.buffers(), 0, "step");
   executor_ = std::make_unique<Executor<T, A>>(
-      *stage_, ExecutorLinks{*transport_, grid_, timeout, record_, updates_->microbatch_period()});
+      *stage_, ExecutorLinks{*transport_, grid_, timeout, record_, schedule::tag_period(plan_.lists())});
   // Token rows for each micro-batch a step forwards, and a loss slot per micro-batch of the whole mini-batch.
-  tokens_ = std::make_unique<TokenStaging>(updates_->token_rows(),
+  tokens_ = std::make_unique<TokenStaging>(schedule::staged_microbatches(plan_.lists()),
                                            std::int64_t(plan_.sequences_per_microbatch) * config.model.seq_len);
   {
     memory::Scope scope(memory::Category::workspaces);  // memory/plan.cpp counts them

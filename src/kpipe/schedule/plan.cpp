@@ -187,6 +187,11 @@ Plan plan(const Config& c, Delivery delivery, const PlanOptions& options) {
   return out;
 }
 
+bool holds_update_sum(const Plan& plan, int replica) {
+  const bool in_order = plan.sums == SumRoute::ordered_on_transport || plan.sums == SumRoute::ordered_by_mpi;
+  return plan.run.replicas.front().asynchronous() && in_order && replica > 0;
+}
+
 std::string passes_text(const Plan& plan) {
   std::string text;
   for (const auto& pass : plan.passes) text += (text.empty() ? "" : " -> ") + pass;

@@ -80,6 +80,11 @@ struct Replication {
 Plan plan(const Schedule& pipeline, const std::string& source, const Replication& replication, Delivery delivery,
           const PlanOptions& options = {});
 
+// Whether replica `replica` receives, at every update of an asynchronous run, the running sum of the replicas
+// before it into a buffer of its own (the sum in replica order; runtime/gradient_reduction.hpp allocates it,
+// the memory plan counts it). Synchronous lists receive their sums into the gradients themselves.
+bool holds_update_sum(const Plan& plan, int replica);
+
 // "generate 1f1b (p = 4, m = 8) -> lower -> order_for_streams: 3 receives moved", for tools.
 std::string passes_text(const Plan& plan);
 
