@@ -233,13 +233,10 @@ void print_figures(const Schedule& s, const SimResult& sim, bool replicated) {
   if (replicated) std::printf("(* world rank = replica x %d + rank)\n", s.ranks);
   std::printf("makespan %.6g, bubble %s (mean idle fraction)\n", sim.makespan, percent(sim.bubble).c_str());
   if (s.asynchronous()) {
-    const auto& ends = sim.step_ends.front();
-    const double from = sim.steady_first > 0 ? ends[sim.steady_first - 1] : 0.0;
     std::printf("steady state: steps %d to %d, %.6g per step, bubble %s; the %s rule holds at most p - s, p or 2 "
                 "weight versions (pipedream, vertical-sync, 2bw): the versions column\n",
-                sim.steady_first, sim.steady_last,
-                (ends[sim.steady_last] - from) / double(sim.steady_last - sim.steady_first + 1),
-                percent(sim.steady_bubble).c_str(), to_string(s.updates));
+                sim.steady_first, sim.steady_last, sim.steady_step, percent(sim.steady_bubble).c_str(),
+                to_string(s.updates));
   }
 
 }
@@ -414,18 +411,11 @@ int run_memory(const Config& config, const ConfigModeOptions& o) {
   const auto costs = planner::stage_costs(config, desc, planned.run, machine_of(o));
   const auto sim = schedule::simulate(planned, costs);
   const auto& lists = planned.run.replicas.front();
-  if (lists.asynchronous()) {
-    // No flush: a step of the steady state (between warm-up and drain), as kpipe-train measures it.
-    const auto& ends = sim.step_ends.front();
-    const double from = sim.steady_first > 0 ? ends[sim.steady_first - 1] : 0.0;
-    const double step = (ends[sim.steady_last] - from) / double(sim.steady_last - sim.steady_first + 1);
-    std::printf("layout %s on %d ranks: predicted step %.4g s in the steady state, bubble %s there (%s)\n",
-                planner::layout_name(config).c_str(), int(ranks.size()), step, percent(sim.steady_bubble).c_str(),
-                costs_source(o).c_str());
-  } else {
-    std::printf("layout %s on %d ranks: predicted step %.4g s, bubble %s (%s)\n", planner::layout_name(config).c_str(),
-                int(ranks.size()), sim.makespan, percent(sim.bubble).c_str(), costs_source(o).c_str());
-  }
+  // The steady state's step (asynchronous lists: between warm-up and drain, as kpipe-train measures it).
+  std::printf("layout %s on %d ranks: predicted step %.4g s%s, bubble %s%s (%s)\n",
+              planner::layout_name(config).c_str(), int(ranks.size()), sim.steady_step,
+              lists.asynchronous() ? " in the steady state" : "", percent(sim.steady_bubble).c_str(),
+              lists.asynchronous() ? " there" : "", costs_source(o).c_str());
   print_passes(planned);
   std::printf("\nmemory per rank, MiB (slots and backward sets per chunk; message buffers):\n");
   print_memory_table(ranks);
