@@ -5,7 +5,7 @@
 //   kpipe-sim --schedule interleaved --stages 4 --microbatches 8 --chunks 2 --cost-f 0.5 --cost-b 1 --svg t.svg
 //   kpipe-sim --schedule-file my.sched --print-schedule
 //   kpipe-sim --schedule 1f1b --stages 4 --preset small --vocab 8192 --partition balanced
-//   kpipe-sim --schedule pipedream --stages 4 --microbatches 4 --steps 6 [--vertical-sync] --svg pd.svg
+//   kpipe-sim --schedule pipedream --stages 4 --microbatches 4 --steps 6 [--vertical-sync 1] --svg pd.svg
 // Asynchronous schedules (pipedream, 2bw) never flush: --steps steps are simulated through, each ending at a
 // step boundary, and the figures of interest are the steady state's (between the warm-up and the drain) and
 // the weight versions each rank holds.
@@ -67,7 +67,7 @@ struct Options {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;  // from schedule_name
   int stages = 4, microbatches = 8, chunks = 1;
   int steps = 0;               // asynchronous schedules: steps simulated (0: the validated horizon's)
-  bool vertical_sync = false;  // pipedream: every stage reads the version stage 0 read
+  int vertical_sync = 0;  // pipedream: 1, every stage reads the version stage 0 read (kpipe-train's value)
   bool split = false;
   std::string schedule_file;
   Costs costs;
@@ -76,11 +76,13 @@ struct Options {
   int width = 160;
   int replicas = 1, dp_group = 1;  // data-parallel replicas of the schedule, ordered reduction's group
   bool allreduce = false;
-  std::string preset, partition_name = "balanced", recompute_name = "none";  // --preset: costs from the model
-  PartitionKind partition = PartitionKind::balanced;  // from partition_name
-  std::string precision_name = "fp32";                // --preset: what activations and messages are stored in
-  Precision precision = Precision::fp32;
-  Recompute recompute = Recompute::none;              // from recompute_name
+  // --preset: costs from the model, partitioned, recomputed and stored (messages) by default as kpipe-train's
+  // configuration says.
+  std::string preset, partition_name{to_string(Config{}.pipeline.partition)},
+      recompute_name{to_string(Config{}.memory.recompute)}, precision_name{to_string(Config{}.train.precision)};
+  PartitionKind partition{};  // from partition_name
+  Precision precision{};      // from precision_name
+  Recompute recompute{};      // from recompute_name
   int vocab = 0, sequences = 1;
   std::string transport_name = "auto";  // the delivery planned for: nccl is stream-ordered; mpi and auto buffered
 };
@@ -93,8 +95,9 @@ std::string plural(int n, const char* one, const char* many) { return fmt::forma
 // generated schedule from the configuration the options make, or a schedule file with its own sizes.
 Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
   const bool asynchronous_name = is_asynchronous(o.schedule);
-  require(!o.vertical_sync || (o.schedule == ScheduleKind::pipedream && o.schedule_file.empty()),
-          "--vertical-sync needs --schedule pipedream (got --schedule {})", o.schedule);
+  require(o.vertical_sync == 0 || o.vertical_sync == 1, "--vertical-sync = {}: expected 0 or 1", o.vertical_sync);
+  require(o.vertical_sync == 0 || (o.schedule == ScheduleKind::pipedream && o.schedule_file.empty()),
+          "--vertical-sync = 1 needs --schedule pipedream (got --schedule {})", o.schedule);
   require(app.count("--steps") == 0 || asynchronous_name,
           "--steps = {}: only asynchronous schedules (pipedream, 2bw) span several steps", o.steps);
   // Asynchronous replicas sum at every update (schedule/plan.hpp): no groups to choose.
@@ -127,7 +130,7 @@ Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
   p.pipeline_size = o.stages;
   // zb-v runs two chunks per rank: that is the default for it.
   p.chunks = o.schedule == ScheduleKind::zb_v && app.count("--chunks") == 0 ? 2 : o.chunks;
-  p.vertical_sync = o.vertical_sync ? 1 : 0;
+  p.vertical_sync = o.vertical_sync;
   p.data_parallel = replication.replicas;
   p.dp_reduction = replication.reduction;
   p.dp_reduction_group = replication.group;
@@ -269,7 +272,7 @@ void print_passes(const Plan& plan) {
 // The schedule as the output names it: its name or file, and its replicas.
 std::string schedule_name(const Options& o, bool async_replicas, bool replicated) {
   std::string name = o.schedule_file.empty() ? fmt::format("{}{}{}", o.schedule, o.split ? " (split backward)" : "",
-                                                           o.vertical_sync ? " --vertical-sync" : "")
+                                                           o.vertical_sync ? " --vertical-sync 1" : "")
                                              : o.schedule_file;
   if (async_replicas)
     name += fmt::format(" x {} replicas (their sum at every update, {}: in lock step, one pipeline shown)", o.replicas,
@@ -516,11 +519,18 @@ int sim_main(int argc, char** argv) {
         return kpipe::exit_status(kpipe::ExitCode::bad_input);
       }
     }
+  // Before kpipe-train's spelling was kpipe-sim's too, --vertical-sync was a flag here.
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--vertical-sync" && (i + 1 == argc || argv[i + 1][0] == '-')) {
+      std::fprintf(stderr, "kpipe-sim: error: --vertical-sync takes a value, as kpipe-train's: --vertical-sync 1\n");
+      return kpipe::exit_status(kpipe::ExitCode::bad_input);
+    }
   Options o;
   CLI::App app{"kpipe-sim: generate or read a pipeline schedule, validate it, simulate one step and show its timeline"};
   app.add_option("--schedule", o.schedule_name, "naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v | pipedream | 2bw")
       ->capture_default_str();
-  app.add_flag("--vertical-sync", o.vertical_sync, "pipedream: a micro-batch reads, on every stage, stage 0's version");
+  app.add_option("--vertical-sync", o.vertical_sync, "pipedream: 1, a micro-batch reads, on every stage, stage 0's version")
+      ->capture_default_str();
   app.add_option("--steps", o.steps, "pipedream, 2bw: steps to simulate (default: warm-up, steady state, drain)")
       ->check(at_least_one);
   app.add_option("--stages", o.stages, "pipeline ranks p")->check(at_least_one)->capture_default_str();

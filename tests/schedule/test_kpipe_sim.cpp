@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "kpipe/core/config.hpp"
+
 namespace {
 
 const std::string program = std::string(KPIPE_BINARY_DIR) + "/apps/kpipe-sim";
@@ -102,7 +104,11 @@ TEST_F(KpipeSim, AsynchronousBadCombinationsExitTwoWithOneLine) {
   const std::pair<const char*, const char*> cases[] = {
       {"--schedule 2bw --stages 4 --microbatches 2",
        "kpipe-sim: error: --microbatches = 2 per pipeline is below --stages = 4: 2bw needs at least as many"},
-      {"--schedule 1f1b --vertical-sync", "kpipe-sim: error: --vertical-sync needs --schedule pipedream (got --schedule 1f1b)"},
+      {"--schedule 1f1b --vertical-sync 1",
+       "kpipe-sim: error: --vertical-sync = 1 needs --schedule pipedream (got --schedule 1f1b)"},
+      {"--schedule pipedream --vertical-sync 2", "kpipe-sim: error: --vertical-sync = 2: expected 0 or 1"},
+      {"--schedule pipedream --vertical-sync",
+       "kpipe-sim: error: --vertical-sync takes a value, as kpipe-train's: --vertical-sync 1"},
       {"--schedule 1f1b --steps 3", "kpipe-sim: error: --steps = 3: only asynchronous schedules"},
       {"--schedule pipedream --chunks 2", "kpipe-sim: error: --chunks = 2: asynchronous schedules run one chunk per rank"},
       {"--schedule pipedream --replicas 2 --dp-group 2",
@@ -218,7 +224,8 @@ TEST_F(KpipeSim, CostsFromAModelFollowItsVocabulary) {
   // The small preset on 2 stages: with bytes the balanced partition splits the blocks evenly; with a BPE
   // vocabulary of 8192 the LM head takes a stage of its own, and the uniform partition (two blocks beside
   // the head) is predicted far slower than the balanced one.
-  const std::string base = "--schedule 1f1b --stages 2 --microbatches 4 --preset small --sequences 4 --no-gantt";
+  const std::string base = "--schedule 1f1b --stages 2 --microbatches 4 --preset small --sequences 4 --no-gantt "
+                           "--partition balanced";
   const Outcome bytes = run(base + " --vocab 256");
   ASSERT_EQ(bytes.status, 0) << bytes.output;
   EXPECT_NE(bytes.output.find("0      0     0-2"), std::string::npos) << bytes.output;
@@ -227,8 +234,12 @@ TEST_F(KpipeSim, CostsFromAModelFollowItsVocabulary) {
   ASSERT_EQ(bpe.status, 0) << bpe.output;
   EXPECT_NE(bpe.output.find("0      0     0-4"), std::string::npos) << bpe.output;
   EXPECT_NE(bpe.output.find("1      1     5-5"), std::string::npos) << bpe.output;
-  const Outcome uniform = run(base + " --vocab 8192 --partition uniform");
+  // kpipe-train's default partition is kpipe-sim's.
+  const Outcome uniform = run("--schedule 1f1b --stages 2 --microbatches 4 --preset small --sequences 4 --no-gantt "
+                              "--vocab 8192");
   ASSERT_EQ(uniform.status, 0) << uniform.output;
+  EXPECT_EQ(kpipe::to_string(kpipe::Config{}.pipeline.partition), "uniform");
+  EXPECT_NE(uniform.output.find("uniform partition"), std::string::npos) << uniform.output;
   EXPECT_GT(makespan(uniform.output), 1.2 * makespan(bpe.output)) << uniform.output << bpe.output;
   EXPECT_GT(makespan(bpe.output), 1.5 * makespan(bytes.output)) << "the head's FLOPs count";
   // Recomputation is priced by the same cost model: every block's recomputed forward, paid before its backward.
