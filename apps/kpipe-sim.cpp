@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,9 @@ struct Options {
   bool split = false;
   std::string schedule_file;
   Costs costs;
+  // Bytes per time unit over a link (costs.per_byte = 1 / bandwidth): the planner's name for the link's cost;
+  // unlimited by default, a message costing its latency alone.
+  double bandwidth = std::numeric_limits<double>::infinity();
   bool print_schedule = false, lowered = false, no_gantt = false;
   std::string svg;
   int width = 160;
@@ -284,6 +288,7 @@ std::string schedule_name(const Options& o, bool async_replicas, bool replicated
 }
 
 int run(Options o, const CLI::App& app) {
+  o.costs.per_byte = 1.0 / o.bandwidth;
   o.schedule = option_value<ScheduleKind>("--schedule", o.schedule_name);
   o.partition = option_value<PartitionKind>("--partition", o.partition_name);
   o.recompute = option_value<Recompute>("--recompute", o.recompute_name);
@@ -322,11 +327,11 @@ int run(Options o, const CLI::App& app) {
               plural(s.chunks, "chunk", "chunks").c_str());
   const Costs& c = o.costs;
   if (from_model)
-    std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
-                c.step, c.latency, c.per_byte, costs.front().activation_bytes);
+    std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g bandwidth=%g activation_bytes=%g\n",
+                c.step, c.latency, o.bandwidth, costs.front().activation_bytes);
   else
-    std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n",
-                c.f, c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
+    std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g bandwidth=%g activation_bytes=%g%s\n",
+                c.f, c.b, c.i, c.w, c.r, c.step, c.latency, o.bandwidth, c.activation_bytes,
                 o.replicas > 1 ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
   print_passes(planned);
   if (o.print_schedule) {
@@ -507,7 +512,25 @@ int plan_main(int argc, char** argv) {
   return o.recommend ? run_recommend(command.config, o, model_arguments(argc, argv)) : run_memory(command.config, o);
 }
 
+// Spellings kpipe-sim no longer takes, each answered with one line naming the one it takes now (every mode).
+std::string old_spelling(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--per-byte" || a.rfind("--per-byte=", 0) == 0)
+      return "--per-byte is --bandwidth now, in bytes per time unit (1 / per-byte), as --memory and --recommend "
+             "take it";
+    // --vertical-sync was a flag here; kpipe-train's takes 0 or 1.
+    if (a == "--vertical-sync" && (i + 1 == argc || argv[i + 1][0] == '-'))
+      return "--vertical-sync takes a value, as kpipe-train's: --vertical-sync 1";
+  }
+  return "";
+}
+
 int sim_main(int argc, char** argv) {
+  if (const std::string old = old_spelling(argc, argv); !old.empty()) {
+    std::fprintf(stderr, "kpipe-sim: error: %s\n", old.c_str());
+    return kpipe::exit_status(kpipe::ExitCode::bad_input);
+  }
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--kernels") return kpipe::apps::sim_kernels_main(argc, argv);
   for (int i = 1; i < argc; ++i)
@@ -518,12 +541,6 @@ int sim_main(int argc, char** argv) {
         std::fprintf(stderr, "kpipe-sim: error: %s\n", e.what());
         return kpipe::exit_status(kpipe::ExitCode::bad_input);
       }
-    }
-  // Before kpipe-train's spelling was kpipe-sim's too, --vertical-sync was a flag here.
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--vertical-sync" && (i + 1 == argc || argv[i + 1][0] == '-')) {
-      std::fprintf(stderr, "kpipe-sim: error: --vertical-sync takes a value, as kpipe-train's: --vertical-sync 1\n");
-      return kpipe::exit_status(kpipe::ExitCode::bad_input);
     }
   Options o;
   CLI::App app{"kpipe-sim: generate or read a pipeline schedule, validate it, simulate one step and show its timeline"};
@@ -546,7 +563,7 @@ int sim_main(int argc, char** argv) {
       ->check(non_negative)->capture_default_str();
   app.add_option("--cost-step", o.costs.step, "time of the optimizer step")->check(non_negative)->capture_default_str();
   app.add_option("--latency", o.costs.latency, "time from a send to its arrival")->check(non_negative)->capture_default_str();
-  app.add_option("--per-byte", o.costs.per_byte, "transfer time per byte")->check(non_negative)->capture_default_str();
+  app.add_option("--bandwidth", o.bandwidth, "bytes per time unit over a link (default: unlimited)")->check(a_rate);
   app.add_option("--activation-bytes", o.costs.activation_bytes, "bytes of one activation message")
       ->check(non_negative)->capture_default_str();
   app.add_option("--replicas", o.replicas, "data-parallel replicas of the schedule, side by side")
