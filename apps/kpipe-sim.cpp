@@ -104,11 +104,6 @@ Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
           "--vertical-sync = 1 needs --schedule pipedream (got --schedule {})", o.schedule);
   require(app.count("--steps") == 0 || asynchronous_name,
           "--steps = {}: only asynchronous schedules (pipedream, 2bw) span several steps", o.steps);
-  // Asynchronous replicas sum at every update (schedule/plan.hpp): no groups to choose.
-  const auto refuse_async_groups = [&](bool asynchronous) {
-    require(!asynchronous || o.replicas == 1 || app.count("--dp-group") == 0,
-            "--dp-group = {}: asynchronous schedules sum the replicas' gradients at every update", o.dp_group);
-  };
   const PlanOptions passes{0, o.steps, o.split};
   const Replication replication{o.replicas, o.allreduce ? DpReduction::allreduce : DpReduction::ordered, o.dp_group};
   if (!o.schedule_file.empty()) {
@@ -119,7 +114,6 @@ Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
             o.stages, s.ranks);
     require(!app.count("--microbatches") || o.microbatches == s.microbatches,
             "--microbatches = {}: the schedule file has {} micro-batches", o.microbatches, s.microbatches);
-    refuse_async_groups(s.asynchronous());
     return plan(s, fmt::format("read {}", o.schedule_file), replication, delivery, passes);
   }
   if (asynchronous_name) {
@@ -127,7 +121,6 @@ Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
             "--chunks = {}: asynchronous schedules run one chunk per rank (the version rule is per stage)", o.chunks);
     require(!o.split, "--split-backward: asynchronous schedules run whole backwards (B)");
   }
-  refuse_async_groups(asynchronous_name);
   Config config;
   auto& p = config.pipeline;
   p.schedule = o.schedule;

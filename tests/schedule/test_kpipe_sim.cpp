@@ -110,7 +110,8 @@ TEST_F(KpipeSim, AsynchronousBadCombinationsExitTwoWithOneLine) {
       {"--schedule 1f1b --steps 3", "kpipe-sim: error: --steps = 3: only asynchronous schedules"},
       {"--schedule pipedream --chunks 2", "kpipe-sim: error: --chunks = 2: asynchronous schedules run one chunk per rank"},
       {"--schedule pipedream --replicas 2 --dp-group 2",
-       "kpipe-sim: error: --dp-group = 2: asynchronous schedules sum the replicas' gradients at every update"},
+       "kpipe-sim: error: --dp-group = 2 with the pipedream schedule: asynchronous schedules sum the replicas' "
+       "gradients at every update"},
   };
   for (const auto& [arguments, message] : cases) {
     const Outcome r = run(arguments);
