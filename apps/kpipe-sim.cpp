@@ -116,11 +116,8 @@ Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
             "--microbatches = {}: the schedule file has {} micro-batches", o.microbatches, s.microbatches);
     return plan(s, fmt::format("read {}", o.schedule_file), replication, delivery, passes);
   }
-  if (asynchronous_name) {
-    require(app.count("--chunks") == 0 || o.chunks == 1,
-            "--chunks = {}: asynchronous schedules run one chunk per rank (the version rule is per stage)", o.chunks);
-    require(!o.split, "--split-backward: asynchronous schedules run whole backwards (B)");
-  }
+  require(!asynchronous_name || app.count("--chunks") == 0 || o.chunks == 1,
+          "--chunks = {}: asynchronous schedules run one chunk per rank (the version rule is per stage)", o.chunks);
   Config config;
   auto& p = config.pipeline;
   p.schedule = o.schedule;
@@ -170,7 +167,8 @@ std::string in_option_terms(std::string message) {
                                                        {"pipeline.chunks", "--chunks"},
                                                        {"pipeline.dp_reduction_group", "--dp-group"},
                                                        {"pipeline.data_parallel", "--replicas"},
-                                                       {"memory.recompute", "--recompute"}};
+                                                       {"memory.recompute", "--recompute"},
+                                                       {"split_backward", "--split-backward"}};
   for (const auto& [key, option] : names)
     for (auto at = message.find(key); at != std::string::npos; at = message.find(key, at))
       message.replace(at, std::string(key).size(), option);
@@ -413,10 +411,11 @@ int run_memory(const Config& config, const ConfigModeOptions& o) {
   const auto sim = schedule::simulate(planned, costs);
   const auto& lists = planned.run.replicas.front();
   // The steady state's step (asynchronous lists: between warm-up and drain, as kpipe-train measures it).
+  const bool no_flush = lists.asynchronous();
   std::printf("layout %s on %d ranks: predicted step %.4g s%s, bubble %s%s (%s)\n",
               planner::layout_name(config).c_str(), int(ranks.size()), sim.steady_step,
-              lists.asynchronous() ? " in the steady state" : "", percent(sim.steady_bubble).c_str(),
-              lists.asynchronous() ? " there" : "", costs_source(o).c_str());
+              no_flush ? " in the steady state" : "", percent(sim.steady_bubble).c_str(), no_flush ? " there" : "",
+              costs_source(o).c_str());
   print_passes(planned);
   std::printf("\nmemory per rank, MiB (slots and backward sets per chunk; message buffers):\n");
   print_memory_table(ranks);
