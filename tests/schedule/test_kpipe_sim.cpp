@@ -108,6 +108,8 @@ TEST_F(KpipeSim, AsynchronousBadCombinationsExitTwoWithOneLine) {
        "kpipe-sim: error: --vertical-sync = 1 needs --schedule pipedream (got --schedule 1f1b)"},
       {"--schedule pipedream --vertical-sync 2", "kpipe-sim: error: --vertical-sync = 2: expected 0 or 1"},
       {"--schedule 1f1b --steps 3", "kpipe-sim: error: --steps = 3: only asynchronous schedules"},
+      {"--schedule 2bw --split-backward", "kpipe-sim: error: --split-backward: asynchronous schedules run whole "
+                                          "backwards (B)"},
       {"--schedule pipedream --chunks 2", "kpipe-sim: error: --chunks = 2: asynchronous schedules run one chunk per rank"},
       {"--schedule pipedream --replicas 2 --dp-group 2",
        "kpipe-sim: error: --dp-group = 2 with the pipedream schedule: asynchronous schedules sum the replicas' "
