@@ -5,7 +5,7 @@
 //   kpipe-sim --schedule interleaved --stages 4 --microbatches 8 --chunks 2 --cost-f 0.5 --cost-b 1 --svg t.svg
 //   kpipe-sim --schedule-file my.sched --print-schedule
 //   kpipe-sim --schedule 1f1b --stages 4 --preset small --vocab 8192 --partition balanced
-//   kpipe-sim --schedule pipedream --stages 4 --microbatches 4 --steps 6 [--vertical-sync] --svg pd.svg
+//   kpipe-sim --schedule pipedream --stages 4 --microbatches 4 --steps 6 [--vertical-sync 1] --svg pd.svg
 // Asynchronous schedules (pipedream, 2bw) never flush: --steps steps are simulated through, each ending at a
 // step boundary, and the figures of interest are the steady state's (between the warm-up and the drain) and
 // the weight versions each rank holds.
@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -67,20 +68,25 @@ struct Options {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;  // from schedule_name
   int stages = 4, microbatches = 8, chunks = 1;
   int steps = 0;               // asynchronous schedules: steps simulated (0: the validated horizon's)
-  bool vertical_sync = false;  // pipedream: every stage reads the version stage 0 read
+  int vertical_sync = 0;  // pipedream: 1, every stage reads the version stage 0 read (kpipe-train's value)
   bool split = false;
   std::string schedule_file;
   Costs costs;
+  // Bytes per time unit over a link (costs.per_byte = 1 / bandwidth): the planner's name for the link's cost;
+  // unlimited by default, a message costing its latency alone.
+  double bandwidth = std::numeric_limits<double>::infinity();
   bool print_schedule = false, lowered = false, no_gantt = false;
   std::string svg;
   int width = 160;
   int replicas = 1, dp_group = 1;  // data-parallel replicas of the schedule, ordered reduction's group
   bool allreduce = false;
-  std::string preset, partition_name = "balanced", recompute_name = "none";  // --preset: costs from the model
-  PartitionKind partition = PartitionKind::balanced;  // from partition_name
-  std::string precision_name = "fp32";                // --preset: what activations and messages are stored in
-  Precision precision = Precision::fp32;
-  Recompute recompute = Recompute::none;              // from recompute_name
+  // --preset: costs from the model, partitioned, recomputed and stored (messages) by default as kpipe-train's
+  // configuration says.
+  std::string preset, partition_name{to_string(Config{}.pipeline.partition)},
+      recompute_name{to_string(Config{}.memory.recompute)}, precision_name{to_string(Config{}.train.precision)};
+  PartitionKind partition{};  // from partition_name
+  Precision precision{};      // from precision_name
+  Recompute recompute{};      // from recompute_name
   int vocab = 0, sequences = 1;
   std::string transport_name = "auto";  // the delivery planned for: nccl is stream-ordered; mpi and auto buffered
 };
@@ -93,15 +99,11 @@ std::string plural(int n, const char* one, const char* many) { return fmt::forma
 // generated schedule from the configuration the options make, or a schedule file with its own sizes.
 Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
   const bool asynchronous_name = is_asynchronous(o.schedule);
-  require(!o.vertical_sync || (o.schedule == ScheduleKind::pipedream && o.schedule_file.empty()),
-          "--vertical-sync needs --schedule pipedream (got --schedule {})", o.schedule);
+  require(o.vertical_sync == 0 || o.vertical_sync == 1, "--vertical-sync = {}: expected 0 or 1", o.vertical_sync);
+  require(o.vertical_sync == 0 || (o.schedule == ScheduleKind::pipedream && o.schedule_file.empty()),
+          "--vertical-sync = 1 needs --schedule pipedream (got --schedule {})", o.schedule);
   require(app.count("--steps") == 0 || asynchronous_name,
           "--steps = {}: only asynchronous schedules (pipedream, 2bw) span several steps", o.steps);
-  // Asynchronous replicas sum at every update (schedule/plan.hpp): no groups to choose.
-  const auto refuse_async_groups = [&](bool asynchronous) {
-    require(!asynchronous || o.replicas == 1 || app.count("--dp-group") == 0,
-            "--dp-group = {}: asynchronous schedules sum the replicas' gradients at every update", o.dp_group);
-  };
   const PlanOptions passes{0, o.steps, o.split};
   const Replication replication{o.replicas, o.allreduce ? DpReduction::allreduce : DpReduction::ordered, o.dp_group};
   if (!o.schedule_file.empty()) {
@@ -112,22 +114,17 @@ Plan planned_lists(const Options& o, const CLI::App& app, Delivery delivery) {
             o.stages, s.ranks);
     require(!app.count("--microbatches") || o.microbatches == s.microbatches,
             "--microbatches = {}: the schedule file has {} micro-batches", o.microbatches, s.microbatches);
-    refuse_async_groups(s.asynchronous());
     return plan(s, fmt::format("read {}", o.schedule_file), replication, delivery, passes);
   }
-  if (asynchronous_name) {
-    require(app.count("--chunks") == 0 || o.chunks == 1,
-            "--chunks = {}: asynchronous schedules run one chunk per rank (the version rule is per stage)", o.chunks);
-    require(!o.split, "--split-backward: asynchronous schedules run whole backwards (B)");
-  }
-  refuse_async_groups(asynchronous_name);
+  require(!asynchronous_name || app.count("--chunks") == 0 || o.chunks == 1,
+          "--chunks = {}: asynchronous schedules run one chunk per rank (the version rule is per stage)", o.chunks);
   Config config;
   auto& p = config.pipeline;
   p.schedule = o.schedule;
   p.pipeline_size = o.stages;
   // zb-v runs two chunks per rank: that is the default for it.
   p.chunks = o.schedule == ScheduleKind::zb_v && app.count("--chunks") == 0 ? 2 : o.chunks;
-  p.vertical_sync = o.vertical_sync ? 1 : 0;
+  p.vertical_sync = o.vertical_sync;
   p.data_parallel = replication.replicas;
   p.dp_reduction = replication.reduction;
   p.dp_reduction_group = replication.group;
@@ -170,7 +167,8 @@ std::string in_option_terms(std::string message) {
                                                        {"pipeline.chunks", "--chunks"},
                                                        {"pipeline.dp_reduction_group", "--dp-group"},
                                                        {"pipeline.data_parallel", "--replicas"},
-                                                       {"memory.recompute", "--recompute"}};
+                                                       {"memory.recompute", "--recompute"},
+                                                       {"split_backward", "--split-backward"}};
   for (const auto& [key, option] : names)
     for (auto at = message.find(key); at != std::string::npos; at = message.find(key, at))
       message.replace(at, std::string(key).size(), option);
@@ -184,7 +182,7 @@ std::vector<Costs> model_costs(const Options& o, const Replicated& world) {
   ModelConfig model = preset(o.preset).model;
   if (o.vocab > 0) model.vocab = o.vocab;
   const model::ModelDesc desc = model::describe(model);
-  const partition::InFlight in_flight = partition::in_flight(world, o.sequences);
+  const partition::InFlight in_flight = partition::in_flight(world, o.sequences, s.steps);
   const auto ranges = partition::partition_layers(desc, s.ranks, s.chunks, o.partition, in_flight);
   planner::Machine gflops;
   gflops.flops_per_second = 1e9;
@@ -233,13 +231,10 @@ void print_figures(const Schedule& s, const SimResult& sim, bool replicated) {
   if (replicated) std::printf("(* world rank = replica x %d + rank)\n", s.ranks);
   std::printf("makespan %.6g, bubble %s (mean idle fraction)\n", sim.makespan, percent(sim.bubble).c_str());
   if (s.asynchronous()) {
-    const auto& ends = sim.step_ends.front();
-    const double from = sim.steady_first > 0 ? ends[sim.steady_first - 1] : 0.0;
     std::printf("steady state: steps %d to %d, %.6g per step, bubble %s; the %s rule holds at most p - s, p or 2 "
                 "weight versions (pipedream, vertical-sync, 2bw): the versions column\n",
-                sim.steady_first, sim.steady_last,
-                (ends[sim.steady_last] - from) / double(sim.steady_last - sim.steady_first + 1),
-                percent(sim.steady_bubble).c_str(), to_string(s.updates));
+                sim.steady_first, sim.steady_last, sim.steady_step, percent(sim.steady_bubble).c_str(),
+                to_string(s.updates));
   }
 
 }
@@ -272,7 +267,7 @@ void print_passes(const Plan& plan) {
 // The schedule as the output names it: its name or file, and its replicas.
 std::string schedule_name(const Options& o, bool async_replicas, bool replicated) {
   std::string name = o.schedule_file.empty() ? fmt::format("{}{}{}", o.schedule, o.split ? " (split backward)" : "",
-                                                           o.vertical_sync ? " --vertical-sync" : "")
+                                                           o.vertical_sync ? " --vertical-sync 1" : "")
                                              : o.schedule_file;
   if (async_replicas)
     name += fmt::format(" x {} replicas (their sum at every update, {}: in lock step, one pipeline shown)", o.replicas,
@@ -284,6 +279,7 @@ std::string schedule_name(const Options& o, bool async_replicas, bool replicated
 }
 
 int run(Options o, const CLI::App& app) {
+  o.costs.per_byte = 1.0 / o.bandwidth;
   o.schedule = option_value<ScheduleKind>("--schedule", o.schedule_name);
   o.partition = option_value<PartitionKind>("--partition", o.partition_name);
   o.recompute = option_value<Recompute>("--recompute", o.recompute_name);
@@ -322,11 +318,11 @@ int run(Options o, const CLI::App& app) {
               plural(s.chunks, "chunk", "chunks").c_str());
   const Costs& c = o.costs;
   if (from_model)
-    std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g per_byte=%g activation_bytes=%g\n",
-                c.step, c.latency, c.per_byte, costs.front().activation_bytes);
+    std::printf("costs per stage from the model (GFLOP, above); step=%g latency=%g bandwidth=%g activation_bytes=%g\n",
+                c.step, c.latency, o.bandwidth, costs.front().activation_bytes);
   else
-    std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g per_byte=%g activation_bytes=%g%s\n",
-                c.f, c.b, c.i, c.w, c.r, c.step, c.latency, c.per_byte, c.activation_bytes,
+    std::printf("costs per chunk: f=%g b=%g i=%g w=%g r=%g step=%g latency=%g bandwidth=%g activation_bytes=%g%s\n",
+                c.f, c.b, c.i, c.w, c.r, c.step, c.latency, o.bandwidth, c.activation_bytes,
                 o.replicas > 1 ? fmt::format(" gradient_bytes={:g}", c.gradient_bytes).c_str() : "");
   print_passes(planned);
   if (o.print_schedule) {
@@ -410,22 +406,16 @@ int run_memory(const Config& config, const ConfigModeOptions& o) {
   const auto desc = model::describe(config.model);
   // What the run executes on the configuration's transport (pipeline.transport = nccl: stream-ordered).
   const auto planned = schedule::plan(config, schedule::planned_delivery(config.pipeline.transport));
-  const auto ranks = memory::plan_ranks(config, desc, planned.run);
+  const auto ranks = memory::plan_ranks(config, desc, planned);
   const auto costs = planner::stage_costs(config, desc, planned.run, machine_of(o));
   const auto sim = schedule::simulate(planned, costs);
   const auto& lists = planned.run.replicas.front();
-  if (lists.asynchronous()) {
-    // No flush: a step of the steady state (between warm-up and drain), as kpipe-train measures it.
-    const auto& ends = sim.step_ends.front();
-    const double from = sim.steady_first > 0 ? ends[sim.steady_first - 1] : 0.0;
-    const double step = (ends[sim.steady_last] - from) / double(sim.steady_last - sim.steady_first + 1);
-    std::printf("layout %s on %d ranks: predicted step %.4g s in the steady state, bubble %s there (%s)\n",
-                planner::layout_name(config).c_str(), int(ranks.size()), step, percent(sim.steady_bubble).c_str(),
-                costs_source(o).c_str());
-  } else {
-    std::printf("layout %s on %d ranks: predicted step %.4g s, bubble %s (%s)\n", planner::layout_name(config).c_str(),
-                int(ranks.size()), sim.makespan, percent(sim.bubble).c_str(), costs_source(o).c_str());
-  }
+  // The steady state's step (asynchronous lists: between warm-up and drain, as kpipe-train measures it).
+  const bool no_flush = lists.asynchronous();
+  std::printf("layout %s on %d ranks: predicted step %.4g s%s, bubble %s%s (%s)\n",
+              planner::layout_name(config).c_str(), int(ranks.size()), sim.steady_step,
+              no_flush ? " in the steady state" : "", percent(sim.steady_bubble).c_str(), no_flush ? " there" : "",
+              costs_source(o).c_str());
   print_passes(planned);
   std::printf("\nmemory per rank, MiB (slots and backward sets per chunk; message buffers):\n");
   print_memory_table(ranks);
@@ -514,7 +504,25 @@ int plan_main(int argc, char** argv) {
   return o.recommend ? run_recommend(command.config, o, model_arguments(argc, argv)) : run_memory(command.config, o);
 }
 
+// Spellings kpipe-sim no longer takes, each answered with one line naming the one it takes now (every mode).
+std::string old_spelling(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--per-byte" || a.rfind("--per-byte=", 0) == 0)
+      return "--per-byte is --bandwidth now, in bytes per time unit (1 / per-byte), as --memory and --recommend "
+             "take it";
+    // --vertical-sync was a flag here; kpipe-train's takes 0 or 1.
+    if (a == "--vertical-sync" && (i + 1 == argc || argv[i + 1][0] == '-'))
+      return "--vertical-sync takes a value, as kpipe-train's: --vertical-sync 1";
+  }
+  return "";
+}
+
 int sim_main(int argc, char** argv) {
+  if (const std::string old = old_spelling(argc, argv); !old.empty()) {
+    std::fprintf(stderr, "kpipe-sim: error: %s\n", old.c_str());
+    return kpipe::exit_status(kpipe::ExitCode::bad_input);
+  }
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--kernels") return kpipe::apps::sim_kernels_main(argc, argv);
   for (int i = 1; i < argc; ++i)
@@ -530,7 +538,8 @@ int sim_main(int argc, char** argv) {
   CLI::App app{"kpipe-sim: generate or read a pipeline schedule, validate it, simulate one step and show its timeline"};
   app.add_option("--schedule", o.schedule_name, "naive | gpipe | 1f1b | interleaved | zb-h1 | zb-v | pipedream | 2bw")
       ->capture_default_str();
-  app.add_flag("--vertical-sync", o.vertical_sync, "pipedream: a micro-batch reads, on every stage, stage 0's version");
+  app.add_option("--vertical-sync", o.vertical_sync, "pipedream: 1, a micro-batch reads, on every stage, stage 0's version")
+      ->capture_default_str();
   app.add_option("--steps", o.steps, "pipedream, 2bw: steps to simulate (default: warm-up, steady state, drain)")
       ->check(at_least_one);
   app.add_option("--stages", o.stages, "pipeline ranks p")->check(at_least_one)->capture_default_str();
@@ -546,7 +555,7 @@ int sim_main(int argc, char** argv) {
       ->check(non_negative)->capture_default_str();
   app.add_option("--cost-step", o.costs.step, "time of the optimizer step")->check(non_negative)->capture_default_str();
   app.add_option("--latency", o.costs.latency, "time from a send to its arrival")->check(non_negative)->capture_default_str();
-  app.add_option("--per-byte", o.costs.per_byte, "transfer time per byte")->check(non_negative)->capture_default_str();
+  app.add_option("--bandwidth", o.bandwidth, "bytes per time unit over a link (default: unlimited)")->check(a_rate);
   app.add_option("--activation-bytes", o.costs.activation_bytes, "bytes of one activation message")
       ->check(non_negative)->capture_default_str();
   app.add_option("--replicas", o.replicas, "data-parallel replicas of the schedule, side by side")

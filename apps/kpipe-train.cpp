@@ -409,7 +409,7 @@ template <class A> int record_reports(TrainingRun<A>& run, StepLog& log) {
   const auto reports = run.trainer->take_reports();
   auto checkpoint_work = run.saver ? run.saver->take_spans() : std::vector<io::CheckpointSpan>{};
   if (run.timeline && !reports.empty())
-    run.timeline->record(reports.back(), trainer.executor().timeline(), trainer.executor().timeline_origin(),
+    run.timeline->record(reports.back(), trainer.record().timeline, trainer.record().timeline_origin,
                          checkpoint_work);
   for (const auto& stats : reports) {
     if (const int code = log.record(stats, trainer.steady_step(stats.step))) return code;
@@ -455,7 +455,7 @@ template <class A> std::optional<int> train_step(TrainingRun<A>& run, StepLog& l
   auto& trainer = *run.trainer;
   if (run.tracer) run.tracer->begin_step(s);
   trainer.run_step();
-  log.time_step(s, trainer.executor().timeline(), trainer.steady_step(s));
+  log.time_step(s, trainer.record().timeline, trainer.steady_step(s));
   if (run.tracer) run.tracer->end_step();
   if (run.profiling && s == log.first_step()) trainer.stage().profile_layers(true);  // the first step allocates
   const std::int64_t n = step_number(s);
@@ -506,8 +506,7 @@ template <class A> int finish(TrainingRun<A>& run, const StepLog& log) {
   const auto& config = run.config;
   auto& trainer = *run.trainer;
   const double seconds = log.seconds();
-  const auto report =
-      runtime::pipeline_report(trainer.stage(), trainer.plan(), trainer.executor(), log.pipeline_time());
+  const auto report = trainer.pipeline_report(log.pipeline_time());
   if (run.rank == 0 && config.pipeline.pipeline_size > 1) print_pipeline_report(report);
   if (run.profiling) {
     trainer.stage().profile_layers(false);

@@ -23,11 +23,12 @@ int main(int argc, char** argv) {
     config.pipeline.recv_timeout_s = 1;
     auto grid = comm::make_grid(MPI_COMM_WORLD, config.pipeline.pipeline_size, config.pipeline.data_parallel);
     {
-      runtime::Trainer<float> trainer(config, test::corpus(), grid);
+      runtime::TrainerOptions options;
       if (grid.world_rank == 1)
-        trainer.stage().wrap_transport([](std::unique_ptr<comm::Transport> transport) {
+        options.wrap_transport = [](std::unique_ptr<comm::Transport> transport) -> std::unique_ptr<comm::Transport> {
           return std::make_unique<test::StallingTransport>(std::move(transport), 60.0);
-        });
+        };
+      runtime::Trainer<float> trainer(config, test::corpus(), grid, options);
       for (int s = 0; s < config.train.steps; ++s) trainer.step();
     }
     comm::free_grid(grid);

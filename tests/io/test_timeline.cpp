@@ -247,7 +247,7 @@ TEST(TimelineRecorder, EveryActionOfAOneRankRunInOrder) {
     io::TimelineRecorder recorder(grid, c, trainer.plan().lists(), path);
     for (int s = 0; s < 2; ++s) {
       trainer.step();
-      recorder.record(s, trainer.executor().timeline());
+      recorder.record(s, trainer.record().timeline);
     }
     for (const Action& a : trainer.plan().lists().actions[0])
       if (a.op != Op::step) want.push_back(a);

@@ -323,7 +323,7 @@ TEST(CheckpointSaver, TheSnapshotBufferIsAsThePlanPredicts) {
       for (int s = 3; s < c.train.steps; ++s) trainer.step();
       EXPECT_TRUE(saver.finish().ok) << what;
       trainer.evaluate();
-      const auto plan = memory::plan_rank(trainer.config(), trainer.desc(), trainer.plan().run(), grid.replica, grid.stage);
+      const auto plan = memory::plan_rank(trainer.config(), trainer.desc(), trainer.plan().schedule, grid.replica, grid.stage);
       EXPECT_EQ(meter.peak(), plan.bytes) << what << " rank " << grid.world_rank;
       const std::int64_t snapshot = meter.peak()[int(memory::Category::snapshot)];
       EXPECT_EQ(snapshot > 0, grid.replica == 0) << what << " rank " << grid.world_rank << ": " << snapshot;

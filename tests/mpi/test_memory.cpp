@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "kpipe/memory/meter.hpp"
 #include "kpipe/memory/plan.hpp"
 #include "kpipe/runtime/trainer.hpp"
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/plan.hpp"
 
 #include "support/corpus.hpp"
@@ -63,12 +65,12 @@ template <class A = float> Measured expect_prediction_equals_measurement(const C
     runtime::Trainer<float, A> trainer(c, test::corpus(), grid);
     for (int s = 0; s < 3; ++s) trainer.step();
     trainer.evaluate();
-    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.plan().run(), grid.replica, grid.stage);
+    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.plan().schedule, grid.replica, grid.stage);
     const auto measured = meter.peak();
     EXPECT_EQ(measured, plan.bytes) << what << " rank " << grid.world_rank << "\n  measured:" << bytes_text(measured)
                                     << "\n  predicted:" << bytes_text(plan.bytes);
     EXPECT_EQ(meter.live(), measured) << what << ": nothing is freed while training";
-    EXPECT_EQ(trainer.executor().message_buffers(), plan.message_buffers) << what;
+    EXPECT_EQ(trainer.record().message_buffers, plan.message_buffers) << what;
     for (int k = 0; k < trainer.stage().chunks(); ++k) {
       EXPECT_EQ(trainer.stage().chunk(k).allocated_slots(), plan.chunks[k].slots) << what << " chunk " << k;
       EXPECT_EQ(trainer.stage().chunk(k).allocated_backward_sets(), plan.chunks[k].backward_sets) << what << " chunk " << k;
@@ -127,19 +129,23 @@ TEST(Memory, PredictionEqualsMeasurementForEverySchedule) {
 
 // Asynchronous schedules: their weight versions too (as many as the lists hold at once: one in the stage's
 // parameter buffers, the others in buffers of their layout, compute copy included under bf16), run past the
-// warm-up so that every stage holds its most; with replicas, the buffer that the ordered sum arrives in.
+// warm-up so that every stage holds its most, with an evaluation in the middle of the run and one after its
+// drain; with replicas, the buffer that the ordered sum arrives in.
 template <class A = float> void expect_async_prediction_equals_measurement(const Config& c, const std::string& what) {
   auto grid = comm::make_grid(MPI_COMM_WORLD, c.pipeline.pipeline_size, c.pipeline.data_parallel);
   {
     memory::Meter meter;
     runtime::Trainer<float, A> trainer(c, test::corpus(), grid);
-    for (int s = 0; s < c.train.steps; ++s) trainer.step();
+    for (int s = 0; s < c.train.steps; ++s) {
+      trainer.step();
+      if (s == 2) trainer.evaluate();  // micro-batches in flight keep their slots: evaluation plans around them
+    }
     trainer.evaluate();
-    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.plan().run(), grid.replica, grid.stage);
+    const auto plan = memory::plan_rank(c, trainer.desc(), trainer.plan().schedule, grid.replica, grid.stage);
     const auto measured = meter.peak();
     EXPECT_EQ(measured, plan.bytes) << what << " rank " << grid.world_rank << "\n  measured:" << bytes_text(measured)
                                     << "\n  predicted:" << bytes_text(plan.bytes);
-    EXPECT_EQ(trainer.executor().message_buffers(), plan.message_buffers) << what;
+    EXPECT_EQ(trainer.record().message_buffers, plan.message_buffers) << what;
     const auto versions = measured[int(memory::Category::weight_versions)];
     const auto parameters = measured[int(memory::Category::parameters)];
     // The chunk's own parameter buffers hold one version, the pool's the others.
@@ -183,6 +189,45 @@ TEST(Memory, PredictionEqualsMeasurementWithReplicas) {
       }
 }
 
+// The runtime takes the slots the buffer plan names, the plan the memory plan reads: every forward's slot is its
+// position's in the plan, on every step of a run, the asynchronous lists' repeated step (renumbered at its end)
+// included.
+TEST(Memory, TheRuntimeTakesThePlansSlots) {
+  const int n = world_size();
+  for (const std::string schedule : {"1f1b", "interleaved", "zb-v", "pipedream", "2bw"}) {
+    Config c = config_for(schedule, n, 1, "none");
+    c.train.steps = 7;  // past an asynchronous horizon: the template step repeats
+    auto grid = comm::make_grid(MPI_COMM_WORLD, n, 1);
+    {
+      runtime::Trainer<float> trainer(c, test::corpus(), grid);
+      std::map<std::pair<std::int64_t, int>, int> taken;  // (micro-batch, chunk) -> slot, this step
+      trainer.set_observer([&](const schedule::Action& a, int slot) {
+        if (a.op == schedule::Op::forward) taken[{a.microbatch, a.chunk}] = slot;
+      });
+      const auto& plan = trainer.plan();
+      const auto& lists = plan.lists();
+      for (int s = 0; s < c.train.steps; ++s) {
+        taken.clear();
+        trainer.step();
+        const auto source = lists.asynchronous()
+                                ? schedule::step_source(int(plan.steps.size()), plan.template_step, c.train.steps, s)
+                                : schedule::StepSource{};
+        const auto [begin, end] = plan.steps.at(source.step);
+        int forwards = 0;
+        for (std::size_t i = begin; i < end; ++i) {
+          if (plan.actions[i].op != schedule::Op::forward) continue;
+          const std::int64_t microbatch = plan.actions[i].microbatch + std::int64_t(source.shift) * lists.microbatches;
+          EXPECT_EQ(taken.at({microbatch, plan.actions[i].chunk}), plan.buffers().slot.at(i))
+              << schedule << " step " << s << " position " << i;
+          ++forwards;
+        }
+        EXPECT_EQ(int(taken.size()), forwards) << schedule << " step " << s;
+      }
+    }
+    comm::free_grid(grid);
+  }
+}
+
 // Recomputation keeps less per micro-batch: on every rank the activations shrink, and block keeps least.
 TEST(Memory, RecomputationShrinksTheActivations) {
   const int n = world_size();
@@ -191,7 +236,7 @@ TEST(Memory, RecomputationShrinksTheActivations) {
   std::vector<std::int64_t> activations;
   for (const std::string recompute : {"none", "attention", "mlp", "block"}) {
     const Config c = config_for("1f1b", n, 1, recompute);
-    const auto schedule = schedule::plan(c, schedule::Delivery::buffered).run;
+    const auto schedule = schedule::plan(c, schedule::Delivery::buffered);
     const auto plan = memory::plan_rank(c, model::describe(c.model), schedule, 0, rank);
     activations.push_back(plan.bytes[int(memory::Category::activations)]);
   }

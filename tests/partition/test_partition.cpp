@@ -237,7 +237,7 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatTheScheduleHolds) {
       c.pipeline.schedule = enum_value<ScheduleKind>(schedule);
       c.pipeline.data_parallel = replicas;
       const auto run = schedule::plan(c, schedule::Delivery::buffered).run;
-      const InFlight held = in_flight(run, 2);
+      const InFlight held = in_flight(run, 2, c.train.steps);
       EXPECT_EQ(held.sequences, 2);
       EXPECT_EQ(held.per_rank, schedule::peak_stash(run.replicas.front())) << schedule << " x " << replicas;
       const auto model = model::describe(c.model);
@@ -249,10 +249,10 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatTheScheduleHolds) {
   // GPipe holds every micro-batch on every rank, 1F1B p - r: the memory the partition weighs differs.
   c.pipeline.data_parallel = 1;
   c.pipeline.schedule = ScheduleKind::gpipe;
-  EXPECT_EQ(in_flight(schedule::plan(c, schedule::Delivery::buffered).run, 2).per_rank,
+  EXPECT_EQ(in_flight(schedule::plan(c, schedule::Delivery::buffered).run, 2, c.train.steps).per_rank,
             (std::vector<int>{8, 8, 8, 8}));
   c.pipeline.schedule = ScheduleKind::one_f_one_b;
-  EXPECT_EQ(in_flight(schedule::plan(c, schedule::Delivery::buffered).run, 2).per_rank,
+  EXPECT_EQ(in_flight(schedule::plan(c, schedule::Delivery::buffered).run, 2, c.train.steps).per_rank,
             (std::vector<int>{4, 3, 2, 1}));
 }
 
@@ -301,7 +301,7 @@ TEST(Partition, AResumedAsynchronousRunHasTheUninterruptedRunsPartition) {
   comm::ProcessGrid grid;
   grid.world_size = grid.pipeline_size = 4;
   const runtime::RunPlan fresh = runtime::plan_run(c, model, grid, comm::TransportKind::mpi);
-  EXPECT_EQ(in_flight(fresh.run(), 2).per_rank, (std::vector<int>{4, 3, 2, 1}));
+  EXPECT_EQ(schedule::peak_stash(fresh.lists()), (std::vector<int>{4, 3, 2, 1}));
   for (const std::int64_t step : {1, 3, 5}) {
     const runtime::RunPlan resumed = runtime::plan_run(c, model, grid, comm::TransportKind::mpi, step);
     EXPECT_EQ(resumed.first_step, step);
@@ -310,8 +310,10 @@ TEST(Partition, AResumedAsynchronousRunHasTheUninterruptedRunsPartition) {
     EXPECT_EQ(resumed.ranges, fresh.ranges) << "resumed at step " << step;
   }
   const runtime::RunPlan last = runtime::plan_run(c, model, grid, comm::TransportKind::mpi, 5);
-  EXPECT_EQ(in_flight(last.run(), 2).per_rank, (std::vector<int>{1, 1, 1, 1}));
-  EXPECT_NE(partition_layers(model, 4, 1, PartitionKind::balanced, in_flight(last.run(), 2)), fresh.ranges);
+  EXPECT_EQ(schedule::peak_stash(last.lists()), (std::vector<int>{1, 1, 1, 1}));
+  EXPECT_NE(partition_layers(model, 4, 1, PartitionKind::balanced, InFlight{schedule::peak_stash(last.lists()), 2}),
+            fresh.ranges);
+  EXPECT_EQ(in_flight(last.run(), 2, c.train.steps).per_rank, (std::vector<int>{4, 3, 2, 1})) << "the run's bound";
   // Resumed at or past the last step, nothing is left to run: the fresh run's lists, never executed.
   EXPECT_EQ(runtime::plan_run(c, model, grid, comm::TransportKind::mpi, 6).first_step, 0);
 }
@@ -335,7 +337,7 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatRecomputationKeeps) {
   // Both are as fast.
   const auto costs = layer_costs(model);
   EXPECT_DOUBLE_EQ(bottleneck(costs, kept_all), bottleneck(costs, kept_block));
-  InFlight held = in_flight(run, 2);
+  InFlight held = in_flight(run, 2, c.train.steps);
   const nn::AttentionShape one{1, c.model.seq_len, c.model.n_heads, c.model.d_model / c.model.n_heads};
   for (const auto& layer : model.layers)
     held.kept_per_sequence.push_back(
@@ -348,7 +350,8 @@ TEST(Partition, TheConfiguredPartitionWeighsWhatRecomputationKeeps) {
   };
   // Keeping every activation, the second's first stage is the heaviest: it loses on memory. Keeping what
   // recomputation keeps, it is no heavier at its peak, and wins on evenness.
-  const auto full = layer_memory(model, 4, 1, in_flight(run, 2)), kept = layer_memory(model, 4, 1, held);
+  const auto full = layer_memory(model, 4, 1, in_flight(run, 2, c.train.steps)),
+             kept = layer_memory(model, 4, 1, held);
   EXPECT_LT(peak(full, kept_all), peak(full, kept_block));
   EXPECT_LE(peak(kept, kept_block), peak(kept, kept_all));
   EXPECT_THROW(layer_memory(model, 4, 1, InFlight{{4, 3, 2, 1}, 2, {1.0, 2.0}}), std::invalid_argument);

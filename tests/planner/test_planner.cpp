@@ -150,7 +150,7 @@ TEST(Planner, RecommendationsFitAndComeFastestFirst) {
     }
     // Its memory is the plan's (the most any rank needs) for that configuration.
     const auto ranks =
-        memory::plan_ranks(x.config, desc, schedule::plan(x.config, schedule::Delivery::buffered).run);
+        memory::plan_ranks(x.config, desc, schedule::plan(x.config, schedule::Delivery::buffered));
     std::int64_t most = 0;
     for (const auto& rank : ranks) most = std::max(most, rank.total());
     EXPECT_EQ(x.memory, most) << layout_name(x.config);

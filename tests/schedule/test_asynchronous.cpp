@@ -235,9 +235,13 @@ TEST(Asynchronous, SimulatorFindsNoBubbleInTheSteadyState) {
       for (int r = 0; r < p; ++r)
         EXPECT_NEAR(sim.step_ends[r][sim.steady_last] - sim.step_ends[r][sim.steady_first - 1],
                     (sim.steady_last - sim.steady_first + 1) * m * 3.0, 1e-9);
+      EXPECT_NEAR(sim.steady_step, m * 3.0, 1e-9);
       EXPECT_EQ(sim.versions_held, versions_held(s));
-      // The flush-based 1F1B idles (p-1)/(m+p-1) of every step.
-      EXPECT_GT(simulate(one_f_one_b(p, m), c).bubble, 0.05);
+      // The flush-based 1F1B idles (p-1)/(m+p-1) of every step; its steady state is the step.
+      const SimResult flushed = simulate(one_f_one_b(p, m), c);
+      EXPECT_GT(flushed.bubble, 0.05);
+      EXPECT_EQ(flushed.steady_step, flushed.makespan);
+      EXPECT_NEAR(flushed.steady_bubble, flushed.bubble, 1e-12);
     }
 }
 

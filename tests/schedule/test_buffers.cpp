@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/buffers.hpp"
 #include "kpipe/schedule/forward_only.hpp"
 #include "kpipe/schedule/generate.hpp"
@@ -57,8 +58,12 @@ TEST(Buffers, EveryReceiveIsPostedOnceAndInTimeAndEveryMicroBatchRetiredOnce) {
       for (std::size_t i = 0; i < list.size(); ++i) {
         for (std::size_t k : plan.post_before[i]) {
           EXPECT_TRUE(is_recv(list[k].op));
-          EXPECT_GE(k, i) << "posted at or before its own position";
+          EXPECT_GT(k, i) << "posted ahead of its own position";
           ++posted[k];
+        }
+        if (is_recv(list[i].op) && posted[i] == 0) ++posted[i];  // posted at its own position
+        if (is_recv(list[i].op)) {
+          EXPECT_GE(plan.spare[i], 0) << "a receive lands in a spare";
         }
         for (const int chunk : plan.retire[i]) ++retired[chunk * s.microbatches + list[i].microbatch];
       }
@@ -95,12 +100,44 @@ TEST(Buffers, AHandCountedCase) {
   const BufferPlan plan = plan_buffers(s, 1, s.actions[1]);
   EXPECT_EQ(plan.slots, std::vector<int>{1});
   EXPECT_EQ(plan.backward_sets, std::vector<int>{1});
-  // ra0 is posted at its own position (nothing computes before it): one new buffer; F0 swaps it in, freeing
-  // the slot's; B0 posts ra1 ahead into that spare; sg0 reads the slot's input gradient until its delivery
-  // point, so retiring micro-batch 0 (at sg0) detaches it and takes a second new buffer.
+  // Two spares: ra0 (posted at its own position: nothing computes before it) and ra1 (posted ahead by F0) land
+  // in new buffers; sg0 reads the slot's input gradient until its delivery point (the list's end), so retiring
+  // micro-batch 0 at sg0 detaches it, the spare F0 freed taking its place.
   EXPECT_EQ(plan.message_buffers, 2);
-  EXPECT_EQ(plan.post_before[0], std::vector<std::size_t>{0});
-  EXPECT_EQ(plan.post_before[2], std::vector<std::size_t>{4});  // B0 posts ra1 (two past F1's predecessor)
+  EXPECT_EQ(plan.post_before[0], std::vector<std::size_t>{});
+  // The indices the runtime follows: ra0 lands in spare 0 and ra1, posted by F0, in spare 1 (both new); F0
+  // takes slot 0 and its former input buffer becomes spare 0; retiring micro-batch 0 at sg0 detaches the slot's
+  // input gradient, spare 0 taking its place; F1 takes slot 0 again, its former input becoming spare 0, which
+  // sg1's detach takes; at the list's end sg0's buffer goes back to spare 0, sg1's to spare 1.
+  EXPECT_EQ(plan.post_before[1], std::vector<std::size_t>{4});
+  EXPECT_EQ((std::vector<int>{plan.spare[0], plan.spare[4]}), (std::vector<int>{0, 1}));
+  EXPECT_EQ((std::vector<int>{plan.slot[1], plan.spare[1], plan.slot[5], plan.spare[5]}), (std::vector<int>{0, 0, 0, 0}));
+  EXPECT_EQ((std::vector<int>{plan.backward_set[2], plan.backward_set[6]}), (std::vector<int>{0, 0}));
+  ASSERT_EQ(plan.detach[3].size(), 1u);
+  EXPECT_EQ(plan.detach[3][0].send, 3u);
+  EXPECT_EQ(plan.detach[3][0].spare, 0);
+  EXPECT_EQ((std::vector<int>{plan.spare[3], plan.spare[7]}), (std::vector<int>{0, 1}));
+}
+
+// A long asynchronous run repeats the lists' template step, running its planned indices every time: the plan
+// refuses (std::logic_error) lists whose template step does not leave the buffers as it found them. Every
+// rule, layout and resume holds, and each list ends with nothing held.
+TEST(Buffers, TheRepeatedAsynchronousStepLeavesTheBuffersAsItFoundThem) {
+  for (const Updates updates : {Updates::pipedream, Updates::vertical_sync, Updates::two_bw})
+    for (int p = 1; p <= 6; ++p)
+      for (int m = 1; m <= 8; ++m)
+        for (const bool resumed : {false, true}) {
+          if (updates == Updates::two_bw && m < p) continue;
+          SCOPED_TRACE(fmt::format("{} p={} m={} resumed={}", to_string(updates), p, m, resumed));
+          const Horizon horizon{p, m};
+          const Schedule s = lower(asynchronous(updates, p, m, {horizon.steps(), resumed}));
+          for (int r = 0; r < p; ++r) {
+            BufferPlan plan;
+            ASSERT_NO_THROW(plan = plan_buffers(s, r, s.actions[r]));
+            ASSERT_EQ(int(plan.held_after_step.size()), s.steps);
+            EXPECT_EQ(plan.held_after_step.back(), HeldSlots(1)) << "the last step drains the pipeline";
+          }
+        }
 }
 
 }  // namespace

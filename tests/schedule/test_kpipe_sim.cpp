@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "kpipe/core/config.hpp"
+
 namespace {
 
 const std::string program = std::string(KPIPE_BINARY_DIR) + "/apps/kpipe-sim";
@@ -88,7 +90,7 @@ TEST_F(KpipeSim, PipeDreamHasNoSteadyBubbleAndHoldsPMinusSVersions) {
 // allreduce: 4 hops, 14.6.
 TEST_F(KpipeSim, AsynchronousReplicasPayTheirSumAtEveryUpdate) {
   const std::string costs = "--schedule pipedream --stages 4 --microbatches 4 --cost-b 2 --cost-step 0.25 --no-gantt "
-                            "--replicas 4 --gradient-bytes 1e6 --per-byte 1e-7";
+                            "--replicas 4 --gradient-bytes 1e6 --bandwidth 1e7";
   const Outcome ordered = run(costs);
   ASSERT_EQ(ordered.status, 0) << ordered.output;
   EXPECT_NE(ordered.output.find("x 4 replicas (their sum at every update, ordered"), std::string::npos) << ordered.output;
@@ -102,11 +104,16 @@ TEST_F(KpipeSim, AsynchronousBadCombinationsExitTwoWithOneLine) {
   const std::pair<const char*, const char*> cases[] = {
       {"--schedule 2bw --stages 4 --microbatches 2",
        "kpipe-sim: error: --microbatches = 2 per pipeline is below --stages = 4: 2bw needs at least as many"},
-      {"--schedule 1f1b --vertical-sync", "kpipe-sim: error: --vertical-sync needs --schedule pipedream (got --schedule 1f1b)"},
+      {"--schedule 1f1b --vertical-sync 1",
+       "kpipe-sim: error: --vertical-sync = 1 needs --schedule pipedream (got --schedule 1f1b)"},
+      {"--schedule pipedream --vertical-sync 2", "kpipe-sim: error: --vertical-sync = 2: expected 0 or 1"},
       {"--schedule 1f1b --steps 3", "kpipe-sim: error: --steps = 3: only asynchronous schedules"},
+      {"--schedule 2bw --split-backward", "kpipe-sim: error: --split-backward: asynchronous schedules run whole "
+                                          "backwards (B)"},
       {"--schedule pipedream --chunks 2", "kpipe-sim: error: --chunks = 2: asynchronous schedules run one chunk per rank"},
       {"--schedule pipedream --replicas 2 --dp-group 2",
-       "kpipe-sim: error: --dp-group = 2: asynchronous schedules sum the replicas' gradients at every update"},
+       "kpipe-sim: error: --dp-group = 2 with the pipedream schedule: asynchronous schedules sum the replicas' "
+       "gradients at every update"},
   };
   for (const auto& [arguments, message] : cases) {
     const Outcome r = run(arguments);
@@ -218,7 +225,8 @@ TEST_F(KpipeSim, CostsFromAModelFollowItsVocabulary) {
   // The small preset on 2 stages: with bytes the balanced partition splits the blocks evenly; with a BPE
   // vocabulary of 8192 the LM head takes a stage of its own, and the uniform partition (two blocks beside
   // the head) is predicted far slower than the balanced one.
-  const std::string base = "--schedule 1f1b --stages 2 --microbatches 4 --preset small --sequences 4 --no-gantt";
+  const std::string base = "--schedule 1f1b --stages 2 --microbatches 4 --preset small --sequences 4 --no-gantt "
+                           "--partition balanced";
   const Outcome bytes = run(base + " --vocab 256");
   ASSERT_EQ(bytes.status, 0) << bytes.output;
   EXPECT_NE(bytes.output.find("0      0     0-2"), std::string::npos) << bytes.output;
@@ -227,8 +235,12 @@ TEST_F(KpipeSim, CostsFromAModelFollowItsVocabulary) {
   ASSERT_EQ(bpe.status, 0) << bpe.output;
   EXPECT_NE(bpe.output.find("0      0     0-4"), std::string::npos) << bpe.output;
   EXPECT_NE(bpe.output.find("1      1     5-5"), std::string::npos) << bpe.output;
-  const Outcome uniform = run(base + " --vocab 8192 --partition uniform");
+  // kpipe-train's default partition is kpipe-sim's.
+  const Outcome uniform = run("--schedule 1f1b --stages 2 --microbatches 4 --preset small --sequences 4 --no-gantt "
+                              "--vocab 8192");
   ASSERT_EQ(uniform.status, 0) << uniform.output;
+  EXPECT_EQ(kpipe::to_string(kpipe::Config{}.pipeline.partition), "uniform");
+  EXPECT_NE(uniform.output.find("uniform partition"), std::string::npos) << uniform.output;
   EXPECT_GT(makespan(uniform.output), 1.2 * makespan(bpe.output)) << uniform.output << bpe.output;
   EXPECT_GT(makespan(bpe.output), 1.5 * makespan(bytes.output)) << "the head's FLOPs count";
   // Recomputation is priced by the same cost model: every block's recomputed forward, paid before its backward.
@@ -254,6 +266,34 @@ TEST_F(KpipeSim, BadInputIsOneLineAndExitCodeTwo) {
   }
   EXPECT_EQ(run("--schedule interleaved --chunks 2 --microbatches 6").output,
             "kpipe-sim: error: --microbatches = 6: the interleaved schedule needs a multiple of --stages = 4\n");
+}
+
+// kpipe-sim and kpipe-train spell each idea one way: the spellings kpipe-sim had of its own are answered, in
+// every mode, with the one it takes now.
+TEST_F(KpipeSim, OldSpellingsNameTheNewOnes) {
+  const std::string bandwidth = "kpipe-sim: error: --per-byte is --bandwidth now, in bytes per time unit";
+  const std::string vertical = "kpipe-sim: error: --vertical-sync takes a value, as kpipe-train's: --vertical-sync 1";
+  const std::pair<const char*, std::string> cases[] = {
+      {"--per-byte 1e-9", bandwidth},
+      {"--per-byte=1e-9", bandwidth},
+      {"--recommend --ranks 2 --per-byte 1e-9", bandwidth},
+      {"--schedule pipedream --vertical-sync", vertical},
+      {"--schedule pipedream --vertical-sync --steps 5", vertical},
+  };
+  for (const auto& [arguments, message] : cases) {
+    const Outcome r = run(arguments);
+    EXPECT_EQ(r.status, 2) << arguments;
+    EXPECT_EQ(r.output.rfind(message, 0), 0u) << arguments << ": " << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  }
+  // The new spellings: a bandwidth of 1e7 bytes per time unit is a per-byte cost of 1e-7.
+  const Outcome priced = run("--schedule 1f1b --stages 2 --microbatches 2 --activation-bytes 1e7 --bandwidth 1e7 "
+                             "--no-gantt");
+  ASSERT_EQ(priced.status, 0) << priced.output;
+  EXPECT_NE(priced.output.find("latency=0 bandwidth=1e+07 activation_bytes=1e+07"), std::string::npos)
+      << priced.output;
+  EXPECT_GT(makespan(priced.output), makespan(run("--schedule 1f1b --stages 2 --microbatches 2 --no-gantt").output) + 1.5)
+      << "each of the messages costs 1";
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #pragma once
 // A transport that stops answering for a while: it holds its rank at its first send or receive for `seconds`,
 // then passes everything on to the transport it wraps. What a stuck peer looks like to the others, injected
-// where the stages talk (runtime::StageModel::wrap_transport), not in the step.
+// where the stages talk (runtime::TrainerOptions::wrap_transport), not in the step.
 #include <chrono>
 #include <memory>
 #include <thread>

@@ -38,7 +38,7 @@ TrainingRun train(const Config& c, MPI_Comm comm, const runtime::TrainerOptions&
     }
     run.checksum = trainer.param_checksum();
     run.val_loss = trainer.evaluate();
-    run.peak_stash = trainer.executor().peak_stash();
+    run.peak_stash = trainer.record().peak_stash;
     run.predicted_stash = schedule::peak_stash(trainer.plan().lists());
   }
   comm::free_grid(grid);

@@ -129,7 +129,7 @@ class TimelineRecorder {
   // the trainer counts; the file numbers it step_number(step_index)).
   void record(std::int64_t step_index, const std::vector<runtime::TimedAction>& actions);
   // The same, and rank 0 appends the step's loss, learning rate, gradient norm, time and tokens to /steps;
-  // with when this rank began the step (seconds_now(): the executor's timeline_origin()) and this rank's
+  // with when this rank began the step (seconds_now(): the trainer's record().timeline_origin) and this rank's
   // checkpoint work since the last record.
   void record(const runtime::StepStats& stats, const std::vector<runtime::TimedAction>& actions, double began = -1,
               const std::vector<CheckpointSpan>& checkpoints = {});

@@ -122,7 +122,7 @@ void enforce_parameter_bound(const Config& config, const Limit& limit) {
 }
 
 std::string enforce_limit(Config& config, const Limit& limit, const model::ModelDesc& desc,
-                          const schedule::Replicated& schedule, MPI_Comm world) {
+                          const schedule::Plan& schedule, MPI_Comm world) {
   const auto worst_of = [&] {
     const auto ranks = plan_ranks(config, desc, schedule);
     std::pair<RankMemory, int> worst{ranks.front(), 0};  // the rank that needs the most, and how many exceed

@@ -10,7 +10,7 @@
 
 #include "kpipe/core/config.hpp"
 #include "kpipe/model/desc.hpp"
-#include "kpipe/schedule/reduction.hpp"
+#include "kpipe/schedule/plan.hpp"
 
 namespace kpipe::memory {
 
@@ -40,6 +40,6 @@ void enforce_parameter_bound(const Config& config, const Limit& limit);
 //   the most, 540 KiB
 // Collective over world only for rank 0's note.
 std::string enforce_limit(Config& config, const Limit& limit, const model::ModelDesc& desc,
-                          const schedule::Replicated& schedule, MPI_Comm world);
+                          const schedule::Plan& schedule, MPI_Comm world);
 
 }  // namespace kpipe::memory

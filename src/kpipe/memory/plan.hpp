@@ -6,7 +6,7 @@
 //
 // Per chunk: its parameters, gradients and optimizer moments (two, whatever the optimizer, and a byte of
 // weight-decay mask per parameter); activation slots x the bytes a micro-batch keeps from its forward to
-// its backward (schedule/buffers.hpp counts the slots the runtime's pool reaches); sets of backward buffers
+// its backward (the plan's buffer plans, which the runtime follows, say how many slots); sets of backward buffers
 // x their bytes (one set with plain backwards, more when I and W run apart); the attention and
 // recomputation scratch. Per rank: the spare [N, C] message buffers, the host token staging rows (inputs
 // and targets of each micro-batch) and the per-micro-batch loss sums.
@@ -19,7 +19,7 @@
 #include "kpipe/core/config.hpp"
 #include "kpipe/core/memory_category.hpp"
 #include "kpipe/model/desc.hpp"
-#include "kpipe/schedule/reduction.hpp"
+#include "kpipe/schedule/plan.hpp"
 
 namespace kpipe::memory {
 
@@ -42,18 +42,17 @@ struct RankMemory {
   std::int64_t total() const { return memory::total(bytes); }
 };
 
-// One rank (replica, stage) of the configuration, whose lists are `schedule` (schedule/plan.hpp: a plan's run),
-// for a model whose masters, gradients and optimizer state are T and whose activations, messages and products'
-// copy are A.
+// One rank (replica, stage) of the configuration, whose plan is `schedule` (schedule/plan.hpp: its lists, their
+// buffer plans and its evaluation's), for a model whose masters, gradients and optimizer state are T and whose
+// activations, messages and products' copy are A.
 template <class T, class A>
-RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
+RankMemory plan_rank_for(const Config& config, const model::ModelDesc& desc, const schedule::Plan& schedule,
                          int replica, int stage);
 // The same for what kpipe-train runs: float masters, and A as train.precision says (bf16 or float).
-RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Replicated& schedule,
-                     int replica, int stage);
+RankMemory plan_rank(const Config& config, const model::ModelDesc& desc, const schedule::Plan& schedule, int replica,
+                     int stage);
 // Every rank, in world-rank order (replica * pipeline_size + stage).
-std::vector<RankMemory> plan_ranks(const Config& config, const model::ModelDesc& desc,
-                                   const schedule::Replicated& schedule);
+std::vector<RankMemory> plan_ranks(const Config& config, const model::ModelDesc& desc, const schedule::Plan& schedule);
 
 // "parameters 1.2 MiB, gradients 1.2 MiB, ..." (the non-zero categories).
 std::string describe(const Bytes& bytes);

@@ -155,13 +155,39 @@ template <class T, class A> std::unique_ptr<typename Chunk<T, A>::Backward> Chun
 template <class T, class A> int Chunk<T, A>::acquire() {
   int slot = 0;
   while (slot < int(busy_.size()) && busy_[slot]) ++slot;
-  if (slot == int(busy_.size())) {
+  acquire(slot);
+  return slot;
+}
+
+template <class T, class A> void Chunk<T, A>::acquire(int slot) {
+  if (slot < 0) throw std::logic_error(fmt::format("Chunk::acquire: slot {}", slot));
+  while (int(slots_.size()) <= slot) {
     slots_.push_back(make_slot());
     busy_.push_back(false);
     backward_of_slot_.push_back(-1);
   }
+  if (busy_[slot]) throw std::logic_error(fmt::format("Chunk::acquire: slot {} is in use", slot));
   busy_[slot] = true;
-  return slot;
+}
+
+template <class T, class A> void Chunk<T, A>::renumber_slots(const std::vector<int>& to) {
+  if (to.size() != slots_.size())
+    throw std::logic_error(fmt::format("Chunk::renumber_slots: {} numbers for {} slots", to.size(), slots_.size()));
+  std::vector<std::unique_ptr<Slot>> slots(slots_.size());
+  std::vector<bool> busy(busy_.size());
+  std::vector<int> backward_of(backward_of_slot_.size());
+  for (std::size_t k = 0; k < to.size(); ++k) {
+    const auto target = std::size_t(to[k]);
+    if (slots.at(target)) throw std::logic_error("Chunk::renumber_slots: not a permutation");
+    slots[target] = std::move(slots_[k]);
+    busy[target] = busy_[k];
+    backward_of[target] = backward_of_slot_[k];
+  }
+  for (int& holder : backward_holder_)
+    if (holder >= 0) holder = to.at(std::size_t(holder));
+  slots_ = std::move(slots);
+  busy_ = std::move(busy);
+  backward_of_slot_ = std::move(backward_of);
 }
 
 template <class T, class A> void Chunk<T, A>::release(int slot) {
@@ -271,17 +297,25 @@ template <class T, class A> void Chunk<T, A>::forward(const ExecSpace& space, in
 }
 
 template <class T, class A> void Chunk<T, A>::backward_input(const ExecSpace& space, int slot, T loss_scale) {
+  // The lowest free set of backward buffers, a new one when all are held (split backwards hold several).
+  int set = 0;
+  while (set < int(backward_sets_.size()) && backward_holder_[set] >= 0) ++set;
+  backward_input(space, slot, loss_scale, set);
+}
+
+template <class T, class A>
+void Chunk<T, A>::backward_input(const ExecSpace& space, int slot, T loss_scale, int set) {
   Kokkos::Profiling::pushRegion("kpipe::model::Chunk::backward_input");
   const Slot& s = *slots_.at(slot);
   if (const int held = backward_of_slot_.at(slot); held >= 0 && backward_holder_[held] == slot)
     throw std::logic_error(fmt::format("Chunk::backward_input of slot {} twice before its backward_weight", slot));
-  // The lowest free set of backward buffers, a new one when all are held (split backwards hold several).
-  int set = 0;
-  while (set < int(backward_sets_.size()) && backward_holder_[set] >= 0) ++set;
-  if (set == int(backward_sets_.size())) {
+  if (set < 0) throw std::logic_error(fmt::format("Chunk::backward_input of slot {}: backward set {}", slot, set));
+  while (int(backward_sets_.size()) <= set) {
     backward_sets_.push_back(make_backward());
     backward_holder_.push_back(-1);
   }
+  if (backward_holder_[set] >= 0)
+    throw std::logic_error(fmt::format("Chunk::backward_input of slot {}: backward set {} is in use", slot, set));
   backward_holder_[set] = slot;
   backward_of_slot_[slot] = set;
   const Backward& g = *backward_sets_[set];

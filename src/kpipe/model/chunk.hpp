@@ -52,8 +52,11 @@ template <class T, class A = T> class Chunk {
 
   // Slots hold the micro-batches in flight. A slot is taken for a forward and given back after its
   // backward (after W when I and W are apart); buffers are allocated on first use and then reused.
-  int acquire();
+  int acquire();             // the lowest free slot
+  void acquire(int slot);    // that one (a buffer plan's, schedule/buffers.hpp): std::logic_error when in use
   void release(int slot);
+  // Slot k becomes slot to[k] (a permutation of the pool): its buffers move with it, nothing is copied.
+  void renumber_slots(const std::vector<int>& to);
   int allocated_slots() const { return int(slots_.size()); }  // the pool's size: what this chunk's activations hold
   // Backward buffers are taken by backward_input and given back by backward_weight of the same slot.
   int allocated_backward_sets() const { return int(backward_sets_.size()); }
@@ -76,8 +79,10 @@ template <class T, class A = T> class Chunk {
 
   void forward(const ExecSpace& space, int slot);
   // loss_scale = dL/d(per-token loss), e.g. 1 / tokens per mini-batch; used by the last chunk only.
-  // Recomputes what the forward dropped, block by block just before each block's backward.
+  // Recomputes what the forward dropped, block by block just before each block's backward. Takes the lowest
+  // free set of backward buffers, or set `set` (a buffer plan's: std::logic_error when held).
   void backward_input(const ExecSpace& space, int slot, T loss_scale);
+  void backward_input(const ExecSpace& space, int slot, T loss_scale, int set);
   // After the slot's backward_input (std::logic_error otherwise); gives its backward buffers back.
   void backward_weight(const ExecSpace& space, int slot);
   // Last chunk: the sum of the slot's per-token losses (after forward).

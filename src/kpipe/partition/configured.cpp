@@ -1,31 +1,18 @@
 #include "kpipe/partition/configured.hpp"
 
-#include <algorithm>
-
 #include "kpipe/nn/block.hpp"
-#include "kpipe/schedule/asynchronous.hpp"
-#include "kpipe/schedule/validate.hpp"
+#include "kpipe/schedule/run_steps.hpp"
 
 namespace kpipe::partition {
 
-InFlight in_flight(const schedule::Replicated& schedule, int sequences) {
-  InFlight held{{}, sequences};
-  for (const auto& replica : schedule.replicas) {
-    const auto peak = schedule::peak_stash(replica);
-    held.per_rank.resize(std::max(held.per_rank.size(), peak.size()), 0);
-    for (std::size_t r = 0; r < peak.size(); ++r) held.per_rank[r] = std::max(held.per_rank[r], peak[r]);
-  }
-  return held;
+InFlight in_flight(const schedule::Replicated& schedule, int sequences, std::int64_t run_steps) {
+  return InFlight{schedule::run_stash(schedule, run_steps), sequences};
 }
 
 std::vector<LayerRange> configured_partition(const Config& config, const model::ModelDesc& desc,
                                              const schedule::Replicated& schedule) {
   const auto& pc = config.pipeline;
-  const int sequences = config.train.batch / config.train.microbatches;
-  InFlight held = in_flight(schedule, sequences);
-  // Asynchronous replicas all run one pipeline's lists; a resumed run's hold fewer near its end than the run did.
-  if (const auto& lists = schedule.replicas.front(); lists.asynchronous())
-    held.per_rank = schedule::stash_bound(lists.ranks, lists.microbatches, config.train.steps);
+  InFlight held = in_flight(schedule, config.train.batch / config.train.microbatches, config.train.steps);
   // Under recomputation a block keeps only part of its stash (nn/block.hpp's kept fields).
   const Recompute recompute = config.memory.recompute;
   if (recompute != nn::Recompute::none) {

@@ -58,7 +58,7 @@ template <class Visit> int search_layouts(const Config& base, int ranks, const M
             Candidate candidate;
             candidate.config = c;
             for (int stage = 0; stage < p; ++stage) {  // replicas differ in their reduction's actions alone
-              const auto plan = memory::plan_rank(c, desc, replicated, 0, stage);
+              const auto plan = memory::plan_rank(c, desc, lists, 0, stage);
               if (plan.total() > candidate.memory) {
                 candidate.memory = plan.total();
                 candidate.heaviest_rank = stage;

@@ -6,31 +6,37 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/data/sampler.hpp"
-#include "kpipe/schedule/forward_only.hpp"
 
 namespace kpipe::runtime {
 
 template <class T, class A>
-Evaluator<T, A>::Evaluator(StageModel<T, A>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
-                        Kokkos::View<double*, MemSpace> losses, int tag_base)
+Evaluator<T, A>::Evaluator(StageModel<T, A>& stage, const RunPlan& plan, const data::Corpus& corpus,
+                           TokenStaging& tokens, Kokkos::View<double*, MemSpace> losses, comm::Transport& transport,
+                           int tag_base)
     : stage_(&stage), plan_(&plan), corpus_(&corpus), tokens_(&tokens), losses_(std::move(losses)),
-      tag_base_(tag_base), executor_(std::make_unique<Executor<T, A>>(stage, plan.local_microbatches)) {}
+      tag_base_(tag_base),
+      executor_(std::make_unique<Executor<T, A>>(
+          stage, ExecutorLinks{transport, stage.grid(), stage.config().pipeline.recv_timeout_s, record_,
+                               plan.local_microbatches})) {}
 
 template <class T, class A> Evaluator<T, A>::~Evaluator() = default;
 
-template <class T, class A> const Program& Evaluator<T, A>::program(int microbatches) {
-  auto it = programs_.find(microbatches);
-  if (it == programs_.end())
+template <class T, class A> const Program& Evaluator<T, A>::program(int microbatches, int boundary) {
+  auto it = programs_.find({microbatches, boundary});
+  if (it == programs_.end()) {
+    const auto& evaluation = plan_->schedule.evaluation;  // planned with the run
+    const int n = microbatches - 1, rank = plan_->stage;
     it = programs_
-             .emplace(microbatches,
-                      program_of(schedule::forward_only(plan_->lists(), microbatches, delivery_of(plan_->transport))
-                                     .run.replicas.front(),
-                                 stage_->grid().stage, tag_base_, "evaluation"))
+             .emplace(std::pair{microbatches, boundary},
+                      program_of(evaluation.lists.at(n), rank,
+                                 evaluation.buffers.at(plan_->replica).at(rank).at(boundary).at(n), tag_base_,
+                                 "evaluation"))
              .first;
+  }
   return it->second;
 }
 
-template <class T, class A> double Evaluator<T, A>::evaluate(std::int64_t step) {
+template <class T, class A> double Evaluator<T, A>::evaluate(std::int64_t step, int boundary) {
   stage_->bind_newest();
   const auto& config = stage_->config();
   const auto& grid = stage_->grid();
@@ -51,7 +57,7 @@ template <class T, class A> double Evaluator<T, A>::evaluate(std::int64_t step) 
       data::fill_validation_windows(corpus_->validation, first_window(done + k), mb, seq, inputs, targets);
     };
     RowPerMicrobatch<decltype(draw)> tokens(*tokens_, losses_, draw);
-    const Program& list = program(n);
+    const Program& list = program(n, boundary);
     executor_->run(list, whole(list), nullptr, tokens, step);
     const std::vector<double> losses = tokens.read_losses(ExecSpace());
     for (int k = 0; k < n; ++k) loss_sum += losses[k];  // in window order, as on one rank

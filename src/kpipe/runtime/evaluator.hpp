@@ -18,17 +18,20 @@ namespace kpipe::runtime {
 
 template <class T, class A = T> class Evaluator {
  public:
-  // `tokens` and `losses` (at least plan.local_microbatches rows and slots) are lent by the trainer; the
-  // lists' messages are tagged from `tag_base` on, above the training lists' tags.
+  // `tokens`, `losses` (at least plan.local_microbatches rows and slots) and the pipeline's transport are lent
+  // by the trainer; the lists' messages are tagged from `tag_base` on, above the training lists' tags.
   Evaluator(StageModel<T, A>& stage, const RunPlan& plan, const data::Corpus& corpus, TokenStaging& tokens,
-            Kokkos::View<double*, MemSpace> losses, int tag_base);
+            Kokkos::View<double*, MemSpace> losses, comm::Transport& transport, int tag_base);
   ~Evaluator();
   // Mean per-token loss over the validation windows, every rank the same (NaN when the split holds none).
-  // Collective over the world; `step`, the steps done, names it in messages.
-  double evaluate(std::int64_t step);
+  // Collective over the world; `step`, the steps done, names it in messages. Run after step `boundary` of the
+  // training lists' steps, whose micro-batches in flight keep their slots (the plan's evaluation says where its
+  // own go).
+  double evaluate(std::int64_t step, int boundary);
 
  private:
-  const Program& program(int microbatches);  // the forward-only list of that many micro-batches
+  // The forward-only list of that many micro-batches, run after that step of the training lists.
+  const Program& program(int microbatches, int boundary);
 
   StageModel<T, A>* stage_;
   const RunPlan* plan_;
@@ -36,7 +39,8 @@ template <class T, class A = T> class Evaluator {
   TokenStaging* tokens_;
   Kokkos::View<double*, MemSpace> losses_;
   int tag_base_;
-  std::map<int, Program> programs_;
+  std::map<std::pair<int, int>, Program> programs_;  // by (micro-batches, boundary)
+  RunRecord record_;
   std::unique_ptr<Executor<T, A>> executor_;
 };
 

@@ -23,6 +23,7 @@ constexpr std::size_t all_sends = std::numeric_limits<std::size_t>::max();
 template <class T, class A> struct Executor<T, A>::Run {
   const Program* program = nullptr;
   Offset offset;
+  std::int64_t shift = 0;  // the micro-batches the offset shifts the list's by: its tags move with them
   UpdatePolicy<T>* updates = nullptr;
   TokenSource* tokens = nullptr;
   std::int64_t step = 0;
@@ -33,32 +34,32 @@ template <class T, class A> struct Executor<T, A>::Run {
 };
 
 template <class T, class A>
-Executor<T, A>::Executor(StageModel<T, A>& stage, int period)
-    : stage_(&stage),
-      buffers_(stage.chunk_pointers(), period),
-      action_seconds_(stage.chunks()),
-      action_count_(stage.chunks()) {}
+Executor<T, A>::Executor(StageModel<T, A>& stage, const ExecutorLinks& links)
+    : stage_(&stage), transport_(&links.transport), grid_(links.grid), timeout_s_(links.timeout_s),
+      record_(&links.record), buffers_(stage.chunk_pointers(), links.microbatch_period) {
+  record_->action_seconds.assign(std::size_t(stage.chunks()), {});
+  record_->action_count.assign(std::size_t(stage.chunks()), {});
+}
 
 template <class T, class A> Executor<T, A>::~Executor() = default;
 
 template <class T, class A> void Executor<T, A>::lost(const Run& run, const Action& a, std::size_t position) const {
-  peer_lost(stage_->grid(), {run.program->activity, run.step, position}, a, stage_->chunks(),
-            stage_->config().pipeline.recv_timeout_s);
+  peer_lost(grid_, {run.program->activity, run.step, position}, a, stage_->chunks(), timeout_s_);
 }
 
 template <class T, class A>
 double Executor<T, A>::run(const Program& program, const ListRange& range, UpdatePolicy<T>* updates,
                            TokenSource& tokens, std::int64_t step) {
-  auto& transport = stage_->transport();
   Run run;
   run.program = &program;
   run.offset = range.offset;
+  run.shift = microbatch_shift(program, range.offset);
   run.updates = updates;
   run.tokens = &tokens;
   run.step = step;
   run.start = seconds_now();
-  origin_ = run.start;
-  timeline_.clear();
+  record_->timeline_origin = run.start;
+  record_->timeline.clear();
   clock_.start(space_);
   buffers_.begin_run();
   run.recv.assign(program.actions.size(), comm::Transfer{});
@@ -71,11 +72,11 @@ double Executor<T, A>::run(const Program& program, const ListRange& range, Updat
   // Stream-ordered transfers: the host learns here, with a bound, that the stream got through them. (A run
   // that ends at S too: the plan's stream-order pass receives every message within the step that sends it, so
   // none is left waiting across the step boundary, where every rank's host enters collectives.)
-  const double timeout = stage_->config().pipeline.recv_timeout_s;
-  if (transport.stream_ordered() && !transport.synchronize(space_, timeout))
+  if (transport_->stream_ordered() && !transport_->synchronize(space_, timeout_s_))
     lost(run, Action{Op::step, 0, 0, -1}, range.end);
   read_action_times(run);  // waits for the stream to finish the run's last compute action
-  ++runs_;
+  ++record_->runs;
+  record_->message_buffers = buffers_.message_buffers();
   return run.busy;
 }
 
@@ -89,8 +90,7 @@ template <class T, class A> void Executor<T, A>::finish_sends(const Program& pro
 // Waits on the sends delivered by position `done`; a timeout names position `position`.
 template <class T, class A>
 void Executor<T, A>::wait_for_sends(const Run& run, std::size_t done, std::size_t position) {
-  const double timeout = stage_->config().pipeline.recv_timeout_s;
-  if (const Action* late = buffers_.reclaim(done, stage_->transport(), space_, timeout)) lost(run, *late, position);
+  if (const Action* late = buffers_.reclaim(done, *transport_, space_, timeout_s_)) lost(run, *late, position);
 }
 
 // A receive is posted ahead, possibly before its micro-batch has a slot here: it lands in a spare, which the
@@ -100,87 +100,92 @@ template <class T, class A> void Executor<T, A>::post_receive(Run& run, std::siz
   if (run.posted[i]) return;
   const Action a = instance_of(*run.program, i, run.offset);
   const Program& program = *run.program;
-  const View2<A> buffer = buffers_.receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient);
-  const int tag = program.tag_base +
-                  schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
-  run.recv[i] = stage_->transport().recv(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
+  const View2<A> buffer =
+      buffers_.receive_buffer(a.chunk, a.microbatch, a.op == Op::recv_gradient, program.buffers.spare[i]);
+  const int tag = program.tag_base + schedule::shifted_tag(program.lists, program.tags[i], run.shift);
+  run.recv[i] = transport_->recv(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
   run.posted[i] = true;
 }
 
 template <class T, class A> void Executor<T, A>::execute(Run& run, std::size_t i) {
   const Action a = instance_of(*run.program, i, run.offset);
-  const Program& program = *run.program;
-  const auto& list = program.actions;
-  const auto& plan = program.buffers;
-  auto& transport = stage_->transport();
-  const double timeout = stage_->config().pipeline.recv_timeout_s;
-  // Receives the coming actions need, posted now so that they arrive while this one runs. (Not on a
-  // stream-ordered transport: a receive posted ahead would hold the stream until its data arrived.)
-  if (!transport.stream_ordered())
-    for (std::size_t k : plan.post_before[i]) post_receive(run, k);
-  const double start = seconds_now();
-  // Consecutive messages go out as one group (NCCL: a pair of ranks sending to each other cannot deadlock;
-  // schedule/stream_order.hpp proves the groups safe). MPI posts never block: the calls do nothing there.
-  const bool message = schedule::is_comm(a.op);
-  if (message && (i == 0 || !schedule::is_comm(list[i - 1].op))) transport.begin_group();
+  const auto& plan = run.program->buffers;
+  // Receives the coming actions need, posted now so that they arrive while this one runs (the plan posts none
+  // ahead on a stream-ordered transport: a receive posted ahead would hold the stream until its data arrived).
+  for (std::size_t k : plan.post_before[i]) post_receive(run, k);
   switch (a.op) {
     case Op::recv_activation:
     case Op::recv_gradient:
-      post_receive(run, i);
-      if (!transport.wait(space_, run.recv[i], timeout)) lost(run, a, i);
-      break;
     case Op::send_activation:
-    case Op::send_gradient: {
-      auto& chunk = stage_->chunk(a.chunk);
-      const int slot = buffers_.slot(a.chunk, a.microbatch);
-      const View2<A>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
-      const int tag = program.tag_base +
-                      schedule::message_tag(program.lists, schedule::message_of(program.lists, stage_->grid().stage, a));
-      // The transport orders the send after the kernels queued so far (they complete the buffer).
-      buffers_.add_send(a, a.op == Op::send_gradient, plan.delivered_after[i]) =
-          transport.send(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
-      break;
-    }
+    case Op::send_gradient: message(run, a, i); break;
     case Op::forward:
     case Op::backward:
     case Op::backward_input:
-    case Op::backward_weight: compute(run, a); break;
+    case Op::backward_weight: compute(run, a, i); break;
     case Op::recv_sum:
-    case Op::send_sum: run.updates->run(a); break;
-    case Op::update: {
-      // Timed on the stream as F and B are (no fence: the span is read at the run's end), and work as they
-      // are (the simulator charges it as `step`).
-      const std::size_t timed = clock_.begin(space_);
+    case Op::send_sum: {
+      const double start = seconds_now();
       run.updates->run(a);
-      clock_.end(space_, timed);
-      timeline_.push_back({a, 0, 0, 0});
-      run.timed.push_back(timeline_.size() - 1);
+      const auto& grads = stage_->chunk(a.chunk).params().grads();
+      record_->timeline.push_back(
+          {a, start - run.start, seconds_now() - run.start, std::int64_t(grads.span() * sizeof(T))});
       break;
     }
-    case Op::step: return;  // a step boundary: the sends it delivers are the next run's to wait on
-  }
-  if (message && (i + 1 == list.size() || !schedule::is_comm(list[i + 1].op))) transport.end_group();
-  if (message) {  // host time of posting (and, for receives, of waiting)
-    const auto& chunk = stage_->chunk(a.chunk);
-    timeline_.push_back({a, start - run.start, seconds_now() - run.start, chunk.rows() * chunk.channels() * std::int64_t(sizeof(A))});
-  }
-  if (schedule::is_reduction(a.op)) {
-    const auto& grads = stage_->chunk(a.chunk).params().grads();
-    timeline_.push_back({a, start - run.start, seconds_now() - run.start, std::int64_t(grads.span() * sizeof(T))});
+    case Op::update: update(run, a); break;
+    case Op::step:  // a step boundary: the sends it delivers are the next run's to wait on
+      if (i == plan.renumber_after) buffers_.renumber(plan.renumbering);
+      return;
   }
   if (observer_ && schedule::is_compute(a.op)) observer_(a, buffers_.slot(a.chunk, a.microbatch));
   wait_for_sends(run, i, i);
-  for (const int chunk : plan.retire[i]) buffers_.retire(chunk, a.microbatch);
+  for (const int chunk : plan.retire[i]) buffers_.retire(chunk, a.microbatch, plan.detach[i]);
+}
+
+// A send or receive of the pipeline. Consecutive messages go out as one group (NCCL: a pair of ranks sending to
+// each other cannot deadlock; schedule/stream_order.hpp proves the groups safe). MPI posts never block: the
+// group calls do nothing there. Timed on the host: posting (and, for receives, waiting).
+template <class T, class A> void Executor<T, A>::message(Run& run, const Action& a, std::size_t i) {
+  const Program& program = *run.program;
+  const auto& list = program.actions;
+  const double start = seconds_now();
+  if (i == 0 || !schedule::is_comm(list[i - 1].op)) transport_->begin_group();
+  if (schedule::is_recv(a.op)) {
+    post_receive(run, i);
+    if (!transport_->wait(space_, run.recv[i], timeout_s_)) lost(run, a, i);
+  } else {
+    auto& chunk = stage_->chunk(a.chunk);
+    const int slot = buffers_.slot(a.chunk, a.microbatch);
+    const View2<A>& buffer = a.op == Op::send_activation ? chunk.output(slot) : chunk.input_grad(slot);
+    const int tag = program.tag_base + schedule::shifted_tag(program.lists, program.tags[i], run.shift);
+    // The transport orders the send after the kernels queued so far (they complete the buffer).
+    buffers_.add_send(a, i, program.buffers.delivered_after[i], program.buffers.spare[i]) =
+        transport_->send(space_, buffer.data(), buffer.span() * sizeof(A), a.peer, tag);
+  }
+  if (i + 1 == list.size() || !schedule::is_comm(list[i + 1].op)) transport_->end_group();
+  const auto& chunk = stage_->chunk(a.chunk);
+  record_->timeline.push_back({a, start - run.start, seconds_now() - run.start,
+                               chunk.rows() * chunk.channels() * std::int64_t(sizeof(A))});
+}
+
+// An update action: timed on the stream as F and B are (no fence: the span is read at the run's end), and work as
+// they are (the simulator charges it as `step`).
+template <class T, class A> void Executor<T, A>::update(Run& run, const Action& a) {
+  const std::size_t timed = clock_.begin(space_);
+  run.updates->run(a);
+  clock_.end(space_, timed);
+  record_->timeline.push_back({a, 0, 0, 0});
+  run.timed.push_back(record_->timeline.size() - 1);
 }
 
 // F, B, I or W on its chunk, timed on the stream (no fence: the span is read at the run's end).
-template <class T, class A> void Executor<T, A>::compute(Run& run, const Action& a) {
+template <class T, class A> void Executor<T, A>::compute(Run& run, const Action& a, std::size_t i) {
   const auto& lists = run.program->lists;
-  const int c = a.chunk, mb = a.microbatch, rank = stage_->grid().stage;
+  const auto& plan = run.program->buffers;
+  const int c = a.chunk, mb = a.microbatch;
   auto& chunk = stage_->chunk(c);
   const int vstage = stage_->virtual_stage(c);
   // The previous virtual stage's chunk when it is on this rank too (the data is handed over in place).
-  const int local_prev = vstage > 0 && lists.rank_of(vstage - 1) == rank ? lists.chunk_of(vstage - 1) : -1;
+  const int local_prev = vstage > 0 && lists.rank_of(vstage - 1) == grid_.stage ? lists.chunk_of(vstage - 1) : -1;
   // A forward's tokens are drawn on the host before its span begins.
   const bool reads_tokens = a.op == Op::forward && (chunk.first() || chunk.last());
   const int row = reads_tokens ? run.tokens->stage(mb) : -1;
@@ -188,23 +193,24 @@ template <class T, class A> void Executor<T, A>::compute(Run& run, const Action&
   if (run.updates && a.op != Op::backward_weight) run.updates->before_compute(a);
   switch (a.op) {
     case Op::forward: {
-      const int slot = buffers_.take_slot(c, mb);
-      buffers_.move_in_activation(c, mb);
+      buffers_.take_slot(c, mb, plan.slot[i]);
+      const int slot = buffers_.slot(c, mb);
+      buffers_.move_in_activation(c, mb, plan.spare[i]);
       if (local_prev >= 0)  // the previous virtual stage's output, kept in its slot, is our input
         Kokkos::deep_copy(space_, chunk.input(slot), stage_->chunk(local_prev).output(buffers_.slot(local_prev, mb)));
       if (reads_tokens) run.tokens->staging().load(space_, chunk, slot, row);
       chunk.forward(space_, slot);
       if (chunk.last())  // left on the device: read once at the run's end
         chunk.loss_sum(space_, slot, Kokkos::subview(run.tokens->losses(), run.tokens->loss_slot(mb)));
-      peak_stash_ = std::max(peak_stash_, ++stash_);
+      record_->peak_stash = std::max(record_->peak_stash, ++stash_);
       if (lists.forward_only) --stash_;  // nothing is kept for a backward
       break;
     }
     case Op::backward:
     case Op::backward_input: {
       const int slot = buffers_.slot(c, mb);
-      buffers_.move_in_gradient(c, mb);
-      chunk.backward_input(space_, slot, run.updates->loss_scale());
+      buffers_.move_in_gradient(c, mb, plan.spare[i]);
+      chunk.backward_input(space_, slot, run.updates->loss_scale(), plan.backward_set[i]);
       if (local_prev >= 0)
         Kokkos::deep_copy(space_, stage_->chunk(local_prev).output_grad(buffers_.slot(local_prev, mb)),
                           chunk.input_grad(slot));
@@ -222,32 +228,25 @@ template <class T, class A> void Executor<T, A>::compute(Run& run, const Action&
     default: break;
   }
   clock_.end(space_, timed);
-  timeline_.push_back({a, 0, 0, 0});
-  run.timed.push_back(timeline_.size() - 1);
+  record_->timeline.push_back({a, 0, 0, 0});
+  run.timed.push_back(record_->timeline.size() - 1);
 }
 
-// The compute actions' spans, now that the stream has run them (ActionClock), into the timeline and the means.
+// The compute actions' spans, now that the stream has run them (ActionClock), into the timeline and the sums.
 template <class T, class A> void Executor<T, A>::read_action_times(Run& run) {
   const auto spans = clock_.read();
   for (std::size_t k = 0; k < spans.size(); ++k) {
-    TimedAction& entry = timeline_[run.timed[k]];
+    TimedAction& entry = record_->timeline[run.timed[k]];
     entry.start = spans[k].start;
     entry.end = spans[k].end;
     const double seconds = spans[k].end - spans[k].start;
     run.busy += seconds;
-    if (runs_ > 0 && schedule::is_compute(entry.action.op)) {  // the first run allocates the stash: not representative
-      action_seconds_[entry.action.chunk][int(entry.action.op)] += seconds;
-      ++action_count_[entry.action.chunk][int(entry.action.op)];
+    // The first run allocates the stash: not representative.
+    if (record_->runs > 0 && schedule::is_compute(entry.action.op)) {
+      record_->action_seconds[entry.action.chunk][int(entry.action.op)] += seconds;
+      ++record_->action_count[entry.action.chunk][int(entry.action.op)];
     }
   }
-}
-
-template <class T, class A> std::array<double, 4> Executor<T, A>::mean_action_seconds(int chunk) const {
-  std::array<double, 4> mean{};
-  const auto& seconds = action_seconds_.at(chunk);
-  const auto& count = action_count_.at(chunk);
-  for (int k = 0; k < 4; ++k) mean[k] = count[k] > 0 ? seconds[k] / double(count[k]) : 0.0;
-  return mean;
 }
 
 #define KPIPE_INSTANTIATE(T, A) template class Executor<T, A>;

@@ -6,11 +6,13 @@
 // at their delivery points, and times every compute action on the stream without fencing. Where weights are
 // concerned (which version an action reads, update and running-sum actions) it asks the update policy
 // (update_policy.hpp); forward-only lists have none. It never reorders: what runs is the validated list.
-#include <array>
+// Everything it works with is given at construction (ExecutorLinks); it looks nothing up later.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "kpipe/comm/grid.hpp"
+#include "kpipe/comm/transport.hpp"
 #include "kpipe/runtime/action_clock.hpp"
 #include "kpipe/runtime/buffers.hpp"
 #include "kpipe/runtime/program.hpp"
@@ -22,11 +24,20 @@
 
 namespace kpipe::runtime {
 
+// What an executor runs with besides the stage model's chunks (all of them outlive it).
+struct ExecutorLinks {
+  comm::Transport& transport;     // the pipeline's messages
+  const comm::ProcessGrid& grid;  // this rank's place (a peer that stops answering is named by it)
+  double timeout_s;               // the bound of every wait (pipeline.recv_timeout_s)
+  RunRecord& record;              // where its runs' timelines and figures go
+  // Micro-batches are told apart modulo this (more than are ever in flight): one executor's buffers serve every
+  // program it runs.
+  int microbatch_period;
+};
+
 template <class T, class A = T> class Executor {
  public:
-  // Runs programs whose micro-batches are told apart modulo `microbatch_period` (more than are ever in flight):
-  // one executor's buffers serve every program it runs.
-  Executor(StageModel<T, A>& stage, int microbatch_period);
+  Executor(StageModel<T, A>& stage, const ExecutorLinks& links);
   ~Executor();
 
   // Runs `range` of `program`. `updates`: the weights' policy (nullptr for forward-only lists); `tokens`: where
@@ -42,33 +53,27 @@ template <class T, class A = T> class Executor {
   void finish_sends(const Program& program, std::int64_t step);
 
   void set_observer(ActionObserver observer) { observer_ = std::move(observer); }
-  // Every action of the last run on this rank, in the order run.
-  const std::vector<TimedAction>& timeline() const { return timeline_; }
-  double timeline_origin() const { return origin_; }  // seconds_now() when the run timeline() holds began
-  int peak_stash() const { return peak_stash_; }  // micro-batches in flight at once on this rank, at most
-  // Mean seconds of one F, B, I, W on chunk `chunk` (index by Op), over the runs after the first; 0 for kinds
-  // that did not run.
-  std::array<double, 4> mean_action_seconds(int chunk) const;
-  int message_buffers() const { return buffers_.message_buffers(); }
 
  private:
   struct Run;
   void post_receive(Run& run, std::size_t position);
   void execute(Run& run, std::size_t position);
-  void compute(Run& run, const schedule::Action& a);
+  void message(Run& run, const schedule::Action& a, std::size_t position);
+  void compute(Run& run, const schedule::Action& a, std::size_t position);
+  void update(Run& run, const schedule::Action& a);
   void read_action_times(Run& run);
   void wait_for_sends(const Run& run, std::size_t done, std::size_t position);
   [[noreturn]] void lost(const Run& run, const schedule::Action& a, std::size_t position) const;
 
   StageModel<T, A>* stage_;
+  comm::Transport* transport_;
+  comm::ProcessGrid grid_;
+  double timeout_s_;
+  RunRecord* record_;
   Buffers<T, A> buffers_;
   ActionClock clock_;
   ActionObserver observer_;
-  std::vector<TimedAction> timeline_;
-  double origin_ = 0;
-  std::vector<std::array<double, 4>> action_seconds_;  // [chunk] F, B, I, W, summed over the runs after the first
-  std::vector<std::array<long, 4>> action_count_;
-  int runs_ = 0, stash_ = 0, peak_stash_ = 0;
+  int stash_ = 0;
   ExecSpace space_;
 };
 

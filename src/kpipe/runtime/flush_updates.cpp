@@ -8,18 +8,11 @@
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/core/step_number.hpp"
 #include "kpipe/nn/optimizer.hpp"
-#include "kpipe/runtime/peer_lost.hpp"
 
 namespace kpipe::runtime {
 
 template <class T, class A>
-FlushUpdates<T, A>::FlushUpdates(StageModel<T, A>& stage, const RunPlan& plan) : stage_(&stage), plan_(&plan) {
-  const double timeout = stage.config().pipeline.recv_timeout_s;
-  reduction_ = std::make_unique<GradientReduction<T>>(
-      stage.grid(), plan.run(), sum_transport(plan), timeout, [this, timeout](const schedule::Action& a) {
-        peer_lost(stage_->grid(), {"step", step_, plan_->actions.size()}, a, stage_->chunks(), timeout);
-      });
-}
+FlushUpdates<T, A>::FlushUpdates(StageModel<T, A>& stage, const RunPlan& plan) : StagePolicy<T, A>(stage, plan) {}
 
 template <class T, class A> FlushUpdates<T, A>::~FlushUpdates() = default;
 

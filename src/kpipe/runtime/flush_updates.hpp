@@ -7,22 +7,19 @@
 #include <memory>
 
 #include "kpipe/core/stream_event.hpp"
-#include "kpipe/runtime/gradient_reduction.hpp"
 #include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/stage_model.hpp"
 #include "kpipe/runtime/update_policy.hpp"
 
 namespace kpipe::runtime {
 
-template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T> {
+template <class T, class A = T> class FlushUpdates final : public StagePolicy<T, A> {
  public:
   FlushUpdates(StageModel<T, A>& stage, const RunPlan& plan);
   ~FlushUpdates() override;
 
-  // Every step runs the whole list, one token row per micro-batch, and completes its report (the optimizer step
-  // needs the loss); its lists are every step's, so a resume changes nothing here.
-  int token_rows() const override { return plan_->local_microbatches; }
-  int microbatch_period() const override { return plan_->lists().microbatches; }
+  // Every step runs the whole list and completes its report (the optimizer step needs the loss); its lists are
+  // every step's, so a resume changes nothing here.
   ListRange step_range(std::int64_t) const override { return {0, plan_->actions.size(), {}}; }
   bool steady_step(std::int64_t) const override { return true; }
   bool report_completes_in_step() const override { return true; }
@@ -34,7 +31,7 @@ template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T
   }
   T loss_scale() const override;
   int loss_slot(std::int64_t microbatch) const override { return plan_->global_microbatch(int(microbatch)); }
-  void begin_step(std::int64_t step) override { step_ = step; }
+  void begin_step(std::int64_t step) override { this->step_ = step; }
   void before_compute(const schedule::Action&) override {}
   void after_backward(const schedule::Action&) override {}
   void run(const schedule::Action& action) override;
@@ -44,11 +41,10 @@ template <class T, class A = T> class FlushUpdates final : public UpdatePolicy<T
  private:
   void optimizer_step(std::int64_t step, StepStats& stats);
 
-  StageModel<T, A>* stage_;
-  const RunPlan* plan_;
-  std::unique_ptr<GradientReduction<T>> reduction_;
-  std::int64_t step_ = 0;
-  ExecSpace space_;
+  using StagePolicy<T, A>::stage_;
+  using StagePolicy<T, A>::plan_;
+  using StagePolicy<T, A>::reduction_;
+  using StagePolicy<T, A>::space_;
   StreamEvent update_began_{/*timing=*/true}, update_ended_{/*timing=*/true};  // the last optimizer step's span
   bool update_timed_ = false;
 };

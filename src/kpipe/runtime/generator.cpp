@@ -7,16 +7,26 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/precisions.hpp"
-#include "kpipe/schedule/forward_only.hpp"
 
 namespace kpipe::runtime {
+
+namespace {
+
+// The plan's forward-only list of one micro-batch, from no step (nothing held).
+Program one_forward(const RunPlan& plan) {
+  const auto& evaluation = plan.schedule.evaluation;
+  const auto& after_steps = evaluation.buffers.at(plan.replica).at(plan.stage);
+  return program_of(evaluation.lists.at(0), plan.stage, after_steps.back().at(0), 0, "generation");
+}
+
+}  // namespace
 
 template <class T, class A>
 Generator<T, A>::Generator(StageModel<T, A>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer)
     : stage_(&stage),
-      program_(program_of(schedule::forward_only(plan.lists(), 1, delivery_of(plan.transport)).run.replicas.front(),
-                          stage.grid().stage, 0, "generation")),
-      executor_(stage, 1),
+      program_(one_forward(plan)),
+      transport_(comm::make_transport(plan.transport, stage.grid().pipeline, stage.config().pipeline.recv_timeout_s)),
+      executor_(stage, ExecutorLinks{*transport_, stage.grid(), stage.config().pipeline.recv_timeout_s, record_, 1}),
       tokens_(1, stage.config().model.seq_len),
       losses_("kpipe::runtime::Generator::losses", 1),
       logits_("kpipe::runtime::Generator::logits", stage.config().model.vocab) {

@@ -29,7 +29,8 @@ namespace kpipe::runtime {
 template <class T, class A = T> class Generator {
  public:
   // The stage model's chunks (built for micro-batches of one sequence: train.batch = train.microbatches) on
-  // the plan's layout; the tokenizer says which ids may be generated.
+  // the plan's layout; the tokenizer says which ids may be generated. Collective over the pipeline where the
+  // plan's transport is NCCL (its communicator is built here).
   Generator(StageModel<T, A>& stage, const RunPlan& plan, const data::Tokenizer& tokenizer);
   ~Generator();
 
@@ -46,6 +47,8 @@ template <class T, class A = T> class Generator {
   StageModel<T, A>* stage_;
   std::vector<bool> allowed_;  // per id of the model's vocabulary
   Program program_;            // one micro-batch's forwards down the pipeline
+  std::unique_ptr<comm::Transport> transport_;  // the pipeline's
+  RunRecord record_;
   Executor<T, A> executor_;
   TokenStaging tokens_;
   Kokkos::View<double*, MemSpace> losses_;  // the list's loss slot (not used)

@@ -67,9 +67,9 @@ void GradientReduction<T>::finish(const ExecSpace& space, const std::vector<View
 
 template <class T>
 void GradientReduction<T>::reserve_update_sums(const ExecSpace& space, const std::vector<std::int64_t>& elements,
-                                               bool ordered) {
+                                               bool ordered, bool hold) {
   ordered_updates_ = ordered;
-  if (grid_->data_parallel == 1 || !ordered || grid_->replica == 0) return;
+  if (!hold) return;
   memory::Scope scope(memory::Category::gradients);
   for (const std::int64_t n : elements)
     update_sums_.emplace_back(Kokkos::view_alloc(space, Kokkos::WithoutInitializing,

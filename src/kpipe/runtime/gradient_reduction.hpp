@@ -33,9 +33,10 @@ template <class T> class GradientReduction {
   GradientReduction(const comm::ProcessGrid& grid, const schedule::Replicated& schedule, comm::TransportKind transport,
                     double timeout_s, std::function<void(const schedule::Action&)> on_timeout);
 
-  // Asynchronous schedules with several replicas: the buffer each chunk's partial sums arrive in (counted as
-  // gradients by the memory plan), `elements` per chunk. Before any update.
-  void reserve_update_sums(const ExecSpace& space, const std::vector<std::int64_t>& elements, bool ordered);
+  // Asynchronous schedules with several replicas: whether each update sums them in replica order (else by
+  // all-reduce), and where this replica holds the buffer each chunk's partial sums arrive in
+  // (schedule::holds_update_sum: the memory plan counts it as gradients), `elements` per chunk. Before any update.
+  void reserve_update_sums(const ExecSpace& space, const std::vector<std::int64_t>& elements, bool ordered, bool hold);
   // Before update action `u` (the run's update number `update`): the chunk's gradient buffer `grads` becomes the
   // sum over the replicas, the same on every replica. Host-blocking, bounded by timeout_s.
   void before_update(const ExecSpace& space, const View1<T>& grads, const schedule::Action& u, std::int64_t update);

@@ -12,7 +12,7 @@ namespace kpipe::runtime {
 template <class T, class A>
 MemoryReport memory_report(const StageModel<T, A>& stage, const RunPlan& run, const memory::Meter& meter) {
   const auto& grid = stage.grid();
-  const auto plan = memory::plan_rank_for<T, A>(stage.config(), stage.desc(), run.run(), grid.replica, grid.stage);
+  const auto plan = memory::plan_rank_for<T, A>(stage.config(), stage.desc(), run.schedule, grid.replica, grid.stage);
   constexpr int n = memory::category_count;
   std::vector<std::int64_t> mine(2 * n + 1);
   const auto measured = meter.peak();

@@ -14,13 +14,14 @@ namespace {
 // What a message between neighbouring stages costs on this run's transport (comm/message_probe.hpp). The probe
 // pauses as long as a forward (at most 5 ms), so that the receiver waits as it does in the run; it reuses
 // the first chunk's activation buffer, whose contents no longer matter after the step.
-template <class T, class A> comm::MessageCost probe_messages(StageModel<T, A>& stage, double forward_s) {
+template <class T, class A>
+comm::MessageCost probe_messages(StageModel<T, A>& stage, comm::Transport& transport, double forward_s) {
   const auto& grid = stage.grid();
   if (grid.pipeline_size == 1) return {};
   auto& chunk = stage.chunk(0);
   // Stage 0's first chunk has no input buffer, every other stage's has; each is an activation message's size.
   const View2<A>& buffer = grid.stage == 0 ? chunk.output(0) : chunk.input(0);
-  return comm::measure_message_cost(stage.transport(), ExecSpace{}, grid.pipeline, buffer.data(),
+  return comm::measure_message_cost(transport, ExecSpace{}, grid.pipeline, buffer.data(),
                                     buffer.span() * sizeof(A), std::min(forward_s, 5e-3),
                                     stage.config().pipeline.recv_timeout_s);
 }
@@ -28,8 +29,8 @@ template <class T, class A> comm::MessageCost probe_messages(StageModel<T, A>& s
 }  // namespace
 
 template <class T, class A>
-PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
-                               const schedule::RankTime& time) {
+PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, const RunRecord& record,
+                               comm::Transport& transport, const schedule::RankTime& time) {
   const auto& grid = stage.grid();
   PipelineReport r;
   const int p = grid.pipeline_size;
@@ -40,7 +41,7 @@ PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, con
   std::vector<schedule::RankTime> ranks;
   for (std::size_t k = 0; k + 1 < times.size(); k += 2) ranks.push_back({times[k], times[k + 1]});
   r.measured_bubble = schedule::idle_fractions(ranks);
-  r.peak_stash = comm::allgather(std::vector<int>{executor.peak_stash()}, grid.pipeline, bound);
+  r.peak_stash = comm::allgather(std::vector<int>{record.peak_stash}, grid.pipeline, bound);
   int slots = 0;
   for (int c = 0; c < stage.chunks(); ++c) slots += stage.chunk(c).allocated_slots();
   r.allocated_slots = comm::allgather(std::vector<int>{slots}, grid.pipeline, bound);
@@ -53,7 +54,7 @@ PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, con
   constexpr std::size_t per_chunk = 5;
   std::vector<double> own(per_chunk * std::size_t(chunks));
   for (int c = 0; c < chunks; ++c) {
-    const auto seconds = executor.mean_action_seconds(c);
+    const auto seconds = record.mean_action_seconds(c);
     std::copy(seconds.begin(), seconds.end(), own.begin() + per_chunk * c);
     own[per_chunk * c + 4] = double(stage.chunk(c).params().grads().span() * sizeof(T));
   }
@@ -80,7 +81,7 @@ PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, con
   r.cost_b = ran[1] > 0 ? sum[1] / ran[1] : 0;
   r.cost_i = ran[2] > 0 ? sum[2] / ran[2] : 0;
   r.cost_w = ran[3] > 0 ? sum[3] / ran[3] : 0;
-  r.messages = probe_messages(stage, r.cost_f);
+  r.messages = probe_messages(stage, transport, r.cost_f);
   const auto& first = stage.chunk(0);
   for (auto& c : costs) {
     c.latency = r.messages.latency;
@@ -89,8 +90,8 @@ PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, con
   }
   // What runs: every replica's lists with the reduction's actions, this replica's ranks reported.
   const auto sim = schedule::simulate(plan.schedule, costs);
-  // Asynchronous schedules: the steady state's (the steps kpipe-train counts; schedule/simulate.hpp).
-  const auto& idle = lowered.asynchronous() ? sim.steady_idle_fraction : sim.idle_fraction;
+  // The steady state's (the steps kpipe-train counts; schedule/simulate.hpp: the whole step of synchronous lists).
+  const auto& idle = sim.steady_idle_fraction;
   r.simulated_bubble.assign(idle.begin() + std::ptrdiff_t(grid.replica) * p,
                             idle.begin() + std::ptrdiff_t(grid.replica + 1) * p);
   r.predicted_stash = schedule::peak_stash(lowered);
@@ -100,7 +101,7 @@ PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, con
 }
 
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
-  template PipelineReport pipeline_report(StageModel<T, A>&, const RunPlan&, const Executor<T, A>&,             \
+  template PipelineReport pipeline_report(StageModel<T, A>&, const RunPlan&, const RunRecord&, comm::Transport&,    \
                                           const schedule::RankTime&);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE

@@ -5,9 +5,10 @@
 #include <vector>
 
 #include "kpipe/comm/message_probe.hpp"
-#include "kpipe/runtime/executor.hpp"
+#include "kpipe/comm/transport.hpp"
 #include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/stage_model.hpp"
+#include "kpipe/runtime/step_stats.hpp"
 #include "kpipe/schedule/bubble.hpp"
 
 namespace kpipe::runtime {
@@ -23,11 +24,12 @@ struct PipelineReport {
   std::vector<int> allocated_slots;      // measured, per pipeline rank: slots in the pools of its chunks
 };
 
-// Collective over the stage's pipeline (every rank of it calls it): what `executor` measured running the
-// plan's lists on `stage`, and what a message costs on its transport (measured here, through its buffers). `time`: this rank's busy time and span summed over the steps to count (e.g. all but
-// the first), each step's from the executor's timeline (schedule::add_step).
+// Collective over the stage's pipeline (every rank of it calls it): what the executor recorded running the
+// plan's lists on `stage` (`record`), and what a message costs on `transport` (measured here, through the stage's
+// buffers). `time`: this rank's busy time and span summed over the steps to count (e.g. all but the first), each
+// step's from its timeline (schedule::add_step).
 template <class T, class A>
-PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, const Executor<T, A>& executor,
-                               const schedule::RankTime& time);
+PipelineReport pipeline_report(StageModel<T, A>& stage, const RunPlan& plan, const RunRecord& record,
+                               comm::Transport& transport, const schedule::RankTime& time);
 
 }  // namespace kpipe::runtime

@@ -3,6 +3,7 @@
 #include "kpipe/core/error.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
+#include "kpipe/schedule/run_steps.hpp"
 
 namespace kpipe::runtime {
 
@@ -28,13 +29,8 @@ RunPlan plan_run(const Config& config, const model::ModelDesc& desc, const comm:
   p.ranges = partition::configured_partition(config, desc, p.schedule.run);
   const auto& lists = p.lists();
   p.actions = lists.actions.at(grid.stage);
-  p.buffers = schedule::plan_buffers(lists, grid.stage, p.actions);
-  if (lists.asynchronous()) {
-    p.steps = schedule::step_ranges(p.actions);
-    p.template_step = schedule::Horizon{lists.ranks, lists.microbatches}.template_step();
-  } else {
-    p.steps = {{0, p.actions.size()}};
-  }
+  p.steps = schedule::step_ranges(p.actions);
+  p.template_step = schedule::template_step(lists);
   return p;
 }
 

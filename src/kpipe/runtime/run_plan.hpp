@@ -1,8 +1,8 @@
 #pragma once
 // What a run executes, computed alike on every rank before anything is allocated: every replica's lists after
 // all of the schedule's passes (schedule::plan), how the replicas' gradient sums travel, the layers of every
-// virtual stage, and this rank's share: its list of actions, where its buffers come and go, and the steps the
-// list holds. A pure function of the configuration, the grid and the transport; nothing here allocates or
+// virtual stage, and this rank's share: its list of actions, where its buffers come and go (the plan's), and the
+// steps the list holds. A pure function of the configuration, the grid and the transport; nothing here allocates or
 // communicates.
 #include <cstddef>
 #include <cstdint>
@@ -28,14 +28,14 @@ struct RunPlan {
   int sequences_per_microbatch = 1;
   // This rank's share.
   std::vector<schedule::Action> actions;      // what it runs, in order
-  schedule::BufferPlan buffers;               // where receives are posted, slots retired, sends delivered
   std::vector<std::pair<std::size_t, std::size_t>> steps;  // [begin, end) of each step of `actions`
   int template_step = 0;                      // asynchronous: the step of the lists that repeats in a long run
   std::int64_t first_step = 0;                // the step boundary the lists start at (asynchronous: a resume's)
 
   const schedule::Replicated& run() const { return schedule.run; }
   const schedule::Schedule& lists() const { return schedule.run.replicas.at(replica); }  // this replica's
-  bool asynchronous() const { return lists().asynchronous(); }
+  // Where this rank's buffers come and go (the plan's, which the memory plan reads too).
+  const schedule::BufferPlan& buffers() const { return schedule.buffers.at(replica).at(stage); }
   // The micro-batch of the whole mini-batch that this replica's local micro-batch is.
   int global_microbatch(int local) const { return schedule.run.global_microbatch(replica, local); }
 };

@@ -36,9 +36,7 @@ StageModel<T, A>::StageModel(const Config& config, const model::ModelDesc& desc,
     chunks_.push_back(std::make_unique<model::Chunk<T, A>>(desc, r.first, r.last, plan.sequences_per_microbatch,
                                                            config.memory.recompute, math_of(config.train.precision)));
     chunks_.back()->params().initialize(space_, config.train.seed);
-    if (lists.asynchronous()) versions_.push_back(std::make_unique<WeightVersions<T, A>>(space_, *chunks_.back()));
   }
-  transport_ = comm::make_transport(plan.transport, grid.pipeline, config.pipeline.recv_timeout_s);
 }
 
 template <class T, class A> StageModel<T, A>::~StageModel() = default;

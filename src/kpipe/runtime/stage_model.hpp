@@ -1,8 +1,8 @@
 #pragma once
 // This rank's share of the model: its chunks (the consecutive layers of each virtual stage it holds, built from
 // the plan's partition and initialized from (train.seed, global layer, parameter name), so the same on every
-// layout), the weight versions each chunk keeps under an asynchronous schedule, and the transport to the other
-// stages of its pipeline. What the executor runs actions on, and what checkpoints, traces, timelines and text
+// layout) and the weight versions each chunk keeps under an asynchronous schedule (the asynchronous update
+// policy makes them). What the executor runs actions on, and what checkpoints, traces, timelines and text
 // generation read: none of them needs the trainer.
 #include <array>
 #include <cstdint>
@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "kpipe/comm/grid.hpp"
-#include "kpipe/comm/transport.hpp"
 #include "kpipe/core/config.hpp"
 #include "kpipe/model/chunk.hpp"
 #include "kpipe/model/desc.hpp"
@@ -21,7 +20,6 @@ namespace kpipe::runtime {
 
 template <class T, class A = T> class StageModel {
  public:
-  // Collective over the grid's pipeline where the transport is NCCL (its communicator is built here).
   StageModel(const Config& config, const model::ModelDesc& desc, const comm::ProcessGrid& grid, const RunPlan& plan);
   ~StageModel();
   StageModel(const StageModel&) = delete;
@@ -35,12 +33,9 @@ template <class T, class A = T> class StageModel {
   const model::Chunk<T, A>& chunk(int c) const { return *chunks_.at(c); }
   std::vector<model::Chunk<T, A>*> chunk_pointers();
   int virtual_stage(int c) const { return vstages_.at(c); }
-  // Stage-to-stage transfers on the pipeline communicator (what pipeline.transport resolved to).
-  comm::Transport& transport() { return *transport_; }
-  // The transport becomes wrap(transport), a decorator around it (tests delay or stall a rank's messages).
-  template <class Wrap> void wrap_transport(Wrap&& wrap) { transport_ = wrap(std::move(transport_)); }
-
-  // Asynchronous schedules: each chunk's weight versions (synchronous ones keep none: versioned() is false).
+  // Asynchronous schedules: each chunk's weight versions, which their update policy makes and hands over here
+  // (synchronous ones keep none: versioned() is false).
+  void keep_versions(std::vector<std::unique_ptr<WeightVersions<T, A>>> versions) { versions_ = std::move(versions); }
   bool versioned() const { return !versions_.empty(); }
   WeightVersions<T, A>& versions(int c) { return *versions_.at(c); }
   const WeightVersions<T, A>& versions(int c) const { return *versions_.at(c); }
@@ -72,7 +67,6 @@ template <class T, class A = T> class StageModel {
   std::vector<int> vstages_;
   std::vector<std::unique_ptr<model::Chunk<T, A>>> chunks_;
   std::vector<std::unique_ptr<WeightVersions<T, A>>> versions_;
-  std::unique_ptr<comm::Transport> transport_;
   std::vector<std::vector<typename model::Chunk<T, A>::LayerTimes>> layer_times_;  // per chunk, while profiling
   ExecSpace space_;
 };

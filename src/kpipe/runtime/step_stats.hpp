@@ -1,8 +1,10 @@
 #pragma once
 // What a step did, as every rank reports it: the figures of one optimizer step (or, asynchronous schedules,
-// one step's share of the lists) and the actions this rank ran in it.
+// one step's share of the lists) and the actions this rank ran in it, with their times.
+#include <array>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 #include "kpipe/schedule/schedule.hpp"
 
@@ -31,6 +33,31 @@ struct TimedAction {
   schedule::Action action;
   double start = 0, end = 0;
   std::int64_t bytes = 0;  // moved by a send or receive
+};
+
+// What an executor records of the runs it makes on this rank, in a record its owner gives it at construction
+// (the trainer hands it out with each step): the last run's actions with their spans (the timeline kpipe-train
+// times its steps by and writes), and the figures the pipeline report sets beside the simulator's.
+struct RunRecord {
+  std::vector<TimedAction> timeline;  // every action of the last run, in the order run
+  double timeline_origin = 0;         // seconds_now() when that run began
+  int peak_stash = 0;                 // micro-batches in flight at once, at most
+  int message_buffers = 0;            // spare [N, C] buffers allocated
+  int runs = 0;
+  // Per chunk, F, B, I, W: seconds summed and actions counted over the runs after the first (which allocates:
+  // not representative).
+  std::vector<std::array<double, 4>> action_seconds;
+  std::vector<std::array<long, 4>> action_count;
+
+  // Mean seconds of one F, B, I, W on chunk `chunk` (index by Op); 0 for kinds that did not run.
+  std::array<double, 4> mean_action_seconds(int chunk) const {
+    std::array<double, 4> mean{};
+    for (int k = 0; k < 4; ++k) {
+      const long count = action_count.at(std::size_t(chunk))[k];
+      mean[k] = count > 0 ? action_seconds.at(std::size_t(chunk))[k] / double(count) : 0.0;
+    }
+    return mean;
+  }
 };
 
 // Asynchronous schedules, per micro-batch run on a rank: the weight version its forward and its backward read.

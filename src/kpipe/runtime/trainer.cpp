@@ -17,6 +17,7 @@
 #include "kpipe/runtime/evaluator.hpp"
 #include "kpipe/runtime/placement.hpp"
 #include "kpipe/runtime/signals.hpp"
+#include "kpipe/schedule/run_steps.hpp"
 
 namespace kpipe::runtime {
 
@@ -76,17 +77,23 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
                        const TrainerOptions& options)
     : config_(config), corpus_(&corpus), grid_(grid),
       limit_(memory::resolve_limit(config.memory.limit_per_rank, grid.world, config.pipeline.recv_timeout_s)),
-      desc_(described(config, limit_)), options_(options), plan_(checked_plan(config, corpus, desc_, grid, options)) {
+      desc_(described(config, limit_)), options_(options), plan_(checked_plan(config, corpus, desc_, grid, options)),
+      boundary_(int(plan_.steps.size()) - 1) {
   // Before any allocation: every rank's predicted memory against the limit (the same verdict on every rank;
   // checkpoint.async = auto may give way here, and the stage model's copy of the configuration says so).
-  memory_verdict_ = memory::enforce_limit(config_, limit_, desc_, plan_.run(), grid.world);
+  memory_verdict_ = memory::enforce_limit(config_, limit_, desc_, plan_.schedule, grid.world);
 
   stage_ = std::make_unique<StageModel<T, A>>(config_, desc_, grid, plan_);
+  // Collective over the pipeline where the transport is NCCL (its communicator is built here).
+  const double timeout = config.pipeline.recv_timeout_s;
+  transport_ = comm::make_transport(plan_.transport, grid.pipeline, timeout);
+  if (options.wrap_transport) transport_ = options.wrap_transport(std::move(transport_));
   updates_ = make_update_policy(*stage_, plan_);
-  program_ = Program{plan_.lists(), plan_.actions, plan_.buffers, 0, "step"};
-  executor_ = std::make_unique<Executor<T, A>>(*stage_, updates_->microbatch_period());
+  program_ = program_of(plan_.lists(), plan_.stage, plan_.buffers(), 0, "step");
+  executor_ = std::make_unique<Executor<T, A>>(
+      *stage_, ExecutorLinks{*transport_, grid_, timeout, record_, schedule::tag_period(plan_.lists())});
   // Token rows for each micro-batch a step forwards, and a loss slot per micro-batch of the whole mini-batch.
-  tokens_ = std::make_unique<TokenStaging>(updates_->token_rows(),
+  tokens_ = std::make_unique<TokenStaging>(schedule::staged_microbatches(plan_.lists()),
                                            std::int64_t(plan_.sequences_per_microbatch) * config.model.seq_len);
   {
     memory::Scope scope(memory::Category::workspaces);  // memory/plan.cpp counts them
@@ -94,7 +101,7 @@ Trainer<T, A>::Trainer(const Config& config, const data::Corpus& corpus, const c
   }
   // Evaluation's lists are tagged above the training lists' (a step's last sends may still be under way when
   // it runs).
-  evaluator_ = std::make_unique<Evaluator<T, A>>(*stage_, plan_, corpus, *tokens_, losses_,
+  evaluator_ = std::make_unique<Evaluator<T, A>>(*stage_, plan_, corpus, *tokens_, losses_, *transport_,
                                                  schedule::message_tags(plan_.lists()));
 }
 
@@ -102,6 +109,7 @@ template <class T, class A> Trainer<T, A>::~Trainer() = default;
 
 template <class T, class A> void Trainer<T, A>::run_step() {
   const ListRange range = updates_->step_range(step_);
+  boundary_ = range.step;
   executor_->finish_sends(program_, step_);  // what the previous step's list delivers at its step boundary
   const double start = seconds_now();
   updates_->begin_step(step_);
@@ -159,7 +167,11 @@ template <class T, class A> StepStats Trainer<T, A>::step() {
 
 template <class T, class A> double Trainer<T, A>::evaluate() {
   settle();  // the report first: every rank enters its collectives in one order
-  return evaluator_->evaluate(step_);
+  return evaluator_->evaluate(step_, boundary_);
+}
+
+template <class T, class A> PipelineReport Trainer<T, A>::pipeline_report(const schedule::RankTime& time) {
+  return runtime::pipeline_report(*stage_, plan_, record_, *transport_, time);
 }
 
 template <class T, class A>

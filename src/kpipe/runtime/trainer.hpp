@@ -23,6 +23,7 @@
 #include "kpipe/memory/limit.hpp"
 #include "kpipe/model/desc.hpp"
 #include "kpipe/runtime/executor.hpp"
+#include "kpipe/runtime/pipeline_report.hpp"
 #include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/stage_model.hpp"
 #include "kpipe/runtime/step_stats.hpp"
@@ -42,6 +43,9 @@ struct TrainerOptions {
   // Whether this rank's checkpoint write beside the training (io/checkpoint_saver.hpp) is still under way, read
   // and passed on alike; none: never.
   std::function<bool()> checkpoint_writing;
+  // The pipeline's transport becomes wrap_transport(transport), a decorator around it, before anything uses it
+  // (tests delay or stall a rank's messages: tests/support/stalling_transport.hpp); none: as made.
+  std::function<std::unique_ptr<comm::Transport>(std::unique_ptr<comm::Transport>)> wrap_transport;
   // The step boundary the run starts at: a checkpoint's, chosen before the trainer is built (io/checkpoint.hpp's
   // choose_resume_point), since an asynchronous run's lists continue the run from there. The trainer plans
   // once, for that step; resume() then restores the checkpoint's state at it.
@@ -89,9 +93,12 @@ template <class T, class A = T> class Trainer {
   const std::string& memory_verdict() const { return memory_verdict_; }
   StageModel<T, A>& stage() { return *stage_; }
   const StageModel<T, A>& stage() const { return *stage_; }
-  const Executor<T, A>& executor() const { return *executor_; }
-  const Program& program() const { return program_; }
+  // What the executor recorded: the last step's actions with their times, and the figures kept across steps.
+  const RunRecord& record() const { return record_; }
   void set_observer(ActionObserver observer) { executor_->set_observer(std::move(observer)); }
+  // Collective over the pipeline: the measured bubble beside the simulated one, with the per-action costs and the
+  // message cost measured on this run's transport (pipeline_report.hpp); `time` as pipeline_report says.
+  PipelineReport pipeline_report(const schedule::RankTime& time);
   // Whether step `step` is one of the run's steady state (asynchronous schedules: past the warm-up, before the
   // last step's drain, when the run has such steps; synchronous ones: every step), for the figures compared
   // with the simulator's steady state.
@@ -119,13 +126,16 @@ template <class T, class A = T> class Trainer {
   const RunPlan plan_;  // once per run, at construction
   std::string memory_verdict_;
   std::unique_ptr<StageModel<T, A>> stage_;
+  std::unique_ptr<comm::Transport> transport_;  // the pipeline's, what pipeline.transport resolved to
   std::unique_ptr<UpdatePolicy<T>> updates_;
   Program program_;  // this rank's list
+  RunRecord record_;
   std::unique_ptr<Executor<T, A>> executor_;
   std::unique_ptr<TokenStaging> tokens_;
   Kokkos::View<double*, MemSpace> losses_;  // per loss slot (train.microbatches), on the device until a step's end
   std::unique_ptr<Evaluator<T, A>> evaluator_;
   std::int64_t step_ = 0;
+  int boundary_;  // the step of the lists' steps that ran last (before any: the last, which leaves nothing held)
   std::optional<ReportUnderWay> report_under_way_;  // the last step's, until the policy or the next step settles it
   std::vector<StepStats> reports_;                  // completed, not taken yet
   ExecSpace space_;

@@ -1,15 +1,17 @@
 #pragma once
-// How a run's weights change, and with it everything in which synchronous and asynchronous schedules differ:
-// the step's part of the list, the token rows a step needs, when the step's report completes, resuming, the
-// versions the actions read. FlushUpdates (flush_updates.hpp): the micro-batches' gradients accumulate through
-// the step's list and one optimizer step follows them, after the replicas' sum. VersionedUpdates
-// (versioned_updates.hpp): every action reads the weight version the schedule names, the lists' update actions
-// U produce new versions, and a step is one step of lists that run on without a flush. The executor calls the
-// policy at the actions that touch weights; the trainer asks it what each step runs and lets it close the step.
+// How a run's weights change, and with it everything in which synchronous and asynchronous schedules differ at
+// run time: the step's part of the list, when the step's report completes, resuming, the versions the actions
+// read (what a run of the lists stages, holds and repeats is schedule/run_steps.hpp's, one answer for both
+// kinds). FlushUpdates (flush_updates.hpp): the micro-batches' gradients accumulate through the step's list and
+// one optimizer step follows them, after the replicas' sum. VersionedUpdates (versioned_updates.hpp): every
+// action reads the weight version the schedule names, the lists' update actions U produce new versions, and a
+// step is one step of lists that run on without a flush. The executor calls the policy at the actions that
+// touch weights; the trainer asks it what each step runs and lets it close the step.
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "kpipe/runtime/gradient_reduction.hpp"
 #include "kpipe/runtime/program.hpp"
 #include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/stage_model.hpp"
@@ -30,11 +32,7 @@ template <class T> class UpdatePolicy {
  public:
   virtual ~UpdatePolicy() = default;
 
-  // What a step runs. The host rows of tokens its forwards draw into (one per micro-batch it forwards), how
-  // the executor tells its micro-batches apart (modulo this many: more than are ever in flight), and step
-  // `step`'s part of the list. A bad step throws InputError.
-  virtual int token_rows() const = 0;
-  virtual int microbatch_period() const = 0;
+  // What a step runs: step `step`'s part of the list. A bad step throws InputError.
   virtual ListRange step_range(std::int64_t step) const = 0;
   // Whether step `step` is one of the run's steady state, for the figures compared with the simulator's.
   virtual bool steady_step(std::int64_t step) const = 0;
@@ -79,6 +77,20 @@ template <class T> class UpdatePolicy {
 
  protected:
   std::vector<VersionsRead> versions_read_;
+};
+
+// What both policies share: the stage model whose weights they change and the plan (both outlive it), the replicas'
+// gradient reduction (a sum that does not arrive within pipeline.recv_timeout_s ends the job, naming the step
+// under way), and that step.
+template <class T, class A> class StagePolicy : public UpdatePolicy<T> {
+ protected:
+  StagePolicy(StageModel<T, A>& stage, const RunPlan& plan);
+
+  StageModel<T, A>* stage_;
+  const RunPlan* plan_;
+  std::unique_ptr<GradientReduction<T>> reduction_;
+  std::int64_t step_ = 0;
+  ExecSpace space_;
 };
 
 // The policy of `plan`'s schedule, on `stage`'s weights (both outlive it).

@@ -6,7 +6,6 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/precisions.hpp"
-#include "kpipe/runtime/peer_lost.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
 namespace kpipe::runtime {
@@ -15,30 +14,21 @@ using schedule::Op;
 
 template <class T, class A>
 VersionedUpdates<T, A>::VersionedUpdates(StageModel<T, A>& stage, const RunPlan& plan)
-    : stage_(&stage), plan_(&plan), rules_(AsyncRules::of(stage.config())) {
-  const double timeout = stage.config().pipeline.recv_timeout_s;
-  reduction_ = std::make_unique<GradientReduction<T>>(
-      stage.grid(), plan.run(), sum_transport(plan), timeout, [this, timeout](const schedule::Action& a) {
-        peer_lost(stage_->grid(), {"step", step_, plan_->actions.size()}, a, stage_->chunks(), timeout);
-      });
+    : StagePolicy<T, A>(stage, plan), rules_(AsyncRules::of(stage.config())) {
+  std::vector<std::unique_ptr<WeightVersions<T, A>>> versions;
+  for (int c = 0; c < stage.chunks(); ++c)
+    versions.push_back(std::make_unique<WeightVersions<T, A>>(space_, stage.chunk(c)));
+  stage.keep_versions(std::move(versions));
   std::vector<std::int64_t> elements;
   for (int c = 0; c < stage.chunks(); ++c) elements.push_back(stage.chunk(c).params().grads().extent(0));
-  reduction_->reserve_update_sums(space_, elements, stage.config().pipeline.dp_reduction == DpReduction::ordered);
+  reduction_->reserve_update_sums(space_, elements, plan.schedule.sums != schedule::SumRoute::allreduce,
+                                  schedule::holds_update_sum(plan.schedule, plan.replica));
   in_flight_.resize(stage.chunks());
   next_forward_.assign(stage.chunks(), 0);
   update_squares_.assign(stage.chunks(), 0.0);
 }
 
 template <class T, class A> VersionedUpdates<T, A>::~VersionedUpdates() = default;
-
-template <class T, class A> int VersionedUpdates<T, A>::token_rows() const {
-  return plan_->local_microbatches + stage_->config().pipeline.pipeline_size - 1;
-}
-
-// Micro-batches are numbered over the whole run: they are told apart modulo the lists' tag period.
-template <class T, class A> int VersionedUpdates<T, A>::microbatch_period() const {
-  return schedule::tag_period(plan_->lists());
-}
 
 template <class T, class A> ListRange VersionedUpdates<T, A>::step_range(std::int64_t step) const {
   const std::int64_t steps = stage_->config().train.steps;
@@ -50,6 +40,7 @@ template <class T, class A> ListRange VersionedUpdates<T, A>::step_range(std::in
   std::tie(range.begin, range.end) = plan_->steps.at(source.step);
   range.offset = resumed_;
   range.offset.steps = source.shift;
+  range.step = source.step;
   return range;
 }
 

@@ -11,23 +11,21 @@
 #include <vector>
 
 #include "kpipe/runtime/async_rules.hpp"
-#include "kpipe/runtime/gradient_reduction.hpp"
 #include "kpipe/runtime/run_plan.hpp"
 #include "kpipe/runtime/stage_model.hpp"
 #include "kpipe/runtime/update_policy.hpp"
 
 namespace kpipe::runtime {
 
-template <class T, class A = T> class VersionedUpdates final : public UpdatePolicy<T> {
+template <class T, class A = T> class VersionedUpdates final : public StagePolicy<T, A> {
  public:
+  // Makes each chunk's weight versions (the stage model keeps them, where checkpoints read them).
   VersionedUpdates(StageModel<T, A>& stage, const RunPlan& plan);
   ~VersionedUpdates() override;
 
   // A step is one step of the validated lists (step_range: the one step_source() names, shifted to the step;
-  // a run cannot go past its last step, which drains the pipeline), forwarding up to m + p - 1 consecutive
-  // micro-batches (the first step's warm-up too); its report completes after the next step's lists.
-  int token_rows() const override;
-  int microbatch_period() const override;
+  // a run cannot go past its last step, which drains the pipeline); its report completes after the next step's
+  // lists.
   ListRange step_range(std::int64_t step) const override;
   // Past the warm-up, before the last step's drain, when the run has such steps.
   bool steady_step(std::int64_t step) const override;
@@ -55,19 +53,19 @@ template <class T, class A = T> class VersionedUpdates final : public UpdatePoli
  private:
   bool version_needed(int chunk, int version) const;  // a micro-batch in flight or to come reads it
 
-  StageModel<T, A>* stage_;
-  const RunPlan* plan_;
+  using StagePolicy<T, A>::stage_;
+  using StagePolicy<T, A>::plan_;
+  using StagePolicy<T, A>::reduction_;
+  using StagePolicy<T, A>::step_;
+  using StagePolicy<T, A>::space_;
   AsyncRules rules_;
-  std::unique_ptr<GradientReduction<T>> reduction_;
   std::vector<std::map<std::int64_t, int>> in_flight_;  // per chunk: micro-batch -> the version its forward read
   std::vector<std::int64_t> next_forward_;               // per chunk: the next micro-batch to forward
   std::vector<double> update_squares_;                  // per chunk: its last update's squared gradient norm
   double lr_ = 0;                                       // the last update's
-  std::int64_t step_ = 0;
   // A resumed run: its first step, and what its lists' micro-batches and versions are offset by to be the run's.
   std::int64_t first_step_ = 0;
   Offset resumed_;
-  ExecSpace space_;
 };
 
 }  // namespace kpipe::runtime

@@ -22,4 +22,22 @@ Plan forward_only(const Schedule& placement, int microbatches, Delivery delivery
               delivery);
 }
 
+Evaluation plan_evaluation(const Plan& training, int microbatches) {
+  Evaluation e;
+  for (int n = 1; n <= microbatches; ++n)
+    e.lists.push_back(forward_only(training.run.replicas.front(), n, training.delivery).run.replicas.front());
+  for (const auto& replica : training.buffers) {
+    auto& ranks = e.buffers.emplace_back();
+    for (std::size_t rank = 0; rank < replica.size(); ++rank) {
+      auto& steps = ranks.emplace_back();
+      for (const HeldSlots& held : replica[rank].held_after_step) {
+        auto& plans = steps.emplace_back();
+        for (const Schedule& list : e.lists)
+          plans.push_back(plan_buffers(list, int(rank), list.actions.at(rank), training.delivery, held));
+      }
+    }
+  }
+  return e;
+}
+
 }  // namespace kpipe::schedule

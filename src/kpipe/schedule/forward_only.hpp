@@ -16,4 +16,8 @@ namespace kpipe::schedule {
 // pass pipeline for `delivery`: one pipeline, no replicas (each replica evaluates on its own pipeline).
 Plan forward_only(const Schedule& placement, int microbatches, Delivery delivery);
 
+// The evaluation (plan.hpp) of a training run whose lists `training` planned: forward-only lists of 1 ..
+// `microbatches` micro-batches on its placement, and their buffer plans from each step boundary's held slots.
+Evaluation plan_evaluation(const Plan& training, int microbatches);
+
 }  // namespace kpipe::schedule

@@ -5,6 +5,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
+#include "kpipe/schedule/forward_only.hpp"
 #include "kpipe/schedule/generate.hpp"
 #include "kpipe/schedule/lower.hpp"
 #include "kpipe/schedule/stream_order.hpp"
@@ -163,6 +164,11 @@ Plan plan(const Schedule& pipeline, const std::string& source, const Replication
   out.run = replicate(lowered, replication, out.passes);
   out.sums = sum_route(out.run, replication);
   if (delivery == Delivery::stream_ordered) order_for_stream_delivery(out);
+  for (const Schedule& replica : out.run.replicas) {
+    out.buffers.emplace_back();
+    for (int rank = 0; rank < replica.ranks; ++rank)
+      out.buffers.back().push_back(plan_buffers(replica, rank, replica.actions.at(rank), delivery));
+  }
   return out;
 }
 
@@ -175,8 +181,15 @@ Plan plan(const Config& c, Delivery delivery, const PlanOptions& options) {
   const int local = c.train.microbatches / p.data_parallel;
   const Source source = is_asynchronous(p.schedule) && p.schedule_file.empty() ? asynchronous_source(c, local, options)
                                                                                 : synchronous_source(c, local);
-  return plan(source.lists, source.name, Replication{p.data_parallel, p.dp_reduction, p.dp_reduction_group},
-              delivery, options);
+  Plan out = plan(source.lists, source.name, Replication{p.data_parallel, p.dp_reduction, p.dp_reduction_group},
+                  delivery, options);
+  out.evaluation = plan_evaluation(out, local);
+  return out;
+}
+
+bool holds_update_sum(const Plan& plan, int replica) {
+  const bool in_order = plan.sums == SumRoute::ordered_on_transport || plan.sums == SumRoute::ordered_by_mpi;
+  return plan.run.replicas.front().asynchronous() && in_order && replica > 0;
 }
 
 std::string passes_text(const Plan& plan) {

@@ -14,6 +14,7 @@
 //   stream-ordered delivery only: order_for_streams                -> validate, then the stream-order proof
 //   (stream_order.hpp) with the ordered running sums on the stream, else, where there they would close a
 //   cycle, with the sums by MPI from the host.
+//   then every rank's buffer plan (buffers.hpp), and for a configuration the evaluation's forward-only lists.
 //
 // The result says how the gradient sums travel (no caller catches a failed proof to find out). Every rank
 // computes the same plan (a pure function of its inputs), so every rank can plan every rank's memory, and a
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "kpipe/core/config.hpp"
+#include "kpipe/schedule/buffers.hpp"
 #include "kpipe/schedule/reduction.hpp"
 #include "kpipe/schedule/routes.hpp"
 #include "kpipe/schedule/schedule.hpp"
@@ -40,15 +42,29 @@ struct PlanOptions {
   bool split_backward = false;
 };
 
+// What a training run's evaluations run between its steps (runtime/evaluator.hpp), planned once with its lists
+// and read by the evaluator and the memory plan alike: forward-only lists (forward_only.hpp) of 1 .. m
+// micro-batches (m: a training step's per replica) on the run's placement, and each replica's ranks' buffer
+// plans for them from the slots the training lists leave held at the end of each of their steps (an
+// asynchronous run's micro-batches in flight keep theirs while it evaluates).
+struct Evaluation {
+  std::vector<Schedule> lists;  // [n - 1]: n micro-batches, lowered (one pipeline)
+  std::vector<std::vector<std::vector<std::vector<BufferPlan>>>> buffers;  // [replica][rank][training step][n - 1]
+};
+
 struct Plan {
   Replicated run;                   // every replica's lowered lists after every pass
   SumRoute sums = SumRoute::none;   // how the replicas' gradient sums travel
   Delivery delivery = Delivery::buffered;
   std::vector<std::string> passes;  // the passes applied, in order, each validated after it ran
+  // Per replica and rank: where its buffers come and go, index by index (buffers.hpp). The runtime follows
+  // these, and the memory plan reads its pools from them.
+  std::vector<std::vector<BufferPlan>> buffers;
+  Evaluation evaluation;  // a configuration's plan only (empty for lists a caller made)
 };
 
 // The configuration's lists for a transport with this delivery (the runtime resolves pipeline.transport;
-// tools take planned_delivery(pipeline.transport), routes.hpp).
+// tools take planned_delivery(pipeline.transport), routes.hpp), with their evaluation.
 Plan plan(const Config& config, Delivery delivery, const PlanOptions& options = {});
 
 // The replicas that run one pipeline's lists.
@@ -63,6 +79,11 @@ struct Replication {
 // the first of passes. Of the options, split_backward applies.
 Plan plan(const Schedule& pipeline, const std::string& source, const Replication& replication, Delivery delivery,
           const PlanOptions& options = {});
+
+// Whether replica `replica` receives, at every update of an asynchronous run, the running sum of the replicas
+// before it into a buffer of its own (the sum in replica order; runtime/gradient_reduction.hpp allocates it,
+// the memory plan counts it). Synchronous lists receive their sums into the gradients themselves.
+bool holds_update_sum(const Plan& plan, int replica);
 
 // "generate 1f1b (p = 4, m = 8) -> lower -> order_for_streams: 3 receives moved", for tools.
 std::string passes_text(const Plan& plan);

@@ -67,4 +67,10 @@ int message_tag(const Schedule& s, const Message& message) {
   return ((message.microbatch % tag_period(s)) * s.chunks + dst_chunk) * 2 + (message.gradient ? 1 : 0);
 }
 
+int shifted_tag(const Schedule& s, int tag, std::int64_t microbatches) {
+  const int period = tag_period(s);
+  const int shift = int((microbatches % period + period) % period);
+  return (tag + shift * s.chunks * 2) % message_tags(s);
+}
+
 }  // namespace kpipe::schedule

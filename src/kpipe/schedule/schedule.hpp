@@ -136,5 +136,8 @@ Message message_of(const Schedule& s, int rank, const Action& comm);
 int message_tag(const Schedule& s, const Message& message);
 int tag_period(const Schedule& s);
 int message_tags(const Schedule& s);
+// The tag of the message `microbatches` micro-batches after the one tagged `tag` (lists run shifted by whole
+// steps, or numbered from a resume).
+int shifted_tag(const Schedule& s, int tag, std::int64_t microbatches);
 
 }  // namespace kpipe::schedule

@@ -52,6 +52,11 @@ void steady_state(const Schedule& s, SimResult& result) {
     result.steady_idle_fraction[w] = to > from ? 1.0 - busy / (to - from) : 0.0;
   }
   for (double f : result.steady_idle_fraction) result.steady_bubble += f / world;
+  result.steady_step = result.makespan;
+  if (const auto& ends = result.step_ends.front(); s.asynchronous() && int(ends.size()) == s.steps) {
+    const double from = result.steady_first > 0 ? ends[result.steady_first - 1] : 0.0;
+    result.steady_step = (ends[result.steady_last] - from) / double(result.steady_last - result.steady_first + 1);
+  }
 }
 
 // The figures of a timed run of `lowered`'s replicas.

@@ -47,10 +47,12 @@ struct SimResult {
   // Per rank: when each step ended (its S). Synchronous schedules: one step.
   std::vector<std::vector<double>> step_ends;
   // The steady state: per rank the idle fraction from the end of step `steady_first - 1` (or the start) to
-  // the end of step `steady_last`, and its mean. Synchronous schedules: the whole step, as above.
+  // the end of step `steady_last`, and its mean; the time per step there (rank 0's steps: the step time
+  // kpipe-train measures). Synchronous schedules: the whole step, as above (the makespan).
   int steady_first = 0, steady_last = 0;
   std::vector<double> steady_idle_fraction;
   double steady_bubble = 0;
+  double steady_step = 0;
   std::vector<int> versions_held;    // per rank: the most weight versions one chunk holds (versions.hpp)
 };
 
