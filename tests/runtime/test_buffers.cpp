@@ -12,7 +12,7 @@
 namespace kpipe::runtime {
 namespace {
 
-model::ModelDesc tiny_desc() {
+model::ModelDesc buffers_desc() {
   ModelConfig c;
   c.seq_len = 4;
   c.d_model = 8;
@@ -23,7 +23,7 @@ model::ModelDesc tiny_desc() {
 
 // A middle chunk (blocks only: it receives activations and sends them on).
 struct Middle {
-  model::ModelDesc desc = tiny_desc();
+  model::ModelDesc desc = buffers_desc();
   model::Chunk<float> chunk{desc, 1, 3, 1};
   Buffers<float> buffers{{&chunk}, 8};
 };

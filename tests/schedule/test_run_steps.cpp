@@ -13,7 +13,7 @@
 namespace kpipe::schedule {
 namespace {
 
-Config layout(ScheduleKind schedule, int stages, int microbatches, int steps, int replicas = 1) {
+Config run_layout(ScheduleKind schedule, int stages, int microbatches, int steps, int replicas = 1) {
   Config c;
   c.pipeline.schedule = schedule;
   c.pipeline.pipeline_size = stages;
@@ -25,7 +25,7 @@ Config layout(ScheduleKind schedule, int stages, int microbatches, int steps, in
 }
 
 TEST(RunSteps, ASynchronousRunRepeatsItsOneStep) {
-  const Config c = layout(ScheduleKind::one_f_one_b, 4, 8, 100);
+  const Config c = run_layout(ScheduleKind::one_f_one_b, 4, 8, 100);
   const Plan planned = plan(c, Delivery::buffered);
   const Schedule& lists = planned.run.replicas.front();
   EXPECT_EQ(staged_microbatches(lists), 8);
@@ -36,7 +36,7 @@ TEST(RunSteps, ASynchronousRunRepeatsItsOneStep) {
 }
 
 TEST(RunSteps, AnAsynchronousRunStagesAndHoldsWhatRunsOnAcrossSteps) {
-  Config c = layout(ScheduleKind::pipedream, 4, 8, 100);
+  Config c = run_layout(ScheduleKind::pipedream, 4, 8, 100);
   const Plan fresh = plan(c, Delivery::buffered);
   const Schedule& lists = fresh.run.replicas.front();
   EXPECT_EQ(staged_microbatches(lists), 8 + 3);  // its p - 1 micro-batches in flight run on into the next step
@@ -45,14 +45,14 @@ TEST(RunSteps, AnAsynchronousRunStagesAndHoldsWhatRunsOnAcrossSteps) {
   EXPECT_EQ(step_ranges(lists.actions.front()).size(), std::size_t(lists.steps));
   // One micro-batch per step, resumed at its last step: the lists hold one per stage where the run held
   // p - s; the run's answer is the run's.
-  c = layout(ScheduleKind::pipedream, 4, 1, 6);
+  c = run_layout(ScheduleKind::pipedream, 4, 1, 6);
   const Plan last = plan(c, Delivery::buffered, {5});
   EXPECT_EQ(peak_stash(last.run.replicas.front()), (std::vector<int>{1, 1, 1, 1}));
   EXPECT_EQ(run_stash(last.run, c.train.steps), (std::vector<int>{4, 3, 2, 1}));
 }
 
 TEST(RunSteps, OnlyLaterReplicasOfAnAsynchronousRunSummedInOrderHoldTheRunningSum) {
-  Config c = layout(ScheduleKind::pipedream, 2, 4, 10, 3);
+  Config c = run_layout(ScheduleKind::pipedream, 2, 4, 10, 3);
   const Plan ordered = plan(c, Delivery::buffered);
   EXPECT_EQ(ordered.sums, SumRoute::ordered_on_transport);
   EXPECT_FALSE(holds_update_sum(ordered, 0));
@@ -62,7 +62,7 @@ TEST(RunSteps, OnlyLaterReplicasOfAnAsynchronousRunSummedInOrderHoldTheRunningSu
   const Plan summed = plan(c, Delivery::buffered);
   for (int replica = 0; replica < 3; ++replica) EXPECT_FALSE(holds_update_sum(summed, replica));
   // Synchronous replicas receive their sums into the gradients themselves.
-  c = layout(ScheduleKind::one_f_one_b, 2, 4, 10, 3);
+  c = run_layout(ScheduleKind::one_f_one_b, 2, 4, 10, 3);
   const Plan flushed = plan(c, Delivery::buffered);
   EXPECT_NE(flushed.sums, SumRoute::none);
   for (int replica = 0; replica < 3; ++replica) EXPECT_FALSE(holds_update_sum(flushed, replica));
