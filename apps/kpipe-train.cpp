@@ -41,6 +41,7 @@
 #include "kpipe/runtime/metrics.hpp"
 #include "kpipe/runtime/pipeline_report.hpp"
 #include "kpipe/runtime/placement.hpp"
+#include "kpipe/runtime/corruption_checks.hpp"
 #include "kpipe/runtime/signals.hpp"
 #include "kpipe/runtime/trainer.hpp"
 #include "kpipe/schedule/bubble.hpp"
@@ -195,6 +196,7 @@ template <class A> struct TrainingRun {
   std::unique_ptr<kpipe::io::TimelineRecorder> timeline;
   std::unique_ptr<kpipe::io::CheckpointDir> checkpoints;
   std::unique_ptr<kpipe::io::CheckpointSaver<float, A>> saver;  // with checkpoints
+  std::unique_ptr<kpipe::runtime::CorruptionChecks<float, A>> checks;  // for silent data corruption ([check])
   bool profiling = false;  // output.profile: the layers timed after the first step
 
   double timeout() const { return config.pipeline.recv_timeout_s; }
@@ -250,11 +252,17 @@ void build_trainer(TrainingRun<A>& run, kpipe::comm::TransportKind transport, st
                                                                   *run.checkpoints);
     const auto& output = run.config.output;
     // Activation trace and timeline (docs/traces.md): rank 0 gathers and writes both.
-    if (!output.trace.empty()) {
+    if (!output.trace.empty())
       run.tracer = std::make_unique<io::ActivationTracer<float, A>>(run.trainer->stage(), run.trainer->plan(),
                                                                   io::trace_options(run.config));
-      run.trainer->set_observer(run.tracer->observer());
-    }
+    run.checks = std::make_unique<runtime::CorruptionChecks<float, A>>(run.trainer->stage());
+    // The trace reads a forward's tensors before the recomputation check runs it again.
+    if (run.tracer || run.checks->observes())
+      run.trainer->set_observer([&run, trace = run.tracer ? run.tracer->observer() : runtime::ActionObserver()](
+                                    const schedule::Action& action, int slot) {
+        if (trace) trace(action, slot);
+        run.checks->observe(action, slot);
+      });
     if (!output.timeline.empty())
       run.timeline = std::make_unique<io::TimelineRecorder>(run.grid, run.config, run.trainer->plan().lists(),
                                                             output.timeline);
@@ -273,24 +281,45 @@ kpipe::io::ResumePoint open_checkpoints(TrainingRun<A>& run) {
   return io::choose_resume_point(run.config.checkpoint, run.grid.world, run.timeout());
 }
 
-// The chosen checkpoint loaded into the trainer's stage and resumed from, then this run's identity.
-template <class A> void load_and_resume(TrainingRun<A>& run, const kpipe::io::ResumePoint& point) {
+// What a check for silent data corruption found, the same on every rank: the metrics' record (the batch script
+// reads the nodes to exclude there), one line, and the exit code.
+template <class A> int stop_on_corruption(TrainingRun<A>& run, const kpipe::runtime::SilentCorruption& corruption) {
+  using namespace kpipe;
+  run.metrics->write_corruption(corruption);
+  if (run.rank == 0) {
+    std::string nodes;
+    for (const auto& node : corruption.nodes) nodes += (nodes.empty() ? "" : ",") + node;
+    fmt::print(stderr, "kpipe-train: {}; nothing of it is checkpointed; exit code {}: resubmit excluding node{} {}\n",
+               corruption.what, exit_status(ExitCode::replicas_disagree), corruption.nodes.size() > 1 ? "s" : "", nodes);
+  }
+  return exit_status(ExitCode::replicas_disagree);
+}
+
+// The chosen checkpoint loaded into the trainer's stage and resumed from, then this run's identity. An exit code
+// when the run must not start (replicas that loaded the same bytes hold different states).
+template <class A> int load_and_resume(TrainingRun<A>& run, const kpipe::io::ResumePoint& point) {
   using namespace kpipe;
   auto& trainer = *run.trainer;
-  const auto resumed = io::load_resume_point(trainer.stage(), point);
-  if (!resumed.path.empty()) {
-    trainer.resume(resumed.step, resumed.older);
-  } else if (const auto& init_from = run.config.checkpoint.init_from; !init_from.empty()) {
-    io::load_weights(trainer.stage(), init_from);
-    trainer.resume(0);  // the weight versions of an asynchronous run start from these weights
-    if (run.rank == 0)
-      fmt::print(stderr, "kpipe-train: initialized from {} (its weights; a fresh optimizer at step 0)\n", init_from);
+  io::LoadedCheckpoint<float> resumed;
+  try {
+    resumed = io::load_resume_point(trainer.stage(), point);
+    if (!resumed.path.empty()) {
+      trainer.resume(resumed.step, resumed.older);
+    } else if (const auto& init_from = run.config.checkpoint.init_from; !init_from.empty()) {
+      io::load_weights(trainer.stage(), init_from);
+      trainer.resume(0);  // the weight versions of an asynchronous run start from these weights
+      if (run.rank == 0)
+        fmt::print(stderr, "kpipe-train: initialized from {} (its weights; a fresh optimizer at step 0)\n", init_from);
+    }
+  } catch (const runtime::ReplicasDisagree& e) {
+    return stop_on_corruption(run, e.corruption);
   }
   if (run.checkpoints) {
     run.checkpoints->start_run(resumed.run_id);
     if (run.rank == 0 && !run.checkpoints->warning().empty())
       fmt::print(stderr, "kpipe-train: warning: {}\n", run.checkpoints->warning());
   }
+  return 0;
 }
 
 // The lines that say what the run is, once every rank has agreed that it can start.
@@ -454,6 +483,7 @@ template <class A> std::optional<int> train_step(TrainingRun<A>& run, StepLog& l
   const auto& config = run.config;
   auto& trainer = *run.trainer;
   if (run.tracer) run.tracer->begin_step(s);
+  run.checks->before_step(s);
   trainer.run_step();
   log.time_step(s, trainer.record().timeline, trainer.steady_step(s));
   if (run.tracer) run.tracer->end_step();
@@ -469,6 +499,9 @@ template <class A> std::optional<int> train_step(TrainingRun<A>& run, StepLog& l
   // this step's now.
   if (last || checkpoint_due || eval_due || run.timeline) trainer.settle();
   if (const int code = record_reports(run, log)) return code;
+  // Before any checkpoint of this step (a stop signal's too): nothing the replicas disagree on is written.
+  if (const auto corruption = run.checks->after_step(s, checkpoint_due || log.stop_signal()))
+    return stop_on_corruption(run, *corruption);
   bool saved = false;
   if (checkpoint_due) {
     saved = write_checkpoint(run, log, false);
@@ -562,7 +595,7 @@ template <class A> int train(const Job& job, kpipe::comm::TransportKind transpor
   open_inputs_and_outputs(run);
   const kpipe::io::ResumePoint resume_point = open_checkpoints(run);
   build_trainer(run, transport, resume_point.step);
-  load_and_resume(run, resume_point);
+  if (const int code = load_and_resume(run, resume_point)) return run.close(code);
   program.set_up = true;
   if (run.trainer->next_step() >= run.config.train.steps) return run.close(nothing_to_train(run));
   announce(run, job.optimizer_note);

@@ -8,6 +8,7 @@
 #include <Kokkos_Random.hpp>
 #include <cstdint>
 
+#include "kpipe/core/order_free_hash.hpp"
 #include "kpipe/nn/embedding.hpp"
 #include "kpipe/nn/gelu.hpp"
 #include "kpipe/nn/layernorm.hpp"
@@ -171,6 +172,20 @@ void BM_AdamW(benchmark::State& state) {
   report_bytes(state, (7 * word + 1) * parameters);
 }
 
+// The replica check's hash of a rank's state (runtime/replica_check.hpp): weights and both moments.
+void BM_StateHash(benchmark::State& state) {
+  View1<float> params("params", parameters), m("m", parameters), v("v", parameters);
+  fill(params, 14);
+  fill(m, 15);
+  fill(v, 16);
+  for (auto _ : state) {
+    std::uint64_t hash = 0;
+    for (const auto* buffer : {&params, &m, &v}) hash += order_free_hash(ExecSpace(), buffer->data(), parameters, 0, 3);
+    benchmark::DoNotOptimize(hash);
+  }
+  report_bytes(state, 3 * word * parameters);
+}
+
 BENCHMARK(BM_LayerNormForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerNormBackwardInput)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_LayerNormBackwardWeight)->Unit(benchmark::kMicrosecond)->UseRealTime();
@@ -180,6 +195,7 @@ BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_EmbeddingForward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_EmbeddingBackward)->Unit(benchmark::kMicrosecond)->UseRealTime();
 BENCHMARK(BM_AdamW)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_StateHash)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace kpipe::nn

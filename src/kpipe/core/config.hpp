@@ -1,6 +1,6 @@
 #pragma once
 // The run configuration: plain data, one struct per TOML table ([model], [train], [optim], [data],
-// [pipeline], [memory], [output], [checkpoint]). Every field is a key, settable in the TOML file and on the command line as
+// [pipeline], [memory], [output], [checkpoint], [check]). Every field is a key, settable in the TOML file and on the command line as
 // --table.key (see core/config_io.hpp). Defaults here are the "tiny" preset's.
 #include <fmt/format.h>
 
@@ -210,6 +210,13 @@ struct CheckpointConfig {
   CheckpointAsync async = CheckpointAsync::automatic;
 };
 
+// Checks for silent data corruption (runtime/replica_check.hpp, runtime/recompute_check.hpp): a fault that
+// changes bits without an error ends the run with exit code 6 before anything of it is checkpointed.
+struct CheckConfig {
+  int replicas_every = 10;  // compare the replicas' weights and optimizer state every this many steps (0: never)
+  int recompute_every = 0;  // run one micro-batch's forward twice per rank every this many steps (0: never)
+};
+
 struct Config {
   ModelConfig model;
   TrainConfig train;
@@ -219,6 +226,7 @@ struct Config {
   MemoryConfig memory;
   OutputConfig output;
   CheckpointConfig checkpoint;
+  CheckConfig check;
 };
 
 }  // namespace kpipe

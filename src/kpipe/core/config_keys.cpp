@@ -141,6 +141,12 @@ const std::vector<Key>& keys() {
             "checkpoint.dir holds another run's checkpoints: refuse to start, or keep them and write beside them"),
       entry("checkpoint.async", &C::checkpoint, &CheckpointConfig::async,
             "write checkpoints beside the training from a snapshot: on, off, or auto (on where it can run)"),
+      entry("check.replicas_every", &C::check, &CheckConfig::replicas_every,
+            "compare the data-parallel replicas' weights and optimizer state every this many steps, the last step's "
+            "and every checkpoint's too (0: at checkpoints only); replicas that differ stop the run (exit code 6)"),
+      entry("check.recompute_every", &C::check, &CheckConfig::recompute_every,
+            "every this many steps each rank runs one micro-batch's forward twice and compares the bytes (0: "
+            "never); a difference stops the run (exit code 6)"),
   };
   return table;
 }

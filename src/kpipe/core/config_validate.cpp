@@ -77,6 +77,8 @@ void validate(const Config& config) {
   at_least("data.synthetic_tokens", data.synthetic_tokens, 1);
 
   at_least("output.trace_every", config.output.trace_every, 1);
+  at_least("check.replicas_every", config.check.replicas_every, 0);
+  at_least("check.recompute_every", config.check.recompute_every, 0);
   require(config.output.trace_full == 0 || config.output.trace_full == 1, "output.trace_full = {}: expected 0 or 1",
           config.output.trace_full);
 

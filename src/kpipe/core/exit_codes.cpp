@@ -76,6 +76,11 @@ const std::vector<ExitCodeRow>& exit_code_table() {
                                     "(each was skipped on every rank)"},
       {5, bits(ProgramName::train), "a checkpoint could not be written (`checkpoint.on_failure = \"stop\"`, or on a "
                                     "stop signal); nothing was published, `latest` is unchanged"},
+      {6, bits(ProgramName::train), "silent data corruption: the replicas of a stage held different weights or "
+                                    "optimizer state (`check.replicas_every`), or a forward computed twice gave "
+                                    "different bytes (`check.recompute_every`); one line names the step, stage, "
+                                    "replicas and nodes; nothing of that state was checkpointed: resubmit excluding "
+                                    "those nodes"},
       {exit_status(ExitCode::checkpointed_on_signal), bits(ProgramName::train),
        "SIGUSR1 arrived and a checkpoint was written: requeue the job and `--resume`"},
       {exit_status(ExitCode::checkpointed_on_sigterm), bits(ProgramName::train),

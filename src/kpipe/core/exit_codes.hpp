@@ -15,6 +15,7 @@ enum class ExitCode : int {
   peer_lost = 3,                // a receive, send or collective waited pipeline.recv_timeout_s: the job is aborted
   non_finite = 4,               // train.max_skipped_steps steps in a row with a non-finite loss or gradient
   checkpoint_failed = 5,        // a checkpoint could not be written (`latest` unchanged)
+  replicas_disagree = 6,        // silent data corruption: replicas (or a recomputation) differ; resubmit excluding the nodes
   checkpointed_on_signal = 75,  // SIGUSR1 arrived and a checkpoint was written: requeue me (EX_TEMPFAIL)
   checkpointed_on_sigterm = 143,  // the same on SIGTERM: 128 + 15, the shell's "terminated" (runtime/signals.hpp)
 };

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "kpipe/io/checkpoint_file.hpp"
 #include "kpipe/io/checkpoint_store.hpp"
 #include "kpipe/data/tokenizer.hpp"
+#include "kpipe/runtime/replica_check.hpp"
 #include "kpipe/runtime/stage_model.hpp"
 
 namespace kpipe::io {
@@ -35,6 +37,7 @@ struct CheckpointInfo {
   int pipeline_size = 0, data_parallel = 0, chunks = 0;
   std::int64_t tensors = 0;  // model tensors (each with two optimizer moments)
   std::uint64_t manifest_hash = 0;
+  std::string state_hash;  // what the replicas agreed on (16 hex digits; "" in files older than the record)
 };
 
 // Checks the [checkpoint] keys: keep >= 2, every >= 0, the enumerations, resume "latest" needs dir.
@@ -94,6 +97,7 @@ struct SaveResult {
   std::string path;     // the checkpoint file (published when ok)
   std::string message;  // why not (which rank, which file, the errno text)
   std::string warning;  // ok, but something after publication failed (pruning)
+  std::optional<runtime::SilentCorruption> corruption;  // not written: the replicas' states differ
 };
 
 // Writes the stage model's state at step boundary `step` (the optimizer steps taken) as step-<step>.h5 in dir,
@@ -101,8 +105,9 @@ struct SaveResult {
 // copied to host memory (io/checkpoint_snapshot.hpp), written as a temporary file by every rank
 // (io/checkpoint_file.hpp), published by a rename only once every rank's bytes are on storage, then
 // `latest` is updated and this run's checkpoints beyond checkpoint.keep are removed, oldest first. A
-// failure anywhere (disk full, I/O error, non-finite state) publishes nothing: `latest` and every older
-// checkpoint stay as they were. The training waits; io/checkpoint_saver.hpp writes the same beside it.
+// failure anywhere (disk full, I/O error, non-finite state, replicas whose states differ: runtime/replica_check.hpp)
+// publishes nothing: `latest` and every older checkpoint stay as they were. The file records the state hash the
+// replicas agreed on. The training waits; io/checkpoint_saver.hpp writes the same beside it.
 template <class T, class A>
 SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
                            CheckpointDir& dir);
@@ -122,7 +127,10 @@ template <class T> struct LoadedCheckpoint {
 // Loads a checkpoint (a file, or a checkpoint.dir's latest) into the stage model's chunks: the newest weights
 // and the optimizer state, on any layout; for a versioned stage (asynchronous run) also the older weight
 // versions in flight (same schedule, pipeline size and micro-batches only: InputError otherwise). The trainer
-// resumes from what it returns (Trainer::resume). Throws CorruptCheckpoint or InputError on every rank alike.
+// resumes from what it returns (Trainer::resume). Then the state loaded is hashed on every rank and compared with
+// the hash the file recorded (none in files older than the record: nothing compared). Throws CorruptCheckpoint
+// (loaded state and record differ: written from corrupted memory, or damaged since) or InputError on every rank
+// alike, and runtime::ReplicasDisagree where replicas that loaded the same bytes hold different states.
 template <class T, class A> LoadedCheckpoint<T> load_checkpoint(runtime::StageModel<T, A>& stage, const std::string& path);
 
 // checkpoint.init_from: the newest weights of a checkpoint (any layout's, or kpipe-import's) into the stage model's

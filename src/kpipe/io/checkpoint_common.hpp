@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,11 +29,13 @@ inline std::string older_version_root(int older) { return "/weight_versions/" + 
 std::string utc_now();
 
 // The root, /optimizer and /training attributes of a checkpoint of `config` at `step` (every rank alike; `created`
-// the UTC time of writing); T the tensors' type. save_checkpoint's, and kpipe-import's (io/hf_import.hpp).
-// `tensors` counts the whole model's (model_tensors).
+// the UTC time of writing); T the tensors' type. save_checkpoint's, with the state hash its replicas agreed on
+// (runtime/replica_check.hpp), and kpipe-import's (io/hf_import.hpp), without. `tensors` counts the whole
+// model's (model_tensors).
 template <class T>
 void add_metadata(CheckpointWriter& writer, const Config& config, std::int64_t tensors, std::int64_t step,
-                  const std::string& run_id, const std::string& created);
+                  const std::string& run_id, const std::string& created,
+                  std::optional<std::uint64_t> state_hash = std::nullopt);
 
 // How many tensors the model has: the checkpoint's "tensors" attribute.
 inline std::int64_t model_tensors(const model::ModelDesc& desc) {

@@ -74,6 +74,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   info.chunks = int(reader.number("chunks"));
   info.tensors = reader.number("tensors");
   info.manifest_hash = reader.manifest_hash();
+  if (reader.has("/", "state_hash")) info.state_hash = reader.text("state_hash");
   return info;
 }
 

@@ -3,12 +3,16 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
+#include "kpipe/core/hash.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/core/program_name.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
+#include "kpipe/runtime/replica_check.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 
 namespace kpipe::io {
@@ -66,12 +70,40 @@ OlderVersions<T> read_older_versions(const runtime::StageModel<T, A>& stage, con
   return older;
 }
 
+// The state hash the file recorded (runtime/replica_check.hpp), if it holds one and its tensors are in T (a
+// conversion changes the bytes hashed).
+template <class T> std::optional<std::uint64_t> recorded_state_hash(const CheckpointReader& reader) {
+  if (!reader.has("/", "state_hash") || reader.text("scalar_type") != type_name<T>()) return std::nullopt;
+  const std::string text = reader.text("state_hash");
+  std::uint64_t hash = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), hash, 16);
+  if (error != std::errc() || end != text.data() + text.size() || text.size() != 16)
+    throw CorruptCheckpoint(fmt::format("checkpoint '{}': state_hash = '{}' is not 16 hex digits", reader.path(), text));
+  return hash;
+}
+
+// Every rank hashes the state it loaded: replicas that loaded the same bytes must agree (otherwise a node
+// corrupts what it holds), and the model's hash must be the one recorded (otherwise the file was written from
+// corrupted memory, or its bytes and checksums were changed together). The same verdict on every rank.
+template <class T, class A>
+void verify_loaded_state(runtime::StageModel<T, A>& stage, const std::string& path, std::optional<std::uint64_t> recorded) {
+  const std::string name = fs::path(path).filename().string();
+  const auto verdict = runtime::check_replicas(stage, "after loading " + name);
+  if (!verdict.agreed()) throw runtime::ReplicasDisagree(*verdict.corruption);
+  if (recorded && *recorded != verdict.state_hash)
+    throw CorruptCheckpoint(fmt::format(
+        "checkpoint '{}': the state loaded hashes to {}, the file recorded {} (written from corrupted memory, or "
+        "changed since): resume from an older checkpoint (checkpoint.resume = FILE)",
+        path, hash_hex(verdict.state_hash), hash_hex(*recorded)));
+}
+
 // `optimizer`: the moments and an asynchronous run's older versions too (resuming); else the newest weights alone,
 // the moments left as they are (checkpoint.init_from: a fresh optimizer).
 template <class T, class A>
 LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& path, const Expected* expected,
                          bool optimizer = true) {
   LoadedCheckpoint<T> loaded;
+  std::optional<std::uint64_t> recorded;
   const double timeout = stage.config().pipeline.recv_timeout_s;
   collectively(stage.grid().world, timeout, fmt::format("loading checkpoint '{}'", path), [&] {
     const CheckpointReader reader(checkpoint_file_of(path));
@@ -79,6 +111,7 @@ LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& pa
     loaded.path = reader.path();
     loaded.step = reader.number("step");
     loaded.run_id = reader.text("run_id");
+    if (optimizer) recorded = recorded_state_hash<T>(reader);  // weights alone do not hash to it
     require(loaded.step >= 0, "checkpoint file '{}': step = {}", reader.path(), loaded.step);
     for (int c = 0; c < stage.chunks(); ++c) {
       auto& store = stage.chunk(c).params();
@@ -109,6 +142,7 @@ LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& pa
             "checkpoint '{}': holds {} tensors, the model {} (model.n_layers = {}): not the same model", reader.path(),
             tensors, model_tensors(stage.desc()), stage.desc().config.n_layers);
   });
+  verify_loaded_state(stage, loaded.path, recorded);
   return loaded;
 }
 }  // namespace

@@ -9,6 +9,7 @@
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/config_io.hpp"
+#include "kpipe/core/hash.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
 #include "kpipe/io/checkpoint_snapshot.hpp"
@@ -24,7 +25,8 @@ using namespace detail;
 // The metadata: the same on every rank (rank 0's clock), all of it in the checksummed manifest.
 template <class T>
 void detail::add_metadata(CheckpointWriter& writer, const Config& config, std::int64_t tensors, std::int64_t step,
-                          const std::string& run_id, const std::string& created) {
+                          const std::string& run_id, const std::string& created,
+                          std::optional<std::uint64_t> state_hash) {
   writer.set_attribute("/", "step", step);
   writer.set_attribute("/", "run_id", run_id);
   writer.set_attribute("/", "kpipe_version", std::string(kpipe::version));
@@ -40,6 +42,8 @@ void detail::add_metadata(CheckpointWriter& writer, const Config& config, std::i
                        config.pipeline.schedule_file.empty() ? std::string(to_string(config.pipeline.schedule))
                                                              : config.pipeline.schedule_file);
   writer.set_attribute("/", "tensors", tensors);
+  // What the replicas agreed on; a load hashes what it loaded and compares.
+  if (state_hash) writer.set_attribute("/", "state_hash", hash_hex(*state_hash));
   writer.set_attribute("/optimizer", "kind", std::string(to_string(config.optim.kind)));
   // AdamW's bias correction uses the count of updates so far, which is the step counter.
   writer.set_attribute("/optimizer", "step", step);
@@ -53,7 +57,7 @@ void detail::add_metadata(CheckpointWriter& writer, const Config& config, std::i
 }
 
 template void detail::add_metadata<float>(CheckpointWriter&, const Config&, std::int64_t, std::int64_t,
-                                          const std::string&, const std::string&);
+                                          const std::string&, const std::string&, std::optional<std::uint64_t>);
 
 namespace {
 
@@ -135,6 +139,12 @@ template <class T> SaveResult detail::write_snapshot(const Snapshot<T>& snapshot
   result.path = (fs::path(dir.path()) / name).string();
   const std::string tmp = (fs::path(dir.path()) / temporary_file_name(snapshot.step, dir.run_id())).string();
   const comm::Bound bound{dir.timeout_s(), fmt::format("writing checkpoint {}", name), snapshot.nodes};
+  // Never from state the replicas disagree on (the same verdict on every rank: nothing to agree on).
+  if (snapshot.corruption) {
+    result.message = fmt::format("checkpoint {} not written: {}", name, snapshot.corruption->what);
+    result.corruption = snapshot.corruption;
+    return result;
+  }
   result.message = reason_not_to_save(snapshot, name, bound, dir.comm());
   if (!result.message.empty()) return result;
   result.message = other_runs_checkpoint(name, result.path, dir, bound);
@@ -147,7 +157,8 @@ template <class T> SaveResult detail::write_snapshot(const Snapshot<T>& snapshot
   for (const auto& t : snapshot.tensors) writer.add_tensor(t.name, t.shape, snapshot.values + t.offset);
   const bool root = rank_in(dir.comm()) == 0;
   const std::string created = comm::bcast(root ? utc_now() : std::string(), 0, dir.comm(), bound);
-  add_metadata<T>(writer, snapshot.config, snapshot.model_tensors, snapshot.step, dir.run_id(), created);
+  add_metadata<T>(writer, snapshot.config, snapshot.model_tensors, snapshot.step, dir.run_id(), created,
+                  snapshot.state_hash);
   // What the model's token ids mean, so that kpipe-generate decodes them (io/checkpoint_tokenizer.hpp).
   add_tokenizer(writer, *snapshot.tokenizer, snapshot.tokenizer_owner);
   const WriteStatus status = writer.write(tmp);

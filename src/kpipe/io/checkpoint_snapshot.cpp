@@ -1,6 +1,8 @@
 // The snapshot: what a checkpoint holds, copied to host memory at a step boundary.
 #include "kpipe/io/checkpoint_snapshot.hpp"
 
+#include <fmt/format.h>
+
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
 
@@ -25,6 +27,10 @@ Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, c
   s.tokenizer_owner = stage.grid().world_rank == 0;
   s.values = memory;
   s.nodes = stage.grid().nodes;
+  runtime::ReplicaVerdict verdict = runtime::check_replicas(stage, fmt::format("after step {}", step));
+  s.state_hash = verdict.state_hash;
+  s.corruption = std::move(verdict.corruption);
+  if (s.corruption) return s;  // nothing of it is written
   std::size_t used = 0;
   // Replica 0's share (replicas hold identical copies), each flat buffer copied whole: one copy per buffer.
   const auto copy = [&](const std::string& root, const View1<T>& from, bool state, const auto& slots) {

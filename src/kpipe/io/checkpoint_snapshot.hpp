@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "kpipe/core/tensor.hpp"
 #include "kpipe/data/tokenizer.hpp"
 #include "kpipe/io/checkpoint.hpp"
+#include "kpipe/runtime/replica_check.hpp"
 #include "kpipe/runtime/stage_model.hpp"
 
 namespace kpipe::io::detail {
@@ -40,14 +42,19 @@ template <class T> struct Snapshot {
   // Element ranges [first, first + count) of the state itself (weights, moments), never written non-finite.
   std::vector<std::pair<std::size_t, std::size_t>> must_be_finite;
   std::shared_ptr<const std::vector<std::string>> nodes;  // of every world rank, for the messages (comm::Bound)
+  // The replicas' comparison at the step boundary (runtime/replica_check.hpp): the state hash they agreed on,
+  // recorded in the file, or what differs (then nothing is written).
+  std::uint64_t state_hash = 0;
+  std::optional<runtime::SilentCorruption> corruption;
 };
 
 // The host elements the snapshots of this rank's stage need at most (the memory plan's snapshot category,
 // memory/plan.cpp, in bytes).
 template <class T, class A> std::size_t snapshot_capacity(const runtime::StageModel<T, A>& stage);
 
-// Copies the state at step boundary `step` into `memory` (snapshot_capacity elements, host-accessible) with
-// `space`, and waits for the copy: afterwards the training may change the state. Collective over nothing.
+// Compares the replicas' states, then copies the state at step boundary `step` into `memory` (snapshot_capacity
+// elements, host-accessible) with `space`, and waits for the copy: afterwards the training may change the state.
+// Collective over the world (one bounded allgather: every rank calls it at the same step boundary).
 template <class T, class A>
 Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
                           T* memory, const ExecSpace& space);

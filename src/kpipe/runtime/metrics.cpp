@@ -86,6 +86,15 @@ void MetricsWriter::write(const std::string& line) {
                                          errno ? std::strerror(errno) : "write error"));
 }
 
+void MetricsWriter::write_corruption(const SilentCorruption& c) {
+  if (!out_.is_open()) return;
+  std::string exclude;
+  for (const auto& node : c.nodes) exclude += (exclude.empty() ? "" : ",") + node;
+  const nlohmann::json j = {
+      {"silent_corruption", true}, {"what", c.what}, {"ranks", c.ranks}, {"nodes", c.nodes}, {"exclude", exclude}};
+  write(j.dump());
+}
+
 std::string checksum_hex(std::uint64_t checksum) { return hash_hex(checksum); }
 
 }  // namespace kpipe::runtime

@@ -1,7 +1,8 @@
 #pragma once
 // Metrics as JSON Lines, one object per line, each of one kind: a step's ("step", "loss", ..., "step_seconds"),
 // a periodic validation's ("validation": true), a checkpoint written ("checkpoint": its file), and at the end one
-// with "final": true. Steps are numbered from 1 (core/step_number.hpp). Floats are written with 17 significant
+// with "final": true, or instead one with "silent_corruption": true, whose "exclude" a batch script reads
+// (scripts/slurm). Steps are numbered from 1 (core/step_number.hpp). Floats are written with 17 significant
 // digits, so a loss read back is the exact double that was computed.
 #include <cstdint>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "kpipe/core/memory_category.hpp"
+#include "kpipe/runtime/replica_check.hpp"
 #include "kpipe/runtime/step_stats.hpp"
 
 namespace kpipe::runtime {
@@ -40,6 +42,9 @@ class MetricsWriter {
   // training waited for it.
   void write_checkpoint(std::int64_t step, const std::string& file, double seconds);
   void write_final(const FinalMetrics& final);
+  // What a check found (runtime/replica_check.hpp): the line, the ranks and nodes, and "exclude": the nodes
+  // joined by commas, as sbatch --exclude takes them.
+  void write_corruption(const SilentCorruption& corruption);
 
  private:
   void write(const std::string& line);

@@ -1,0 +1,35 @@
+#include "kpipe/runtime/corruption_checks.hpp"
+
+#include <fmt/format.h>
+
+#include "kpipe/core/precisions.hpp"
+
+namespace kpipe::runtime {
+
+template <class T, class A> CorruptionChecks<T, A>::CorruptionChecks(StageModel<T, A>& stage) : stage_(&stage) {
+  if (stage.config().check.recompute_every > 0) recompute_.emplace(stage);
+}
+
+template <class T, class A> void CorruptionChecks<T, A>::before_step(std::int64_t step) {
+  recompute_armed_ = recompute_ && (step + 1) % stage_->config().check.recompute_every == 0;
+  if (recompute_armed_) recompute_->arm(step);
+}
+
+template <class T, class A>
+std::optional<SilentCorruption> CorruptionChecks<T, A>::after_step(std::int64_t step, bool checkpoint_follows) {
+  if (recompute_armed_) {
+    recompute_armed_ = false;
+    if (auto corruption = recompute_->verdict()) return corruption;
+  }
+  const auto& config = stage_->config();
+  const int every = config.check.replicas_every;
+  const bool due = every > 0 && ((step + 1) % every == 0 || step + 1 == config.train.steps);
+  if (stage_->grid().data_parallel == 1 || !due || checkpoint_follows) return std::nullopt;
+  return check_replicas(*stage_, fmt::format("after step {}", step + 1)).corruption;
+}
+
+#define KPIPE_INSTANTIATE(T, A) template class CorruptionChecks<T, A>;
+KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
+#undef KPIPE_INSTANTIATE
+
+}  // namespace kpipe::runtime

@@ -1,0 +1,40 @@
+#pragma once
+// When a training loop (kpipe-train's, the tests') checks for silent data corruption, at its step boundaries:
+// a recomputation (recompute_check.hpp) armed before every check.recompute_every-th step and judged after it;
+// the replicas compared (replica_check.hpp) after every check.replicas_every-th step and the run's last,
+// unless a checkpoint follows, whose save compares them itself before it writes (io/checkpoint.hpp). Every rank
+// gets the same finding; the loop stops with ExitCode::replicas_disagree on one.
+#include <cstdint>
+#include <optional>
+
+#include "kpipe/runtime/recompute_check.hpp"
+#include "kpipe/runtime/replica_check.hpp"
+#include "kpipe/runtime/stage_model.hpp"
+#include "kpipe/schedule/schedule.hpp"
+
+namespace kpipe::runtime {
+
+template <class T, class A> class CorruptionChecks {
+ public:
+  // The checks of stage.config().check on the stage (which outlives them).
+  explicit CorruptionChecks(StageModel<T, A>& stage);
+
+  // Whether observe() must see the trainer's compute actions (the recomputation is on).
+  bool observes() const { return recompute_.has_value(); }
+  void observe(const schedule::Action& action, int slot) {
+    if (recompute_) recompute_->observe(action, slot);
+  }
+
+  // Before step `step` (0-based) runs.
+  void before_step(std::int64_t step);
+  // Collective over the world, after step `step` ran (and its report, for asynchronous schedules, settled where a
+  // replica comparison is due). `checkpoint_follows`: a checkpoint of this step is written next.
+  std::optional<SilentCorruption> after_step(std::int64_t step, bool checkpoint_follows);
+
+ private:
+  StageModel<T, A>* stage_;
+  std::optional<RecomputeCheck<T, A>> recompute_;
+  bool recompute_armed_ = false;
+};
+
+}  // namespace kpipe::runtime
