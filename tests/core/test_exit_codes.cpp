@@ -57,7 +57,8 @@ TEST(ExitCodes, EveryCodeTheProgramsReturnIsInTheTable) {
   std::set<int> listed;
   for (const auto& row : exit_code_table()) listed.insert(row.code);
   for (const ExitCode code : {ExitCode::ok, ExitCode::failure, ExitCode::bad_input, ExitCode::peer_lost,
-                              ExitCode::non_finite, ExitCode::checkpoint_failed, ExitCode::checkpointed_on_signal,
+                              ExitCode::non_finite, ExitCode::checkpoint_failed, ExitCode::replicas_disagree,
+                              ExitCode::checkpointed_on_signal,
                               ExitCode::checkpointed_on_sigterm})
     EXPECT_EQ(listed.count(exit_status(code)), 1u) << exit_status(code);
 }

@@ -23,6 +23,7 @@
 #include "support/checkpointing.hpp"
 #include "support/corpus.hpp"
 #include "support/mpi_world.hpp"
+#include "support/shared_dir.hpp"
 
 namespace kpipe {
 namespace {
@@ -31,6 +32,7 @@ using test::world_size;
 
 namespace fs = std::filesystem;
 
+using test::SharedDir;
 using test::world_rank;
 
 Config config(int pipeline_size, const std::string& schedule, int chunks) {
@@ -48,26 +50,6 @@ Config config(int pipeline_size, const std::string& schedule, int chunks) {
   c.pipeline.chunks = chunks;
   return c;
 }
-
-// A directory every rank of the world names the same, removed at the end.
-struct SharedDir {
-  SharedDir() {
-    std::string name;
-    if (world_rank() == 0) name = (fs::temp_directory_path() / ("kpipe-test-ckpt-" + std::to_string(::getpid()))).string();
-    int size = int(name.size());
-    MPI_Bcast(&size, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    name.resize(std::size_t(size));
-    MPI_Bcast(name.data(), size, MPI_CHAR, 0, MPI_COMM_WORLD);
-    path = name;
-    if (world_rank() == 0) fs::create_directories(path);
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  ~SharedDir() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    if (world_rank() == 0) fs::remove_all(path);
-  }
-  std::string path;
-};
 
 struct Segment {
   std::vector<double> losses;

@@ -31,6 +31,9 @@
 # Only when named (the figures of docs/cluster.md's failure table, not CI):
 #   rank_killed  SIGKILL to one rank (rank 1, on kpn1) mid-run
 #   oom          the 6.95 GiB layout in the 1.5 GiB cgroup with memory.limit_per_rank = none: the OOM killer
+#   sdc_resubmit kpipe-train ending on silent data corruption on kpn2 (exit code 6, its metrics naming the node;
+#              the wrapper stands in for it: no real run can be made to show it): the job is FAILED, and the
+#              script submits it again without kpn2; the new job runs on kpn1 and completes
 # Usage: tests/slurm/run.sh [BUILD_DIR [CASE...]]   (default: build, every case; needs BUILD_DIR/apps/kpipe-train)
 # KPIPE_SLURM_SCRIPT tests another copy of the script (a site's adapted one, or a deliberately broken one).
 # As root, with Debian's slurmctld, slurmd, slurm-client and munge installed (.ci/jobs/50-slurm.sh does
@@ -45,7 +48,7 @@ shift $(($# > 0))
 cases=("$@")
 [ ${#cases[@]} -gt 0 ] ||
   cases=(runs cpus usr1 startup_batch startup_srun startup_ranks timelimit scancel srun_fails memlimit
-         nodes_1f1b nodes_usr1 node_lost gpu_script link_down)
+         nodes_1f1b nodes_usr1 node_lost gpu_script sdc_resubmit link_down)
 # The uninterrupted run is the reference for the one-node signal cases.
 case " ${cases[*]} " in *" usr1 "* | *" startup_"*) [ "${cases[0]}" = runs ] || cases=(runs "${cases[@]}") ;; esac
 [ -x "$train" ] || { echo "tests/slurm: no $train: build kpipe first"; exit 2; }
@@ -82,6 +85,13 @@ cat >"$work/bin/kpipe-train" <<EOF
 echo "rank=\${SLURM_PROCID:-?} restart=\${SLURM_RESTART_COUNT:-0} cpus=\$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) omp=\${OMP_NUM_THREADS:-} blas=\${OPENBLAS_NUM_THREADS:-} node=\$(hostname) local=\${SLURM_LOCALID:-?}" >>"\$RUN_DIR/probe"
 # The memlimit case: into the memory cgroup the test made (the rank and everything it starts).
 if [ -n "\${KPIPE_TEST_CGROUP:-}" ]; then echo \$\$ >"\$KPIPE_TEST_CGROUP/cgroup.procs" || exit 99; fi
+# The sdc_resubmit case: on node KPIPE_TEST_SDC_NODE, kpipe-train's end on silent data corruption (rank 0 writes
+# the metrics' record, runtime/metrics.hpp; every rank exits with 6).
+if [ "\$(hostname)" = "\${KPIPE_TEST_SDC_NODE:-}" ]; then
+  while [ \$# -gt 1 ] && [ "\$1" != --metrics ]; do shift; done
+  [ "\${SLURM_PROCID:-0}" != 0 ] || echo '{"exclude":"'"\$(hostname)"'","nodes":["'"\$(hostname)"'"],"ranks":[1],"silent_corruption":true,"what":"the replicas differ"}' >>"\$2"
+  exit 6
+fi
 exec "$train" "\$@"
 EOF
 chmod +x "$work/bin/kpipe-train"
@@ -523,6 +533,29 @@ case_oom() {
   wait_for 180 "end of the job" ended "$job" || return
   echo "  job $(field "$job" JobState), exit code $(field "$job" ExitCode), $(since "$at") s after submission"
   grep -E "^(srun|slurmstepd|kpipe)" "$dir/kpipe-$job.out" | cut -c1-200 | sed 's/^/    /'
+}
+
+# Silent data corruption on kpn2 (exit code 6, the wrapper standing in for kpipe-train there): the script submits
+# the job again, to start after it, without kpn2; the new job (same name and resources) runs on kpn1.
+case_sdc_resubmit() {
+  two_nodes || return
+  local first next
+  KPIPE_TEST_SDC_NODE=kpn2 submit sdc --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --nodelist=kpn2 -- \
+    "${model[@]}" --steps 20 || return
+  first=$job
+  wait_for 60 "end of the job" ended "$job" || return
+  expect_state FAILED 0
+  [ "$(field "$job" ExitCode)" = 6:0 ] || fail "exit code $(field "$job" ExitCode), expected 6:0"
+  expect_output "silent data corruption (exit code 6) on node(s) kpn2: resubmitting job $job without them"
+  next=$(sed -n 's/^Submitted batch job \([0-9]*\)$/\1/p' "$dir/kpipe-$job.out")
+  [ -n "$next" ] || { fail "no job submitted again"; return; }
+  job=$next
+  wait_for 120 "end of the job submitted again" ended "$job" || return
+  expect_state COMPLETED 0
+  [ "$(field "$job" ExcNodeList)" = kpn2 ] && [ "$(field "$job" NodeList)" = kpn1 ] && [ "$(field "$job" JobName)" = sdc ] ||
+    fail "job $job (name $(field "$job" JobName)) ran on $(field "$job" NodeList) excluding $(field "$job" ExcNodeList)"
+  [ -n "$(final_checksum "$dir/metrics-$job-0.jsonl")" ] || fail "job $job did not train to the end"
+  echo "  job $first ended with 6 on kpn2; job $job, submitted by it without kpn2, trained on kpn1"
 }
 
 # train-gpu.sbatch on both nodes with a CPU build: the code below its "The same in" line is the CPU script's,
