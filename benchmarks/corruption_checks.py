@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""What the checks for silent data corruption cost. kpipe-train, bench preset, fp32, 2 replicas of one stage
+(pipeline.data_parallel = 2, m = 8, 2 ranks):
+
+    benchmarks/corruption_checks.py --build-dir BUILD [--steps S] [--repeats R]
+
+Runs, in rounds of `--repeats`: no check (check.replicas_every = 0), the replicas compared every step (1) and at
+the default interval (10), and the recomputation every step (check.recompute_every = 1, replicas not compared).
+A check runs between steps, outside the step times in the metrics, so each run's figure is its training loop's
+wall time per step (the final metrics' `seconds` over `train.steps`: the first step, which allocates, is in every
+run alike); the overhead is against the run without checks of the same round, the median over the rounds.
+Prints a markdown table. See docs/performance.md.
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from run import loadavg, machine, run_timed  # noqa: E402
+
+# (label, kpipe-train options)
+RUNS = [
+    ("no check", ["--check.replicas_every", "0"]),
+    ("replicas compared every step", ["--check.replicas_every", "1"]),
+    ("replicas compared every 10 steps (the default)", ["--check.replicas_every", "10"]),
+    ("recomputation every step", ["--check.replicas_every", "0", "--check.recompute_every", "1"]),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--mpiexec", default="", help="MPI launcher and flags (default: mpiexec, plus "
+                    "--allow-run-as-root --oversubscribe as root)")
+    args = ap.parse_args()
+    if args.steps < 10 or args.repeats < 1:
+        raise SystemExit("--steps must be at least 10, --repeats at least 1")
+    train = str(Path(args.build_dir) / "apps" / "kpipe-train")
+    mpiexec = shlex.split(args.mpiexec or "mpiexec" + (" --allow-run-as-root --oversubscribe" if os.geteuid() == 0 else ""))
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    per_step = {label: [] for label, _ in RUNS}
+    load_before = loadavg()
+    with tempfile.TemporaryDirectory() as work:
+        for rep in range(args.repeats):
+            for k, (label, options) in enumerate(RUNS):
+                print(f"round {rep + 1}/{args.repeats}: {label} ...", file=sys.stderr)
+                metrics = Path(work) / f"m-{rep}-{k}.jsonl"
+                cmd = mpiexec + ["-n", "2", train, "--preset", "bench", "--data-parallel", "2", "--microbatches", "8",
+                                 "--steps", str(args.steps), "--train.eval_batches", "1", "--train.log_every",
+                                 "1000000", "--metrics", str(metrics)] + options
+                run_timed(cmd, env)  # exits on a failed run
+                final = [json.loads(l) for l in metrics.read_text().splitlines() if '"final"' in l][0]
+                per_step[label].append(final["seconds"] / args.steps)
+    base = per_step[RUNS[0][0]]
+    print(f"Machine: {machine().get('model_name', '?')}; bench preset, fp32, 2 replicas x 1 stage, m=8; {args.steps} "
+          f"steps x {args.repeats} rounds; load average before / after: {load_before} / {loadavg()}.\n")
+    print("| run | loop time per step (s), median | overhead against no check, median of rounds (min-max) |")
+    print("|---|---:|---|")
+    for label, _ in RUNS:
+        ratios = [t / b - 1 for t, b in zip(per_step[label], base)]
+        overhead = "-" if label == RUNS[0][0] else \
+            f"{100 * statistics.median(ratios):+.2f}% ({100 * min(ratios):+.2f}% to {100 * max(ratios):+.2f}%)"
+        print(f"| {label} | {statistics.median(per_step[label]):.4f} | {overhead} |")
+
+
+if __name__ == "__main__":
+    main()
