@@ -22,7 +22,9 @@ State& state() {
 // A collective starting: the nth matching one is remembered with its buffer.
 void started(void* buffer, int count, MPI_Datatype type, MPI_Comm comm, MPI_Request* request) {
   State& s = state();
-  if (!s.armed || s.fired || count != s.fault.count || type != MPI_FLOAT || comm != s.fault.comm) return;
+  if (!s.armed || s.fired || count != s.fault.count || type != MPI_FLOAT ||
+      (s.fault.comm != MPI_COMM_NULL && comm != s.fault.comm))
+    return;
   if (++s.seen != s.fault.nth) return;
   s.request = *request;
   s.buffer = static_cast<float*>(buffer);

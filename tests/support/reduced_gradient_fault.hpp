@@ -5,12 +5,14 @@
 // on a rank, the `nth` broadcast or all-reduce of `count` floats on `comm` (the replicas' gradient sum of one
 // chunk, runtime/gradient_reduction.hpp: one per step) gets bit `bit` of element `element` flipped when it
 // completes: the sum as that replica received it, before its optimizer step reads it.
+// The same file, built as the LD_PRELOAD shim kpipe_test_gradient_fault with gradient_fault_preload.cpp, does
+// this to kpipe-train (tests/e2e/silent_corruption.sh).
 #include <mpi.h>
 
 namespace kpipe::test {
 
 struct GradientFault {
-  MPI_Comm comm = MPI_COMM_NULL;  // the grid's replicas communicator
+  MPI_Comm comm = MPI_COMM_NULL;  // the grid's replicas communicator (MPI_COMM_NULL: any)
   int count = 0;                  // elements of the gradient buffer
   int nth = 1;                    // 1: the first such collective (step 0's)
   int element = 0;
