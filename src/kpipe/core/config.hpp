@@ -213,7 +213,7 @@ struct CheckpointConfig {
 // Checks for silent data corruption (runtime/replica_check.hpp, runtime/recompute_check.hpp): a fault that
 // changes bits without an error ends the run with exit code 6 before anything of it is checkpointed.
 struct CheckConfig {
-  int replicas_every = 10;  // compare the replicas' weights and optimizer state every this many steps (0: never)
+  int replicas_every = 10;  // compare the replicas' weights and optimizer state every this many steps (0: at checkpoints only)
   int recompute_every = 0;  // run one micro-batch's forward twice per rank every this many steps (0: never)
 };
 

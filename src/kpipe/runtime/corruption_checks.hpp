@@ -27,8 +27,8 @@ template <class T, class A> class CorruptionChecks {
 
   // Before step `step` (0-based) runs.
   void before_step(std::int64_t step);
-  // Collective over the world, after step `step` ran (and its report, for asynchronous schedules, settled where a
-  // replica comparison is due). `checkpoint_follows`: a checkpoint of this step is written next.
+  // Collective over the world, after step `step` ran (an asynchronous step's updates are done by then; its
+  // report need not be). `checkpoint_follows`: a checkpoint of this step is written next.
   std::optional<SilentCorruption> after_step(std::int64_t step, bool checkpoint_follows);
 
  private:
