@@ -8,8 +8,9 @@ Runs, in rounds of `--repeats`: no check (check.replicas_every = 0), the replica
 the default interval (10), and the recomputation every step (check.recompute_every = 1, replicas not compared).
 A check runs between steps, outside the step times in the metrics, so each run's figure is its training loop's
 wall time per step (the final metrics' `seconds` over `train.steps`: the first step, which allocates, is in every
-run alike); the overhead is against the run without checks of the same round, the median over the rounds.
-Prints a markdown table. See docs/performance.md.
+run alike), and its CPU seconds per step (both ranks'; less sensitive to other load on a shared machine); the
+overhead is against the run without checks of the same round, the median over the rounds. Prints a markdown
+table. See docs/performance.md.
 """
 import argparse
 import json
@@ -46,6 +47,7 @@ def main():
     mpiexec = shlex.split(args.mpiexec or "mpiexec" + (" --allow-run-as-root --oversubscribe" if os.geteuid() == 0 else ""))
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     per_step = {label: [] for label, _ in RUNS}
+    cpu_per_step = {label: [] for label, _ in RUNS}
     load_before = loadavg()
     with tempfile.TemporaryDirectory() as work:
         for rep in range(args.repeats):
@@ -55,19 +57,23 @@ def main():
                 cmd = mpiexec + ["-n", "2", train, "--preset", "bench", "--data-parallel", "2", "--microbatches", "8",
                                  "--steps", str(args.steps), "--train.eval_batches", "1", "--train.log_every",
                                  "1000000", "--metrics", str(metrics)] + options
-                run_timed(cmd, env)  # exits on a failed run
+                _, _, cpu = run_timed(cmd, env)  # exits on a failed run
                 final = [json.loads(l) for l in metrics.read_text().splitlines() if '"final"' in l][0]
                 per_step[label].append(final["seconds"] / args.steps)
-    base = per_step[RUNS[0][0]]
+                cpu_per_step[label].append(cpu / args.steps)
     print(f"Machine: {machine().get('model_name', '?')}; bench preset, fp32, 2 replicas x 1 stage, m=8; {args.steps} "
           f"steps x {args.repeats} rounds; load average before / after: {load_before} / {loadavg()}.\n")
-    print("| run | loop time per step (s), median | overhead against no check, median of rounds (min-max) |")
-    print("|---|---:|---|")
+    print("| run | loop time per step (s) | overhead (min to max) | CPU s per step | CPU overhead (min to max) |")
+    print("|---|---:|---|---:|---|")
+
+    def overhead(figures, label):
+        ratios = [t / b - 1 for t, b in zip(figures[label], figures[RUNS[0][0]])]
+        return "-" if label == RUNS[0][0] else \
+            f"{100 * statistics.median(ratios):+.1f}% ({100 * min(ratios):+.1f}% to {100 * max(ratios):+.1f}%)"
+
     for label, _ in RUNS:
-        ratios = [t / b - 1 for t, b in zip(per_step[label], base)]
-        overhead = "-" if label == RUNS[0][0] else \
-            f"{100 * statistics.median(ratios):+.2f}% ({100 * min(ratios):+.2f}% to {100 * max(ratios):+.2f}%)"
-        print(f"| {label} | {statistics.median(per_step[label]):.4f} | {overhead} |")
+        print(f"| {label} | {statistics.median(per_step[label]):.3f} | {overhead(per_step, label)} | "
+              f"{statistics.median(cpu_per_step[label]):.3f} | {overhead(cpu_per_step, label)} |")
 
 
 if __name__ == "__main__":

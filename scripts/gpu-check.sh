@@ -182,9 +182,11 @@ if [ $skip_tests -eq 0 ]; then
     name=$(basename "$program")
     [ "$name" = kpipe_test_stalled_peer ] && continue  # a stage of tests/e2e/recv_timeout.sh, not a test program
     spent "$name" && continue
-    if [ "$name" = kpipe_test_mpi ]; then
+    if [ "$name" = kpipe_test_mpi ] || [ "$name" = kpipe_test_sdc ]; then
       [ -n "$mpiexec" ] || { echo "gpu-check: no mpiexec here: $name skipped"; continue; }
-      runs=("${kpipe_env[@]}" "$mpiexec" -n 2 $mpiflags "$program")
+      ranks=2
+      [ "$name" = kpipe_test_sdc ] && ranks=6  # 3 replicas x 2 stages
+      runs=("${kpipe_env[@]}" "$mpiexec" -n $ranks $mpiflags "$program")
     else
       runs=("${kpipe_env[@]}" "$program")
     fi
