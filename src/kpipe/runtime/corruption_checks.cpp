@@ -23,8 +23,8 @@ std::optional<SilentCorruption> CorruptionChecks<T, A>::after_step(std::int64_t 
   }
   const auto& config = stage_->config();
   const int every = config.check.replicas_every;
-  const bool due = every > 0 && ((step + 1) % every == 0 || step + 1 == config.train.steps);
-  if (stage_->grid().data_parallel == 1 || !due || checkpoint_follows) return std::nullopt;
+  const bool due = checkpoint_follows || (every > 0 && ((step + 1) % every == 0 || step + 1 == config.train.steps));
+  if (stage_->grid().data_parallel == 1 || !due) return std::nullopt;
   return check_replicas(*stage_, fmt::format("after step {}", step + 1)).corruption;
 }
 

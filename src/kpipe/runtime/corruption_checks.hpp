@@ -1,9 +1,9 @@
 #pragma once
 // When a training loop (kpipe-train's, the tests') checks for silent data corruption, at its step boundaries:
 // a recomputation (recompute_check.hpp) armed before every check.recompute_every-th step and judged after it;
-// the replicas compared (replica_check.hpp) after every check.replicas_every-th step and the run's last,
-// unless a checkpoint follows, whose save compares them itself before it writes (io/checkpoint.hpp). Every rank
-// gets the same finding; the loop stops with ExitCode::replicas_disagree on one.
+// the replicas compared (replica_check.hpp) after every check.replicas_every-th step, the run's last and any
+// a checkpoint follows (its snapshot compares them again, io/checkpoint.hpp, for callers without this loop).
+// Every rank gets the same finding; the loop stops with ExitCode::replicas_disagree on one.
 #include <cstdint>
 #include <optional>
 
@@ -28,7 +28,8 @@ template <class T, class A> class CorruptionChecks {
   // Before step `step` (0-based) runs.
   void before_step(std::int64_t step);
   // Collective over the world, after step `step` ran (an asynchronous step's updates are done by then; its
-  // report need not be). `checkpoint_follows`: a checkpoint of this step is written next.
+  // report need not be). `checkpoint_follows`: a checkpoint of this step is written next (compared whatever
+  // the interval).
   std::optional<SilentCorruption> after_step(std::int64_t step, bool checkpoint_follows);
 
  private:
