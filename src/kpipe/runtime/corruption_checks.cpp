@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/core/step_number.hpp"
 
 namespace kpipe::runtime {
 
@@ -11,7 +12,7 @@ template <class T, class A> CorruptionChecks<T, A>::CorruptionChecks(StageModel<
 }
 
 template <class T, class A> void CorruptionChecks<T, A>::before_step(std::int64_t step) {
-  recompute_armed_ = recompute_ && (step + 1) % stage_->config().check.recompute_every == 0;
+  recompute_armed_ = recompute_ && step_number(step) % stage_->config().check.recompute_every == 0;
   if (recompute_armed_) recompute_->arm(step);
 }
 
@@ -23,9 +24,10 @@ std::optional<SilentCorruption> CorruptionChecks<T, A>::after_step(std::int64_t 
   }
   const auto& config = stage_->config();
   const int every = config.check.replicas_every;
-  const bool due = checkpoint_follows || (every > 0 && ((step + 1) % every == 0 || step + 1 == config.train.steps));
+  const std::int64_t number = step_number(step);
+  const bool due = checkpoint_follows || (every > 0 && (number % every == 0 || number == config.train.steps));
   if (stage_->grid().data_parallel == 1 || !due) return std::nullopt;
-  return check_replicas(*stage_, fmt::format("after step {}", step + 1)).corruption;
+  return check_replicas(*stage_, fmt::format("after step {}", number)).corruption;
 }
 
 #define KPIPE_INSTANTIATE(T, A) template class CorruptionChecks<T, A>;

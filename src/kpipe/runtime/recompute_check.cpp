@@ -7,6 +7,7 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/order_free_hash.hpp"
 #include "kpipe/core/precisions.hpp"
+#include "kpipe/core/step_number.hpp"
 
 namespace kpipe::runtime {
 
@@ -45,7 +46,7 @@ template <class T, class A> std::optional<SilentCorruption> RecomputeCheck<T, A>
   done_.clear();  // disarmed
   const auto all = comm::allgather(std::vector<int>{mismatch_microbatch_, mismatch_chunk_}, grid.world,
                                    {stage_->config().pipeline.recv_timeout_s,
-                                    fmt::format("the recomputation check of step {}", step + 1), grid.nodes});
+                                    fmt::format("the recomputation check of step {}", step_number(step)), grid.nodes});
   SilentCorruption corruption;
   std::string ranks;
   for (int r = 0; r < grid.world_size; ++r) {
@@ -59,7 +60,7 @@ template <class T, class A> std::optional<SilentCorruption> RecomputeCheck<T, A>
                          r % grid.pipeline_size, node, microbatch, chunk);
   }
   if (corruption.ranks.empty()) return std::nullopt;
-  corruption.what = fmt::format("a forward computed twice gave different bytes in step {}: {}", step + 1, ranks);
+  corruption.what = fmt::format("a forward computed twice gave different bytes in step {}: {}", step_number(step), ranks);
   return corruption;
 }
 
