@@ -8,9 +8,9 @@
 # kpipe-sim's cases belong with its command line (not covered here). kpipe-eval's 3 is not provoked: it shows
 # nothing while it evaluates, so a rank cannot be stopped after its start-up agreement (bounded by the default
 # 300 s) without a race; its waits are kpipe-generate's, which is.
-# Usage: exit_codes.sh TRAIN EVAL GENERATE PREPARE INSPECT FAIL_IO_SHIM MPIEXEC [MPIEXEC_FLAGS...]
+# Usage: exit_codes.sh TRAIN EVAL GENERATE PREPARE INSPECT FAIL_IO_SHIM GRADIENT_FAULT_SHIM MPIEXEC [MPIEXEC_FLAGS...]
 set -u
-train=$1; eval_app=$2; generate=$3; prepare=$4; inspect=$5; shim=$6; shift 6
+train=$1; eval_app=$2; generate=$3; prepare=$4; inspect=$5; shim=$6; gradient_fault=$7; shift 7
 mpiexec=("$@")
 source "$(dirname "$0")/checkpoint_common.sh"
 dir=$(mktemp -d)
@@ -136,6 +136,13 @@ case_ kpipe-train 4 "non-finite steps" -- "$train" "${tiny[@]}" --steps 20 --lr 
   --train.max_skipped_steps 2
 case_ kpipe-train 5 "a checkpoint on a full disk" -- env LD_PRELOAD="$shim" KPIPE_FAIL_IO_PATH=step-00000002 \
   "$train" "${tiny[@]}" --steps 4 --checkpoint-dir ck5 --checkpoint-every 2
+# One bit of replica 1's reduced gradient flipped in step 2 (tests/support/gradient_fault_preload.cpp): the
+# gradient is the whole model's on 2 replicas of one stage.
+"$train" "${tiny[@]}" --steps 1 --metrics p.jsonl >/dev/null 2>&1
+params=$(sed -n 's/.*"num_params":\([0-9]*\).*/\1/p' p.jsonl)
+case_ kpipe-train 6 "replicas that disagree" -- env LD_PRELOAD="$gradient_fault" KPIPE_GRADIENT_FAULT="$params:2:3:20" \
+  KPIPE_GRADIENT_FAULT_RANK=1 "${mpiexec[@]}" -x LD_PRELOAD -x KPIPE_GRADIENT_FAULT -x KPIPE_GRADIENT_FAULT_RANK -n 2 \
+  "$train" --data-parallel 2 --microbatches 2 "${tiny[@]}" --steps 4 --check.replicas_every 2
 signal_case kpipe-train 75 "SIGUSR1" USR1 -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 "${tiny[@]}" \
   --steps 100000 --checkpoint-dir ck75
 signal_case kpipe-train 143 "SIGTERM" TERM -- "${mpiexec[@]}" -n 2 "$train" --pipeline-size 2 "${tiny[@]}" \
