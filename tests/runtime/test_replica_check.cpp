@@ -19,7 +19,7 @@ namespace kpipe {
 namespace {
 
 // pipeline_size x data_parallel ranks, `per_node` consecutive world ranks per node n1, n2, ...
-comm::ProcessGrid grid_of(int pipeline_size, int data_parallel, int per_node) {
+comm::ProcessGrid replicated_grid(int pipeline_size, int data_parallel, int per_node) {
   comm::ProcessGrid g;
   g.world_size = pipeline_size * data_parallel;
   g.pipeline_size = pipeline_size;
@@ -31,14 +31,14 @@ comm::ProcessGrid grid_of(int pipeline_size, int data_parallel, int per_node) {
 }
 
 TEST(ReplicaCheck, AgreedReplicasGiveTheModelsHashAsTheSumOfItsStages) {
-  const auto g = grid_of(2, 3, 2);
+  const auto g = replicated_grid(2, 3, 2);
   const auto verdict = runtime::judge_replicas({10, 32, 10, 32, 10, 32}, g, "after step 4");
   EXPECT_TRUE(verdict.agreed());
   EXPECT_EQ(verdict.state_hash, 42u);
 }
 
 TEST(ReplicaCheck, NamesTheOddOneOutOfThree) {
-  const auto g = grid_of(2, 3, 2);  // stage 1 of replica 2 is world rank 5, on n3
+  const auto g = replicated_grid(2, 3, 2);  // stage 1 of replica 2 is world rank 5, on n3
   const auto verdict = runtime::judge_replicas({10, 32, 10, 32, 10, 33}, g, "after step 4");
   ASSERT_FALSE(verdict.agreed());
   EXPECT_EQ(verdict.corruption->what,
@@ -49,7 +49,7 @@ TEST(ReplicaCheck, NamesTheOddOneOutOfThree) {
 }
 
 TEST(ReplicaCheck, NamesBothOfTwo) {
-  const auto g = grid_of(2, 2, 1);
+  const auto g = replicated_grid(2, 2, 1);
   const auto verdict = runtime::judge_replicas({7, 8, 9, 8}, g, "after step 1");
   ASSERT_FALSE(verdict.agreed());
   EXPECT_EQ(verdict.corruption->what,
@@ -60,7 +60,7 @@ TEST(ReplicaCheck, NamesBothOfTwo) {
 }
 
 TEST(ReplicaCheck, NamesEveryReplicaWithoutAMajorityAndEveryStageThatDiffers) {
-  const auto g = grid_of(2, 4, 4);  // replicas 0 and 1 on n1, 2 and 3 on n2
+  const auto g = replicated_grid(2, 4, 4);  // replicas 0 and 1 on n1, 2 and 3 on n2
   // Stage 0: 2 against 2; stage 1: replica 3 alone.
   const auto verdict = runtime::judge_replicas({1, 5, 1, 5, 2, 5, 2, 6}, g, "after step 9");
   ASSERT_FALSE(verdict.agreed());
@@ -75,14 +75,14 @@ TEST(ReplicaCheck, NamesEveryReplicaWithoutAMajorityAndEveryStageThatDiffers) {
 }
 
 TEST(ReplicaCheck, OneReplicaAlwaysAgrees) {
-  const auto verdict = runtime::judge_replicas({3, 4, 5}, grid_of(3, 1, 1), "after step 2");
+  const auto verdict = runtime::judge_replicas({3, 4, 5}, replicated_grid(3, 1, 1), "after step 2");
   EXPECT_TRUE(verdict.agreed());
   EXPECT_EQ(verdict.state_hash, 12u);
 }
 
 // The metrics' record, whose "exclude" the batch scripts read with sed (scripts/slurm/train-*.sbatch).
 TEST(ReplicaCheck, TheMetricsRecordGivesTheNodesAsSbatchExcludeTakesThem) {
-  const auto g = grid_of(2, 2, 1);
+  const auto g = replicated_grid(2, 2, 1);
   const auto verdict = runtime::judge_replicas({7, 8, 9, 8}, g, "after step 1");
   ASSERT_FALSE(verdict.agreed());
   const std::string path =
