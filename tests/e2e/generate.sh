@@ -24,9 +24,10 @@ echo "bytes, seed 5, 1 rank:  $(printf '%s' "$one" | head -c 120 | tr '\n' '|')"
 [ "${one#The cat }" != "$one" ] || fail "bytes: the text does not start with the prompt"
 grep -q "ms per token" "$dir/err2" || fail "no speed line: $(cat "$dir/err2")"
 # Text (stdout) and report (stderr) on one terminal under mpiexec: the text whole, then the report, each on
-# lines of their own, however mpiexec forwards the two streams.
+# lines of their own, however mpiexec forwards the two streams. One thread a rank: an OpenMP build's threads
+# would make Kokkos warn of oversubscribed cores on the same terminal.
 for k in 1 2 3; do
-  "${mpiexec[@]}" -n 2 "$generate" "$dir/ck" "${args[@]}" --seed 5 >"$dir/both.txt" 2>&1
+  OMP_NUM_THREADS=1 "${mpiexec[@]}" -n 2 "$generate" "$dir/ck" "${args[@]}" --seed 5 >"$dir/both.txt" 2>&1
   [ "$(head -c "$(printf '%s' "$two" | wc -c)" "$dir/both.txt")" = "$two" ] && [ "$(tail -n 1 "$dir/both.txt" | cut -c1-16)" = "kpipe-generate: " ] &&
     [ "$(wc -l <"$dir/both.txt")" -eq "$(($(printf '%s\n' "$two" | wc -l) + 1))" ] ||
     fail "run $k: the text and the report line run into each other: $(tr '\n' '|' <"$dir/both.txt" | head -c 300)"
