@@ -139,24 +139,20 @@ const CLI::Validator at_least_one(
       return CLI::detail::lexical_cast(text, value) && value >= 1 ? "" : text + " is not a positive integer";
     },
     "");
-// A time, a size or a count: at most 1e15, so that a step's simulated times stay finite (1e308 overflowed them
-// to infinity and the simulation to a deadlock).
-const CLI::Validator non_negative(
-    [](std::string& text) {
-      double value = 0;
-      return CLI::detail::lexical_cast(text, value) && value >= 0 && value <= 1e15
-                 ? ""
-                 : text + " is not a number from 0 to 1e15";
-    },
-    "");
-// A rate (FLOP/s, bytes/s): from 1 to 1e21, for the same reason.
-const CLI::Validator a_rate(
-    [](std::string& text) {
-      double value = 0;
-      return CLI::detail::lexical_cast(text, value) && value >= 1 && value <= 1e21 ? ""
-                                                                                   : text + " is not a number from 1 to 1e21";
-    },
-    "");
+// A number from `low` to `high` (`range` says so in the message). Bounded so that a step's simulated times stay
+// finite: 1e308 overflowed them to infinity and the simulation to a deadlock.
+CLI::Validator number_in(double low, double high, const std::string& range) {
+  return CLI::Validator(
+      [=](std::string& text) {
+        double value = 0;
+        return CLI::detail::lexical_cast(text, value) && value >= low && value <= high
+                   ? ""
+                   : text + " is not a number from " + range;
+      },
+      "");
+}
+const CLI::Validator non_negative = number_in(0, 1e15, "0 to 1e15");  // a time, a size or a count
+const CLI::Validator a_rate = number_in(1, 1e21, "1 to 1e21");         // FLOP/s, bytes/s
 
 // The library names configuration keys; here the user typed options.
 std::string in_option_terms(std::string message) {
