@@ -136,9 +136,9 @@ int inspect_checkpoint(const std::string& path) {
   fmt::print("step {} | format version {} | run {} | kpipe {} | created {}\n", info.step, info.format_version,
              info.run_id, info.kpipe_version, info.created);
   fmt::print("layout: pipeline_size {}, data_parallel {}, chunks {}, schedule {} | precision {} ({} masters) | "
-             "manifest fnv1a64 {} | state hash {}\n",
+             "manifest {} {} | state hash {}\n",
              info.pipeline_size, info.data_parallel, info.chunks, info.schedule, info.precision, info.scalar_type,
-             hash_hex(info.manifest_hash), info.state_hash.empty() ? "none recorded" : info.state_hash);
+             to_string(io::hash_of_format(info.format_version)), hash_hex(info.manifest_hash), info.state_hash.empty() ? "none recorded" : info.state_hash);
   int damaged = 0;
   // Read (and checked) as kpipe-generate would; shown by kind and vocabulary, not listed as a tensor.
   try {

@@ -3,7 +3,7 @@
 # refused before it trains (or, with checkpoint.other_runs = keep, writes beside them, skipping a step that is
 # theirs with a warning, and prunes only its own, oldest first), --resume continues the run `latest` names, a
 # second training in a directory in use is refused while the first runs, and a directory whose parent is
-# missing, or a read-only one, is refused at start.
+# missing, or a read-only one, is refused at start; a checkpoint of the previous format_version resumes exactly.
 # Usage: checkpoint_runs.sh KPIPE_TRAIN MPIEXEC [MPIEXEC_FLAGS...]
 set -u
 train=$1; shift
@@ -82,5 +82,18 @@ if mount -t tmpfs -o ro,size=1m tmpfs "$dir/ro" 2>/dev/null; then
 else
   echo "skipping the read-only case: cannot mount a read-only tmpfs here"
 fi
+# A checkpoint of format_version 2 (FNV-1a hashes; written by the kpipe before 3, kept in tests/io/data) resumes:
+# two more steps give an uninterrupted 4-step run's param_checksum, and the new checkpoint is format_version 3.
+old=(--pipeline-size 2 --model.d_model 8 --model.n_heads 2 --model.seq_len 8)
+cp -r "$(dirname "$0")/../io/data/format_version_2" "$dir/v2"
+timeout 120 "$@" -n 2 "$train" "${old[@]}" --steps 4 --metrics "$dir/straight.jsonl" >/dev/null 2>&1 ||
+  fail "the uninterrupted 4 steps failed"
+timeout 120 "$@" -n 2 "$train" "${old[@]}" --steps 4 --checkpoint-dir "$dir/v2" --resume \
+  --metrics "$dir/resumed.jsonl" >/dev/null 2>"$dir/err" || fail "resume from format_version 2: $(grep kpipe "$dir/err")"
+[ -n "$(final_checksum "$dir/straight.jsonl")" ] &&
+  [ "$(final_checksum "$dir/resumed.jsonl")" = "$(final_checksum "$dir/straight.jsonl")" ] && ok ||
+  fail "resumed from format_version 2: param_checksum $(final_checksum "$dir/resumed.jsonl"), uninterrupted $(final_checksum "$dir/straight.jsonl")"
+grep -q '^manifest_xxh64 ' "$dir/v2/latest" && [ "$(sed -n 1p "$dir/v2/latest")" = step-00000004.h5 ] && ok ||
+  fail "the resumed run's checkpoint is not the one latest names with its xxh64: $(cat "$dir/v2/latest")"
 echo "$passes passed, $failures failed"
 [ $failures -eq 0 ]

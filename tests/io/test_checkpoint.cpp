@@ -25,6 +25,7 @@
 #include "kpipe/io/checkpoint.hpp"
 #include "kpipe/h5/file.hpp"
 #include "kpipe/io/checkpoint_tokenizer.hpp"
+#include "kpipe/io/param_checksum.hpp"
 #include "kpipe/runtime/trainer.hpp"
 #include "support/async_config.hpp"
 #include "support/checkpointing.hpp"
@@ -108,16 +109,17 @@ std::string saved_after(const Config& c, int steps, const std::string& dir, int 
 
 // Everything a checkpoint restores: the values, both moments, the step.
 std::uint64_t state_hash(const runtime::Trainer<float>& trainer) {
-  std::uint64_t h = fnv1a64_basis;
+  Xxh64 h;
   for (int c = 0; c < trainer.stage().chunks(); ++c) {
     const auto& store = trainer.stage().chunk(c).params();
     for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()}) {
       auto host = Kokkos::create_mirror_view_and_copy(HostSpace{}, *buffer);
-      h = fnv1a64(host.data(), host.span() * sizeof(float), h);
+      h.update(host.data(), host.span() * sizeof(float));
     }
   }
   const std::int64_t step = trainer.next_step();
-  return fnv1a64(&step, sizeof step, h);
+  h.update(&step, sizeof step);
+  return h.digest();
 }
 
 // Rewrites an attribute of the root group through HDF5 (as a tool or a script would: HDF5's own checksums
@@ -182,7 +184,7 @@ TEST(Checkpoint, OneFileShowsTheWholeModelByNameWithChecksums) {
     EXPECT_EQ(link.type, H5L_TYPE_HARD) << name;
     const hid_t dataset = H5Dopen2(file, name, H5P_DEFAULT);
     ASSERT_GE(dataset, 0) << name;
-    EXPECT_GT(H5Aexists(dataset, "fnv1a64"), 0) << name;
+    EXPECT_GT(H5Aexists(dataset, "xxh64"), 0) << name;
     H5Dclose(dataset);
   }
   for (const char* attribute : {"format", "format_version", "kpipe_version", "created", "step", "config", "run_id"})
@@ -190,7 +192,7 @@ TEST(Checkpoint, OneFileShowsTheWholeModelByNameWithChecksums) {
   H5Fclose(file);
   const auto info = io::read_checkpoint_info(path);
   EXPECT_EQ(info.step, 1);
-  EXPECT_EQ(info.format_version, 2);
+  EXPECT_EQ(info.format_version, io::checkpoint_format_version);
   EXPECT_EQ(info.tensors, 2 + 2 * 12 + 3);  // wte, wpe; 12 per block; ln_f gamma, beta, lm_head
   EXPECT_EQ(info.run_id.size(), 16u);
   EXPECT_EQ(io::checkpoint_config(path).model.d_model, 16);
@@ -780,7 +782,8 @@ TEST(Checkpoint, TheOldFormatIsRefusedNamingItsVersion) {
   for (const std::string& path : {dir + "/step-00000004", dir + "/step-00000004/checkpoint.h5"}) {
     const std::string message = error_of([&] { io::read_checkpoint_info(path); });
     EXPECT_NE(message.find("format_version 1"), std::string::npos) << path << ": " << message;
-    EXPECT_NE(message.find("format_version 2"), std::string::npos) << path << ": " << message;
+    EXPECT_NE(message.find(fmt::format("format_version {}", io::checkpoint_format_version)), std::string::npos)
+        << path << ": " << message;
   }
   CheckpointConfig resume;
   resume.dir = dir;
@@ -791,6 +794,48 @@ TEST(Checkpoint, TheOldFormatIsRefusedNamingItsVersion) {
   // A new run there is refused too (another run's checkpoints), never pruned.
   message = error_of([&] { Dir d(dir); });
   EXPECT_NE(message.find("format_version 1"), std::string::npos) << message;
+}
+
+// A checkpoint of format_version 2 (FNV-1a 64 hashes), written by the kpipe before format_version 3 (a
+// 2-stage run of 2 steps, kept in tests/io/data): every dataset reads back checked with its own hash, a flipped
+// byte is named with it, and its param_checksum equals that of the same state written as format_version 3.
+TEST(Checkpoint, TheFormatBeforeIsReadWithItsOwnHash) {
+  const std::string fixture = std::string(KPIPE_SOURCE_DIR) + "/tests/io/data/format_version_2/step-00000002.h5";
+  const io::CheckpointReader old(fixture);
+  EXPECT_EQ(old.format_version(), 2);
+  EXPECT_EQ(old.hash_kind(), ByteHash::fnv1a64);
+  std::string tensor;  // the bytes of the first large tensor, to damage below
+  for (const auto& entry : old.datasets()) {
+    const std::string bytes = old.read_verified(entry);
+    EXPECT_EQ(fnv1a64(bytes), entry.hash) << entry.name;
+    if (tensor.empty() && bytes.size() >= 1024 && entry.name.rfind("/model/", 0) == 0) tensor = entry.name;
+  }
+  ASSERT_FALSE(tensor.empty());
+
+  // The same state saved by this kpipe: format_version 3, the same param_checksum.
+  test::TempDir tmp;
+  Config config = io::checkpoint_config(fixture);
+  config.pipeline.pipeline_size = 1;  // any layout loads it: here one process
+  SelfRun run(config);
+  test::load(run.trainer, fixture);
+  Dir d(tmp.path("ck"));
+  const io::CheckpointReader now(saved(run.trainer, d.dir));
+  EXPECT_EQ(now.format_version(), io::checkpoint_format_version);
+  EXPECT_EQ(now.hash_kind(), ByteHash::xxh64);
+  EXPECT_EQ(io::param_checksum(now), io::param_checksum(old));
+  EXPECT_EQ(now.find(tensor)->hash, xxh64(old.read_verified(*old.find(tensor))));
+
+  // One flipped byte of that tensor, named with the file's hash.
+  const std::string needle = old.read_verified(*old.find(tensor)).substr(0, 64);
+  std::string bytes = read_file(fixture);
+  const auto at = bytes.find(needle);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 9] ^= 0x20;
+  const std::string damaged = tmp.path("damaged.h5");
+  write_file(damaged, bytes);
+  const io::CheckpointReader reader(damaged);
+  const std::string message = corruption_of([&] { reader.read_verified(*reader.find(tensor)); });
+  EXPECT_NE(message.find(tensor + " fails its checksum (fnv1a64"), std::string::npos) << message;
 }
 
 TEST(Checkpoint, ConfigChecks) {

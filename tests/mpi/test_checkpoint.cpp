@@ -344,7 +344,7 @@ TEST(CheckpointSaver, BesideTheTrainingWritesWhatAWaitingSaveWrites) {
     ASSERT_EQ(a.datasets().size(), b.datasets().size()) << schedule;
     for (std::size_t k = 0; k < a.datasets().size(); ++k) {
       EXPECT_EQ(a.datasets()[k].name, b.datasets()[k].name) << schedule;
-      EXPECT_EQ(a.datasets()[k].fnv1a64, b.datasets()[k].fnv1a64) << schedule << " " << a.datasets()[k].name;
+      EXPECT_EQ(a.datasets()[k].hash, b.datasets()[k].hash) << schedule << " " << a.datasets()[k].name;
     }
     EXPECT_EQ(a.number("step"), 3);
     EXPECT_EQ(b.number("step"), 3);

@@ -66,7 +66,7 @@ void check_identity(const CheckpointReader& reader, const Expected* expected) {
                                         "it (a file of another run put in its place?)",
                                         reader.path(), run, expected->run_id));
   if (expected->manifest_hash != 0 && reader.manifest_hash() != expected->manifest_hash)
-    throw CorruptCheckpoint(fmt::format("checkpoint file '{}' is not the one `latest` recorded (manifest fnv1a64 {}, "
+    throw CorruptCheckpoint(fmt::format("checkpoint file '{}' is not the one `latest` recorded (manifest hash {}, "
                                         "recorded {}): replaced since it was written",
                                         reader.path(), hash_hex(reader.manifest_hash()),
                                         hash_hex(expected->manifest_hash)));

@@ -31,12 +31,10 @@ std::string new_run_id() {
   std::random_device device;
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  std::uint64_t h = fnv1a64(host);
   const std::uint64_t mix[] = {std::uint64_t(device()) << 32 | device(),
                                std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count()),
                                std::uint64_t(::getpid())};
-  h = fnv1a64(mix, sizeof mix, h);
-  return hash_hex(h);
+  return hash_hex(xxh64(mix, sizeof mix, xxh64(std::string_view(host))));
 }
 }  // namespace
 

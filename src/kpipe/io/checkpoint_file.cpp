@@ -53,15 +53,18 @@ bool parse_type(const std::string& text, ElementType& type) {
   return false;
 }
 
+constexpr ByteHash written_hash = hash_of_format(checkpoint_format_version);
+
 json entry_json(const DatasetEntry& e) {
-  return {{"name", e.name}, {"type", to_string(e.type)}, {"shape", e.shape}, {"fnv1a64", hash_hex(e.fnv1a64)}};
+  return {{"name", e.name}, {"type", to_string(e.type)}, {"shape", e.shape}, {to_string(written_hash), hash_hex(e.hash)}};
 }
 
-// A manifest entry back; false when malformed.
-bool entry_from(const json& j, DatasetEntry& e) {
-  if (!j.is_object() || !j.contains("name") || !j.contains("type") || !j.contains("shape") || !j.contains("fnv1a64"))
+// A manifest entry back (its hash under the key `kind` names); false when malformed.
+bool entry_from(const json& j, DatasetEntry& e, ByteHash kind = written_hash) {
+  const char* key = to_string(kind);
+  if (!j.is_object() || !j.contains("name") || !j.contains("type") || !j.contains("shape") || !j.contains(key))
     return false;
-  if (!j["name"].is_string() || !j["type"].is_string() || !j["shape"].is_array() || !j["fnv1a64"].is_string())
+  if (!j["name"].is_string() || !j["type"].is_string() || !j["shape"].is_array() || !j[key].is_string())
     return false;
   e.name = j["name"].get<std::string>();
   if (!parse_type(j["type"].get<std::string>(), e.type)) return false;
@@ -70,9 +73,9 @@ bool entry_from(const json& j, DatasetEntry& e) {
     if (!d.is_number_integer() || d.get<std::int64_t>() < 0) return false;
     e.shape.push_back(d.get<std::int64_t>());
   }
-  const std::string hex = j["fnv1a64"].get<std::string>();
+  const std::string hex = j[key].get<std::string>();
   if (hex.size() != 16 || hex.find_first_not_of("0123456789abcdef") != std::string::npos) return false;
-  e.fnv1a64 = std::stoull(hex, nullptr, 16);
+  e.hash = std::stoull(hex, nullptr, 16);
   return true;
 }
 
@@ -178,7 +181,7 @@ std::string create_layout(const std::string& path, const std::vector<DatasetEntr
     note(dataset.valid(), "cannot create dataset " + e.name, why);
     if (!dataset.valid()) continue;
     try {
-      h5::write_u64_attribute(dataset.get(), "fnv1a64", e.fnv1a64);
+      h5::write_u64_attribute(dataset.get(), to_string(written_hash), e.hash);
     } catch (const InputError& error) {
       note(false, error.what());
     }
@@ -190,7 +193,7 @@ std::string create_layout(const std::string& path, const std::vector<DatasetEntr
     note(dataset.valid(), "cannot create the manifest", why);
     if (dataset.valid()) {
       try {
-        h5::write_u64_attribute(dataset.get(), "fnv1a64", fnv1a64(manifest));
+        h5::write_u64_attribute(dataset.get(), to_string(written_hash), xxh64(manifest));
       } catch (const InputError& error) {
         note(false, error.what());
       }
@@ -215,7 +218,7 @@ std::string create_layout(const std::string& path, const std::vector<DatasetEntr
 // What each rank writes and hashes at a time: small enough to stay in cache between the two.
 constexpr std::size_t write_piece = std::size_t(4) << 20;
 
-// Rank 0, once every rank's bytes are on storage: every dataset's fnv1a64 attribute and the manifest's (made
+// Rank 0, once every rank's bytes are on storage: every dataset's hash attribute and the manifest's (made
 // with zeros, before the hashes were known) set to the hashes, then the manifest's bytes at `manifest_offset`,
 // made durable. "" or what failed, with HDF5's reason or the errno.
 std::string record_hashes(const std::string& path, const std::vector<DatasetEntry>& datasets,
@@ -232,12 +235,12 @@ std::string record_hashes(const std::string& path, const std::vector<DatasetEntr
     if (!file.valid()) return fmt::format("cannot open to record the hashes: {}", h5::error_text());
     const auto set = [&](const std::string& name, std::uint64_t hash) {
       const Handle dataset(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
-      const Handle attribute(dataset.valid() ? H5Aopen(dataset.get(), "fnv1a64", H5P_DEFAULT) : -1, H5Aclose);
+      const Handle attribute(dataset.valid() ? H5Aopen(dataset.get(), to_string(written_hash), H5P_DEFAULT) : -1, H5Aclose);
       return attribute.valid() && H5Awrite(attribute.get(), H5T_NATIVE_UINT64, &hash) >= 0;
     };
     for (const auto& e : datasets)
-      if (!set(e.name, e.fnv1a64)) return fmt::format("cannot record the hash of dataset {}: {}", e.name, h5::error_text());
-    if (!set(manifest_name, fnv1a64(manifest)))
+      if (!set(e.name, e.hash)) return fmt::format("cannot record the hash of dataset {}: {}", e.name, h5::error_text());
+    if (!set(manifest_name, xxh64(manifest)))
       return fmt::format("cannot record the manifest's hash: {}", h5::error_text());
     if (H5Fclose(file.release()) < 0) return "cannot close the file (writing the hashes)";
   }
@@ -390,16 +393,16 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
         break;
       }
       const char* data = static_cast<const char*>(local.data);
-      std::uint64_t hash = fnv1a64_basis;
+      Xxh64 hash;
       for (std::size_t done = 0; done < bytes && !mine_failed;) {
         const std::size_t piece = std::min(bytes - done, write_piece);
-        hash = fnv1a64(data + done, piece, hash);
+        hash.update(data + done, piece);
         if (const int error = write_all(fd, data + done, piece, offsets[i] + done))
           fail(fmt::format("cannot write dataset {} ({} bytes at offset {})", datasets[i].name, bytes, offsets[i]),
                error);
         done += piece;
       }
-      hashes.push_back(hash);
+      hashes.push_back(hash.digest());
     }
     if (!mine_failed && ::fsync(fd) != 0) fail("cannot flush to storage (fsync)", errno);
     if (::close(fd) != 0 && !mine_failed) fail("cannot close", errno);
@@ -411,7 +414,7 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
   if (gathered.size() != datasets.size() * sizeof(std::uint64_t))
     throw std::logic_error("kpipe::io::CheckpointWriter: a rank hashed another number of datasets");
   for (std::size_t i = 0; i < datasets.size(); ++i)
-    std::memcpy(&datasets[i].fnv1a64, gathered.data() + i * sizeof(std::uint64_t), sizeof(std::uint64_t));
+    std::memcpy(&datasets[i].hash, gathered.data() + i * sizeof(std::uint64_t), sizeof(std::uint64_t));
   const std::string manifest = manifest_of();
   if (manifest.size() != unhashed.size())
     throw std::logic_error("kpipe::io::CheckpointWriter: the manifest's size depends on the hashes");
@@ -423,7 +426,7 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
   }
   if (const auto failed = comm::first_failure(comm_, mine_failed, bound)) return {false, failed.rank, failed.message, 0};
   WriteStatus status;
-  status.manifest_hash = fnv1a64(manifest);
+  status.manifest_hash = xxh64(manifest);
   return status;
 }
 
@@ -471,8 +474,8 @@ std::string difference_text(const AttributeValue& shown, const AttributeValue& r
   }
 }
 
-// The file says it is a kpipe checkpoint of the format this kpipe reads.
-void check_format(hid_t root, const std::string& path) {
+// The file says it is a kpipe checkpoint of a format this kpipe reads; returns its format_version.
+int check_format(hid_t root, const std::string& path) {
   std::string format;
   try {
     format = h5::read_string_attribute(root, "format", path);
@@ -490,13 +493,16 @@ void check_format(hid_t root, const std::string& path) {
           "checkpoint file '{}': format_version 1 (per-rank files linked from checkpoint.h5, written by an earlier "
           "kpipe) is not read by this kpipe, which reads format_version {}: its metadata carries no checksum",
           path, checkpoint_format_version);
-  require(version == checkpoint_format_version,
-          "checkpoint file '{}': format_version {} is not read by this kpipe, which reads format_version {}", path,
-          version, checkpoint_format_version);
+  require(version >= oldest_read_format_version && version <= checkpoint_format_version,
+          "checkpoint file '{}': format_version {} is not read by this kpipe, which reads format_version {} to {}",
+          path, version, oldest_read_format_version, checkpoint_format_version);
+  return int(version);
 }
 
-// The manifest, checked against its own hash (returned in `hash`), and its shape.
-json read_manifest(hid_t root, const std::string& path, std::uint64_t& hash) {
+// The manifest of a file of format_version `version`, checked against its own hash (returned in `hash`), and
+// its shape.
+json read_manifest(hid_t root, const std::string& path, int version, std::uint64_t& hash) {
+  const ByteHash kind = hash_of_format(version);
   const Handle dataset(H5Dopen2(root, manifest_name, H5P_DEFAULT), H5Dclose);
   if (!dataset.valid()) corrupt("checkpoint file '{}': no readable /manifest ({})", path, h5::error_text());
   const Handle type(H5Dget_type(dataset.get()), H5Tclose);
@@ -507,18 +513,18 @@ json read_manifest(hid_t root, const std::string& path, std::uint64_t& hash) {
     corrupt("checkpoint file '{}': /manifest cannot be read (truncated or damaged file)", path);
   std::uint64_t stored = 0;
   try {
-    stored = h5::read_u64_attribute(dataset.get(), "fnv1a64", path);
+    stored = h5::read_u64_attribute(dataset.get(), to_string(kind), path);
   } catch (const InputError&) {
-    corrupt("checkpoint file '{}': /manifest has no readable fnv1a64 attribute", path);
+    corrupt("checkpoint file '{}': /manifest has no readable {} attribute", path, to_string(kind));
   }
-  hash = fnv1a64(text);
+  hash = hash_bytes(kind, text);
   while (!text.empty() && text.back() == '\0') text.pop_back();  // NULPAD of a zero-length text
   if (hash != stored)
-    corrupt("checkpoint file '{}': /manifest fails its checksum (fnv1a64 stored {}, computed {})", path,
+    corrupt("checkpoint file '{}': /manifest fails its checksum ({} stored {}, computed {})", path, to_string(kind),
             hash_hex(stored), hash_hex(hash));
   const json manifest = json::parse(text, nullptr, false);
   if (manifest.is_discarded() || !manifest.is_object() || manifest.value("format", "") != checkpoint_format ||
-      manifest.value("format_version", -1) != checkpoint_format_version || !manifest.contains("attributes") ||
+      manifest.value("format_version", -1) != version || !manifest.contains("attributes") ||
       !manifest["attributes"].is_array() || !manifest.contains("datasets") || !manifest["datasets"].is_array())
     corrupt("checkpoint file '{}': /manifest is not a kpipe checkpoint manifest", path);
   return manifest;
@@ -565,13 +571,13 @@ CheckpointReader::CheckpointReader(const std::string& path) : path_(path) {
   }
   const h5::QuietErrors quiet;
   const hid_t root = file_.get();
-  check_format(root, path);
+  format_version_ = check_format(root, path);
   // The manifest, checked against its own hash; then everything else against the manifest.
-  const json manifest = read_manifest(root, path, manifest_hash_);
+  const json manifest = read_manifest(root, path, format_version_, manifest_hash_);
   attributes_ = verified_attributes(root, manifest, path);
   for (const auto& j : manifest["datasets"]) {
     DatasetEntry e;
-    if (!entry_from(j, e)) corrupt("checkpoint file '{}': /manifest lists a malformed dataset", path);
+    if (!entry_from(j, e, hash_kind())) corrupt("checkpoint file '{}': /manifest lists a malformed dataset", path);
     datasets_.push_back(std::move(e));
   }
 }
@@ -618,19 +624,20 @@ std::string CheckpointReader::read_verified(const DatasetEntry& entry) const {
   if (!bytes.empty() &&
       H5Dread(dataset.get(), memory_type_of(entry.type), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
     corrupt("checkpoint file '{}': dataset {} cannot be read (truncated or damaged file)", path_, entry.name);
-  const std::uint64_t got = fnv1a64(bytes);
-  if (got != entry.fnv1a64) {
+  const ByteHash kind = hash_kind();
+  const std::uint64_t got = hash_bytes(kind, bytes);
+  if (got != entry.hash) {
     std::uint64_t own = 0;
     try {
-      own = h5::read_u64_attribute(dataset.get(), "fnv1a64", path_);
+      own = h5::read_u64_attribute(dataset.get(), to_string(kind), path_);
     } catch (const InputError&) {
     }
     if (own == got)
-      corrupt("checkpoint file '{}': dataset {} is not this checkpoint's: its bytes match its own fnv1a64 attribute "
+      corrupt("checkpoint file '{}': dataset {} is not this checkpoint's: its bytes match its own {} attribute "
               "({}) but the manifest records {} (copied in from another checkpoint?)",
-              path_, entry.name, hash_hex(own), hash_hex(entry.fnv1a64));
-    corrupt("checkpoint file '{}': dataset {} fails its checksum (fnv1a64 in the manifest {}, computed {})", path_,
-            entry.name, hash_hex(entry.fnv1a64), hash_hex(got));
+              path_, entry.name, to_string(kind), hash_hex(own), hash_hex(entry.hash));
+    corrupt("checkpoint file '{}': dataset {} fails its checksum ({} in the manifest {}, computed {})", path_,
+            entry.name, to_string(kind), hash_hex(entry.hash), hash_hex(got));
   }
   return bytes;
 }

@@ -1,7 +1,7 @@
 #pragma once
-// One checkpoint file (format_version 2, docs/checkpoint-format.md): named datasets (tensors and byte
-// blobs) and attributes, every one of them listed in a manifest with the FNV-1a hash of its bytes, and the
-// manifest hashed in turn. Nothing in the file is read without being checked against the manifest.
+// One checkpoint file (format_version 3, docs/checkpoint-format.md): named datasets (tensors and byte
+// blobs) and attributes, every one of them listed in a manifest with the XXH64 hash of its bytes, and the
+// manifest hashed in turn (format_version 2, still read, has FNV-1a 64 in their place). Nothing in the file is read without being checked against the manifest.
 //
 // What is stored knows nothing of training: a CheckpointWriter takes each rank's named tensors and blobs
 // and writes them, collectively, into one HDF5 file; a CheckpointReader gives them back by name, verified.
@@ -30,12 +30,19 @@
 #include <vector>
 
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/hash.hpp"
 #include "kpipe/h5/file.hpp"
 
 namespace kpipe::io {
 
 inline constexpr const char* checkpoint_format = "kpipe-checkpoint";
-inline constexpr int checkpoint_format_version = 2;
+inline constexpr int checkpoint_format_version = 3;  // what is written
+inline constexpr int oldest_read_format_version = 2;
+
+// The hash a format_version's files carry (2: FNV-1a 64, byte-serial and slow; 3: XXH64).
+constexpr ByteHash hash_of_format(int format_version) {
+  return format_version >= 3 ? ByteHash::xxh64 : ByteHash::fnv1a64;
+}
 
 // The checkpoint's bytes are damaged or missing (unreadable file, failed checksum, a dataset that does not
 // belong to it): with checkpoint.fallback = "previous" the one before is tried. Other InputErrors (a
@@ -52,7 +59,7 @@ struct DatasetEntry {
   std::string name;                 // absolute: "/model/layers/07/attn/qkv/weight"
   ElementType type = ElementType::float32;
   std::vector<std::int64_t> shape;  // row-major; a blob is 1-D, its length in bytes
-  std::uint64_t fnv1a64 = 0;        // of the stored bytes (little-endian, row-major)
+  std::uint64_t hash = 0;           // of the stored bytes (little-endian, row-major), the file's ByteHash
   std::int64_t numel() const;
   std::size_t bytes() const { return std::size_t(numel()) * size_of(type); }
 };
@@ -115,6 +122,8 @@ class CheckpointReader {
   const std::vector<DatasetEntry>& datasets() const { return datasets_; }  // in name order
   const DatasetEntry* find(const std::string& name) const;
   std::uint64_t manifest_hash() const { return manifest_hash_; }
+  int format_version() const { return format_version_; }
+  ByteHash hash_kind() const { return hash_of_format(format_version_); }
 
   // The tensor's values, converted to T (float32 <-> float64), after checking its bytes. `shape` is
   // what the caller expects: a different one is an InputError naming both.
@@ -129,6 +138,7 @@ class CheckpointReader {
   Attributes attributes_;
   std::vector<DatasetEntry> datasets_;
   std::uint64_t manifest_hash_ = 0;
+  int format_version_ = checkpoint_format_version;
 };
 
 // "[256, 16]"

@@ -61,7 +61,7 @@ CheckpointInfo read_checkpoint_info(const std::string& path) {
   CheckpointInfo info;
   info.path = reader.path();
   info.step = reader.number("step");
-  info.format_version = checkpoint_format_version;
+  info.format_version = reader.format_version();
   info.run_id = reader.text("run_id");
   info.kpipe_version = reader.text("kpipe_version");
   info.created = reader.text("created");

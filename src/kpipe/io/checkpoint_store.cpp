@@ -13,6 +13,7 @@
 
 #include "kpipe/core/error.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/core/hash.hpp"
 #include "kpipe/h5/file.hpp"
 
 namespace kpipe::io {
@@ -96,7 +97,8 @@ Latest read_latest(const std::string& dir) {
     if (space == std::string::npos) continue;
     const std::string key = line.substr(0, space), value = line.substr(space + 1);
     if (key == "run") latest.run_id = value;
-    if (key == "manifest_fnv1a64" && value.size() == 16 && value.find_first_not_of("0123456789abcdef") == std::string::npos)
+    // manifest_fnv1a64: written before format_version 3 (the name is the file's hash; the value, compared)
+    if ((key == "manifest_xxh64" || key == "manifest_fnv1a64") && value.size() == 16 && value.find_first_not_of("0123456789abcdef") == std::string::npos)
       latest.manifest_hash = std::stoull(value, nullptr, 16);
   }
   return latest;
@@ -106,7 +108,7 @@ void write_latest(const std::string& dir, const Latest& latest) {
   const fs::path tmp = fs::path(dir) / fmt::format("{}.{}.tmp", latest_file, latest.run_id);
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << latest.name << "\nrun " << latest.run_id << "\nmanifest_fnv1a64 " << fmt::format("{:016x}", latest.manifest_hash)
+    out << latest.name << "\nrun " << latest.run_id << "\nmanifest_xxh64 " << hash_hex(latest.manifest_hash)
         << '\n';
     out.close();
     if (!out) throw std::system_error(errno ? errno : EIO, std::generic_category(), "write " + tmp.string());

@@ -139,7 +139,7 @@ ImportSummary import_from_hf(const std::string& dir, const std::string& checkpoi
 
   CheckpointWriter writer(comm, config.pipeline.recv_timeout_s);
   for (std::size_t k = 0; k < tensors.size(); ++k) writer.add_tensor("/model/" + tensors[k].kpipe, tensors[k].shape, values[k].data());
-  const std::string run_id = hash_hex(fnv1a64(tokenizer.serialized_model(), fnv1a64(config_text)));
+  const std::string run_id = hash_hex(xxh64(tokenizer.serialized_model(), xxh64(config_text)));
   detail::add_metadata<float>(writer, config, detail::model_tensors(desc), 0, run_id, detail::utc_now());
   add_tokenizer(writer, tokenizer, true);
   const std::string tmp = checkpoint + ".tmp";

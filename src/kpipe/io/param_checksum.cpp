@@ -4,6 +4,7 @@
 
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/error.hpp"
+#include "kpipe/core/hash.hpp"
 #include "kpipe/io/checkpoint_file.hpp"
 #include "kpipe/model/desc.hpp"
 #include "kpipe/model/parameters.hpp"
@@ -18,7 +19,8 @@ std::uint64_t param_checksum(const CheckpointReader& reader) {
       const std::string name = "/model/" + layer.path() + "/" + param.name;
       const DatasetEntry* entry = reader.find(name);
       require(entry != nullptr, "checkpoint '{}': no tensor {}", reader.path(), name);
-      hashes.push_back(entry->fnv1a64);  // of the float32 bytes, as the trainer hashes them
+      // of the float32 bytes, as the trainer hashes them
+      hashes.push_back(reader.hash_kind() == ByteHash::xxh64 ? entry->hash : xxh64(reader.read_verified(*entry)));
     }
   return model::combine_hashes(hashes);
 }

@@ -189,12 +189,12 @@ template <class T, class A> std::vector<std::uint64_t> tensor_hashes(const Param
   auto host = Kokkos::create_mirror_view_and_copy(HostSpace(), store.values());
   std::vector<std::uint64_t> hashes;
   for (const auto& s : store.slots())
-    hashes.push_back(fnv1a64(host.data() + s.offset, sizeof(T) * std::size_t(s.spec->numel())));
+    hashes.push_back(xxh64(host.data() + s.offset, sizeof(T) * std::size_t(s.spec->numel())));
   return hashes;
 }
 
 std::uint64_t combine_hashes(const std::vector<std::uint64_t>& hashes) {
-  return fnv1a64(hashes.data(), hashes.size() * sizeof(std::uint64_t));
+  return xxh64(hashes.data(), hashes.size() * sizeof(std::uint64_t));
 }
 
 #define KPIPE_INSTANTIATE(T, A) template class ParameterStore<T, A>;

@@ -148,7 +148,7 @@ template <class T, class A> std::int64_t compute_copy_elements(const ModelDesc& 
   return n;
 }
 
-// Per-tensor hashes (kpipe::fnv1a64 of each tensor's bytes, core/hash.hpp) of the store's values (host copy), in slot order.
+// Per-tensor hashes (kpipe::xxh64 of each tensor's bytes, core/hash.hpp) of the store's values (host copy), in slot order.
 template <class T, class A> std::vector<std::uint64_t> tensor_hashes(const ParameterStore<T, A>& store);
 
 // The checksum of a whole model from its tensors' hashes in global layer order.
