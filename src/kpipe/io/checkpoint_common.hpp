@@ -7,6 +7,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,10 +56,13 @@ template <class T> std::vector<T> host_copy(const View1<T>& flat) {
   return host;
 }
 
-template <class T> void copy_to_device(const std::vector<T>& host, const View1<T>& flat) {
-  Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> source(host.data(), host.size());
+template <class T> void copy_to_device(const T* host, const View1<T>& flat) {
+  Kokkos::View<const T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> source(host, flat.extent(0));
   Kokkos::deep_copy(flat, source);
 }
+
+// Host memory that a read is about to fill: allocated, not zeroed (one pass over it fewer).
+template <class T> std::unique_ptr<T[]> host_buffer_for_overwrite(std::size_t n) { return std::unique_ptr<T[]>(new T[n]); }
 
 // What a loaded checkpoint must be: when `latest` named it, its run's and the file `latest` recorded; once
 // chosen to resume from, of the step it was chosen at.

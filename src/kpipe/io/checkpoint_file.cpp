@@ -374,8 +374,8 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
     return {false, failed.rank, failed.message, 0};
   comm::bcast(offsets.data(), int(offsets.size()), MPI_UINT64_T, 0, comm_, bound);
 
-  // 3. Each rank writes its own datasets' bytes where HDF5 put them, hashing each piece as it goes (so the disk
-  // is busy while the rest is hashed), then makes them durable.
+  // 3. Each rank writes its own datasets' bytes where HDF5 put them, hashing each piece as it goes and starting
+  // its write-back (so the disk is busy while the rest is copied and hashed), then makes them durable.
   auto fail = [&](const std::string& what, int error) {
     mine_failed = {1, rank, fmt::format("rank {}: '{}': {}: {}", world_rank, path, what, errno_text(error))};
   };
@@ -400,6 +400,8 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
         if (const int error = write_all(fd, data + done, piece, offsets[i] + done))
           fail(fmt::format("cannot write dataset {} ({} bytes at offset {})", datasets[i].name, bytes, offsets[i]),
                error);
+        else  // the disk starts on it now (Linux), so that the fsync below waits for the last pieces alone
+          ::sync_file_range(fd, off_t(offsets[i] + done), off_t(piece), SYNC_FILE_RANGE_WRITE);
         done += piece;
       }
       hashes.push_back(hash.digest());
@@ -607,6 +609,12 @@ const DatasetEntry* CheckpointReader::find(const std::string& name) const {
 }
 
 std::string CheckpointReader::read_verified(const DatasetEntry& entry) const {
+  std::string bytes(entry.bytes(), '\0');
+  read_checked(entry, bytes.data());
+  return bytes;
+}
+
+void CheckpointReader::read_checked(const DatasetEntry& entry, void* dest) const {
   const h5::QuietErrors quiet;
   const Handle dataset(H5Dopen2(file_.get(), entry.name.c_str(), H5P_DEFAULT), H5Dclose);
   if (!dataset.valid())
@@ -620,9 +628,8 @@ std::string CheckpointReader::read_verified(const DatasetEntry& entry) const {
   if (!type.valid() || H5Tequal(type.get(), file_type_of(entry.type)) <= 0 || shape != entry.shape)
     corrupt("checkpoint file '{}': dataset {} is not the {} {} the manifest lists", path_, entry.name,
             to_string(entry.type), shape_text(entry.shape));
-  std::string bytes(entry.bytes(), '\0');
-  if (!bytes.empty() &&
-      H5Dread(dataset.get(), memory_type_of(entry.type), H5S_ALL, H5S_ALL, H5P_DEFAULT, bytes.data()) < 0)
+  const std::string_view bytes(static_cast<const char*>(dest), entry.bytes());
+  if (!bytes.empty() && H5Dread(dataset.get(), memory_type_of(entry.type), H5S_ALL, H5S_ALL, H5P_DEFAULT, dest) < 0)
     corrupt("checkpoint file '{}': dataset {} cannot be read (truncated or damaged file)", path_, entry.name);
   const ByteHash kind = hash_kind();
   const std::uint64_t got = hash_bytes(kind, bytes);
@@ -639,7 +646,6 @@ std::string CheckpointReader::read_verified(const DatasetEntry& entry) const {
     corrupt("checkpoint file '{}': dataset {} fails its checksum ({} in the manifest {}, computed {})", path_,
             entry.name, to_string(kind), hash_hex(entry.hash), hash_hex(got));
   }
-  return bytes;
 }
 
 template <class T>
@@ -651,12 +657,12 @@ void CheckpointReader::read_tensor(const std::string& name, const std::vector<st
           name, shape_text(entry->shape), shape_text(shape));
   require(entry->type == ElementType::float32 || entry->type == ElementType::float64,
           "checkpoint '{}': dataset {} is {}, not a float32 or float64 tensor", path_, name, to_string(entry->type));
-  std::string bytes = read_verified(*entry);
-  const std::size_t n = std::size_t(entry->numel());
-  if (size_of(entry->type) == sizeof(T)) {
-    std::memcpy(dest, bytes.data(), n * sizeof(T));
+  if (size_of(entry->type) == sizeof(T)) {  // straight into dest: no pass over the bytes but the read and the hash
+    read_checked(*entry, dest);
     return;
   }
+  const std::size_t n = std::size_t(entry->numel());
+  std::string bytes = read_verified(*entry);
   bytes.resize(n * std::max(sizeof(T), size_of(entry->type)));
   H5Tconvert(memory_type_of(entry->type), h5::memory_type<T>(), n, bytes.data(), nullptr, H5P_DEFAULT);
   std::memcpy(dest, bytes.data(), n * sizeof(T));

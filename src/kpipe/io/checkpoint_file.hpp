@@ -14,8 +14,8 @@
 //      a failure there is one rank's failure with its reason (docs/checkpoint-format.md says why not
 //      collective creation), with zeros for the hashes (their sizes are fixed); the offsets are broadcast;
 //   3. each rank writes its own datasets' bytes at those offsets (pwrite), hashing each piece as it writes it
-//      (the disk works while the rest is hashed), fsyncs, and reports success or the errno of the first
-//      failure;
+//      and starting its write-back (the disk works while the rest is written), fsyncs, and reports success or
+//      the errno of the first failure;
 //   4. every rank learns the lowest failing rank's message (or that all succeeded) and every hash;
 //   5. rank 0 records the hashes (each dataset's attribute, the manifest and its hash) and fsyncs.
 // No file-system failure throws: write() returns the agreed status, the same on every rank.
@@ -133,6 +133,10 @@ class CheckpointReader {
   std::string read_verified(const DatasetEntry& entry) const;
 
  private:
+  // The dataset's entry.bytes() stored bytes into dest, checked against the manifest (dest is overwritten even
+  // when they fail).
+  void read_checked(const DatasetEntry& entry, void* dest) const;
+
   std::string path_;
   h5::Handle file_;
   Attributes attributes_;

@@ -120,18 +120,22 @@ LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& pa
               "checkpoint '{}' holds weights only, no optimizer state (kpipe-import wrote it?): start a run from it "
               "with checkpoint.init_from (--init-from) rather than resume it",
               reader.path());
-      std::vector<T> values(store.size()), moment1(optimizer ? store.size() : 0), moment2(moment1.size());
+      // Read whole before any is copied in: a failed read leaves the model as it was.
+      const std::size_t n = std::size_t(store.size());
+      const auto values = host_buffer_for_overwrite<T>(n);
+      const auto moment1 = host_buffer_for_overwrite<T>(optimizer ? n : 0);
+      const auto moment2 = host_buffer_for_overwrite<T>(optimizer ? n : 0);
       for (const auto& slot : store.slots()) {
         const std::string name = slot.path();
-        reader.read_tensor(model_root + name, slot.spec->shape, values.data() + slot.offset);
+        reader.read_tensor(model_root + name, slot.spec->shape, values.get() + slot.offset);
         if (!optimizer) continue;
-        reader.read_tensor(moment1_root + name, slot.spec->shape, moment1.data() + slot.offset);
-        reader.read_tensor(moment2_root + name, slot.spec->shape, moment2.data() + slot.offset);
+        reader.read_tensor(moment1_root + name, slot.spec->shape, moment1.get() + slot.offset);
+        reader.read_tensor(moment2_root + name, slot.spec->shape, moment2.get() + slot.offset);
       }
-      copy_to_device(values, store.values());
+      copy_to_device(values.get(), store.values());
       if (optimizer) {
-        copy_to_device(moment1, store.moment1());
-        copy_to_device(moment2, store.moment2());
+        copy_to_device(moment1.get(), store.moment1());
+        copy_to_device(moment2.get(), store.moment2());
       }
       store.refresh_compute_copy(ExecSpace());  // what the products read (mixed precision)
     }

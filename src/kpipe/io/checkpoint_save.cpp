@@ -3,13 +3,13 @@
 
 #include <fmt/format.h>
 
-#include <cmath>
 #include <filesystem>
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/hash.hpp"
+#include "kpipe/core/math.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
 #include "kpipe/io/checkpoint_snapshot.hpp"
@@ -73,9 +73,7 @@ template <class T>
 std::string reason_not_to_save(const Snapshot<T>& snapshot, const std::string& name, const comm::Bound& bound,
                                MPI_Comm comm) {
   int bad = 0;
-  for (const auto& [first, count] : snapshot.must_be_finite)
-    for (const T* v = snapshot.values + first; v != snapshot.values + first + count && !bad; ++v)
-      bad = std::isfinite(*v) ? 0 : 1;
+  for (const auto& [first, count] : snapshot.must_be_finite) bad |= math::all_finite(first, count) ? 0 : 1;
   if (comm::allreduce(bad, MPI_MAX, comm, bound))
     return fmt::format("checkpoint {} not written: the model or optimizer state holds non-finite values", name);
   return {};
@@ -154,7 +152,7 @@ template <class T> SaveResult detail::write_snapshot(const Snapshot<T>& snapshot
   }
 
   CheckpointWriter writer(dir.comm(), dir.timeout_s());
-  for (const auto& t : snapshot.tensors) writer.add_tensor(t.name, t.shape, snapshot.values + t.offset);
+  for (const auto& t : snapshot.tensors) writer.add_tensor(t.name, t.shape, t.values);
   const bool root = rank_in(dir.comm()) == 0;
   const std::string created = comm::bcast(root ? utc_now() : std::string(), 0, dir.comm(), bound);
   add_metadata<T>(writer, snapshot.config, snapshot.model_tensors, snapshot.step, dir.run_id(), created,
@@ -181,8 +179,8 @@ template <class T> SaveResult detail::write_snapshot(const Snapshot<T>& snapshot
 template <class T, class A>
 SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
                            CheckpointDir& dir) {
-  std::vector<T> memory(snapshot_capacity(stage));  // the host copies, alive until written
-  return write_snapshot(take_snapshot(stage, step, tokenizer, memory.data(), ExecSpace()), dir);
+  const auto memory = waiting_snapshot_memory(stage);
+  return write_snapshot(take_snapshot(stage, step, tokenizer, memory.get(), ExecSpace()), dir);
 }
 
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \

@@ -85,14 +85,14 @@ template <class T, class A> detail::Snapshot<T> CheckpointSaver<T, A>::snapshot(
   const double start = seconds_now();
   detail::Snapshot<T> s = detail::take_snapshot(*stage_, step, *tokenizer_, memory, copy_space_);
   spans_.push_back({CheckpointSpan::Kind::snapshot, step, start, seconds_now(),
-                    std::int64_t(s.elements * sizeof(T))});
+                    std::int64_t(s.in_place ? 0 : s.elements * sizeof(T))});
   return s;
 }
 
 template <class T, class A> SaveResult CheckpointSaver<T, A>::write(std::int64_t step) {
   if (in_flight()) throw std::logic_error("CheckpointSaver::write: a write is in flight (finish it first)");
-  std::vector<T> temporary(background_ ? 0 : detail::snapshot_capacity(*stage_));
-  const detail::Snapshot<T> s = snapshot(step, background_ ? buffer_.data() : temporary.data());
+  const auto waiting = background_ ? nullptr : detail::waiting_snapshot_memory(*stage_);
+  const detail::Snapshot<T> s = snapshot(step, background_ ? buffer_.data() : waiting.get());
   write_start_ = seconds_now();
   SaveResult result = detail::write_snapshot(s, *dir_);
   write_end_ = seconds_now();

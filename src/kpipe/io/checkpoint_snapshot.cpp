@@ -25,7 +25,7 @@ Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, c
   s.model_tensors = model_tensors(stage.desc());
   s.tokenizer = &tokenizer;
   s.tokenizer_owner = stage.grid().world_rank == 0;
-  s.values = memory;
+  s.in_place = memory == nullptr;
   s.nodes = stage.grid().nodes;
   runtime::ReplicaVerdict verdict = runtime::check_replicas(stage, fmt::format("after step {}", step));
   s.state_hash = verdict.state_hash;
@@ -34,10 +34,16 @@ Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, c
   std::size_t used = 0;
   // Replica 0's share (replicas hold identical copies), each flat buffer copied whole: one copy per buffer.
   const auto copy = [&](const std::string& root, const View1<T>& from, bool state, const auto& slots) {
-    const Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> to(memory + used, from.extent(0));
-    Kokkos::deep_copy(space, to, from);
-    for (const auto& slot : slots) s.tensors.push_back({root + slot.path(), slot.spec->shape, used + std::size_t(slot.offset)});
-    if (state) s.must_be_finite.emplace_back(used, from.extent(0));
+    const T* values = from.data();
+    if (s.in_place && !state_in_host_memory)
+      throw std::logic_error("kpipe::io::take_snapshot: in place, but the state is not in host memory");
+    if (!s.in_place) {
+      const Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> to(memory + used, from.extent(0));
+      Kokkos::deep_copy(space, to, from);
+      values = to.data();
+    }
+    for (const auto& slot : slots) s.tensors.push_back({root + slot.path(), slot.spec->shape, values + slot.offset});
+    if (state) s.must_be_finite.emplace_back(values, from.extent(0));
     used += from.extent(0);
   };
   for (int c = 0; c < stage.chunks() && stage.grid().replica == 0; ++c) {
@@ -56,8 +62,14 @@ Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, c
   return s;
 }
 
+template <class T, class A> std::unique_ptr<T[]> waiting_snapshot_memory(const runtime::StageModel<T, A>& stage) {
+  if constexpr (state_in_host_memory) return nullptr;
+  return std::unique_ptr<T[]>(new T[snapshot_capacity(stage)]);
+}
+
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
   template std::size_t snapshot_capacity(const runtime::StageModel<T, A>&);                                          \
+  template std::unique_ptr<T[]> waiting_snapshot_memory(const runtime::StageModel<T, A>&);                           \
   template Snapshot<T> take_snapshot(runtime::StageModel<T, A>&, std::int64_t, const data::Tokenizer&,                \
                                      T*, const ExecSpace&);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)

@@ -21,12 +21,15 @@
 
 namespace kpipe::io::detail {
 
-// One tensor of this rank's share and where its values lie in the snapshot's memory.
-struct SnapshotTensor {
+// One tensor of this rank's share and where its values lie (host memory).
+template <class T> struct SnapshotTensor {
   std::string name;  // absolute: "/model/layers/03/attn/qkv/weight"
   std::vector<std::int64_t> shape;
-  std::size_t offset = 0;  // elements into Snapshot::values
+  const T* values = nullptr;
 };
+
+// Where the state is host memory, a snapshot written while the training waits is the state itself: no copy.
+inline constexpr bool state_in_host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
 template <class T> struct Snapshot {
   std::int64_t step = 0;  // the step boundary: optimizer steps taken, which is also the sampler's position
@@ -36,11 +39,11 @@ template <class T> struct Snapshot {
   bool tokenizer_owner = false;                // world rank 0 writes the tokenizer's model
   // This rank's share (replica 0's ranks; the other replicas hold the same): each chunk's newest weights,
   // both optimizer moments and, asynchronous runs, the older weight versions its micro-batches in flight read.
-  std::vector<SnapshotTensor> tensors;
-  const T* values = nullptr;  // the host memory they were copied to
-  std::size_t elements = 0;   // of it, used
-  // Element ranges [first, first + count) of the state itself (weights, moments), never written non-finite.
-  std::vector<std::pair<std::size_t, std::size_t>> must_be_finite;
+  std::vector<SnapshotTensor<T>> tensors;
+  std::size_t elements = 0;  // in all
+  bool in_place = false;     // the tensors are the state's own memory (nothing copied)
+  // The state itself (weights, moments) as (first, count) ranges, never written non-finite.
+  std::vector<std::pair<const T*, std::size_t>> must_be_finite;
   std::shared_ptr<const std::vector<std::string>> nodes;  // of every world rank, for the messages (comm::Bound)
   // The replicas' comparison at the step boundary (runtime/replica_check.hpp): the state hash they agreed on,
   // recorded in the file, or what differs (then nothing is written).
@@ -54,10 +57,17 @@ template <class T, class A> std::size_t snapshot_capacity(const runtime::StageMo
 
 // Compares the replicas' states, then copies the state at step boundary `step` into `memory` (snapshot_capacity
 // elements, host-accessible) with `space`, and waits for the copy: afterwards the training may change the state.
-// Collective over the world (one bounded allgather: every rank calls it at the same step boundary).
+// With memory == nullptr (state_in_host_memory only) the snapshot is the state itself, valid until the training
+// changes it: for a write the training waits for. Collective over the world (one bounded allgather: every rank
+// calls it at the same step boundary).
 template <class T, class A>
 Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, const data::Tokenizer& tokenizer,
                           T* memory, const ExecSpace& space);
+
+// The memory for a snapshot written while the training waits: none (in place) where state_in_host_memory, else
+// snapshot_capacity host elements, not zeroed. (Not in the memory plan, which counts the buffer of writes beside
+// the training: on a GPU, a synchronous checkpoint takes this much host memory while it is written.)
+template <class T, class A> std::unique_ptr<T[]> waiting_snapshot_memory(const runtime::StageModel<T, A>& stage);
 
 // Writes a snapshot as a checkpoint of dir and publishes it (save_checkpoint's whole promise). Collective over
 // dir.comm(); calls no Kokkos, so that it can run on a thread of its own while the training runs; its HDF5
