@@ -61,6 +61,10 @@ template <class T> void copy_to_device(const T* host, const View1<T>& flat) {
   Kokkos::deep_copy(flat, source);
 }
 
+// Where the state is host memory, a checkpoint is written from it and read into it (io/checkpoint_snapshot.hpp,
+// checkpoint_load.cpp): no host copy of the state.
+inline constexpr bool state_in_host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
 // Host memory that a read is about to fill: allocated, not zeroed (one pass over it fewer).
 template <class T> std::unique_ptr<T[]> host_buffer_for_overwrite(std::size_t n) { return std::unique_ptr<T[]>(new T[n]); }
 

@@ -1,7 +1,8 @@
 #pragma once
 // One checkpoint file (format_version 3, docs/checkpoint-format.md): named datasets (tensors and byte
 // blobs) and attributes, every one of them listed in a manifest with the XXH64 hash of its bytes, and the
-// manifest hashed in turn (format_version 2, still read, has FNV-1a 64 in their place). Nothing in the file is read without being checked against the manifest.
+// manifest hashed in turn (format_version 2, still read, has FNV-1a 64 in their place). Nothing in the file is
+// read without being checked against the manifest.
 //
 // What is stored knows nothing of training: a CheckpointWriter takes each rank's named tensors and blobs
 // and writes them, collectively, into one HDF5 file; a CheckpointReader gives them back by name, verified.

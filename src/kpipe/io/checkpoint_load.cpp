@@ -6,7 +6,10 @@
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "kpipe/core/hash.hpp"
 #include "kpipe/core/precisions.hpp"
@@ -120,23 +123,27 @@ LoadedCheckpoint<T> load(runtime::StageModel<T, A>& stage, const std::string& pa
               "checkpoint '{}' holds weights only, no optimizer state (kpipe-import wrote it?): start a run from it "
               "with checkpoint.init_from (--init-from) rather than resume it",
               reader.path());
-      // Read whole before any is copied in: a failed read leaves the model as it was.
+      // Where the state is host memory the tensors are read into it (no copy, no second copy of the state in
+      // memory); else into host staging, then copied. A load that fails leaves the state undefined either way
+      // (as one whose state hash differs does): the callers load another checkpoint or end.
       const std::size_t n = std::size_t(store.size());
-      const auto values = host_buffer_for_overwrite<T>(n);
-      const auto moment1 = host_buffer_for_overwrite<T>(optimizer ? n : 0);
-      const auto moment2 = host_buffer_for_overwrite<T>(optimizer ? n : 0);
+      std::vector<std::pair<std::unique_ptr<T[]>, const View1<T>*>> staged;
+      const auto destination = [&](const View1<T>& state) -> T* {
+        if constexpr (state_in_host_memory) return state.data();
+        staged.emplace_back(host_buffer_for_overwrite<T>(n), &state);
+        return staged.back().first.get();
+      };
+      T* const values = destination(store.values());
+      T* const moment1 = optimizer ? destination(store.moment1()) : nullptr;
+      T* const moment2 = optimizer ? destination(store.moment2()) : nullptr;
       for (const auto& slot : store.slots()) {
         const std::string name = slot.path();
-        reader.read_tensor(model_root + name, slot.spec->shape, values.get() + slot.offset);
+        reader.read_tensor(model_root + name, slot.spec->shape, values + slot.offset);
         if (!optimizer) continue;
-        reader.read_tensor(moment1_root + name, slot.spec->shape, moment1.get() + slot.offset);
-        reader.read_tensor(moment2_root + name, slot.spec->shape, moment2.get() + slot.offset);
+        reader.read_tensor(moment1_root + name, slot.spec->shape, moment1 + slot.offset);
+        reader.read_tensor(moment2_root + name, slot.spec->shape, moment2 + slot.offset);
       }
-      copy_to_device(values.get(), store.values());
-      if (optimizer) {
-        copy_to_device(moment1.get(), store.moment1());
-        copy_to_device(moment2.get(), store.moment2());
-      }
+      for (const auto& [host, state] : staged) copy_to_device(host.get(), *state);
       store.refresh_compute_copy(ExecSpace());  // what the products read (mixed precision)
     }
     if (stage.versioned() && optimizer) loaded.older = read_older_versions(stage, reader);

@@ -28,8 +28,6 @@ template <class T> struct SnapshotTensor {
   const T* values = nullptr;
 };
 
-// Where the state is host memory, a snapshot written while the training waits is the state itself: no copy.
-inline constexpr bool state_in_host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
 template <class T> struct Snapshot {
   std::int64_t step = 0;  // the step boundary: optimizer steps taken, which is also the sampler's position
