@@ -9,7 +9,7 @@
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/config_io.hpp"
 #include "kpipe/core/hash.hpp"
-#include "kpipe/core/math.hpp"
+#include "kpipe/core/all_finite.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
 #include "kpipe/io/checkpoint_snapshot.hpp"
@@ -73,7 +73,7 @@ template <class T>
 std::string reason_not_to_save(const Snapshot<T>& snapshot, const std::string& name, const comm::Bound& bound,
                                MPI_Comm comm) {
   int bad = 0;
-  for (const auto& [first, count] : snapshot.must_be_finite) bad |= math::all_finite(first, count) ? 0 : 1;
+  for (const auto& [first, count] : snapshot.must_be_finite) bad |= all_finite(first, count) ? 0 : 1;
   if (comm::allreduce(bad, MPI_MAX, comm, bound))
     return fmt::format("checkpoint {} not written: the model or optimizer state holds non-finite values", name);
   return {};
