@@ -56,5 +56,4 @@ KOKKOS_INLINE_FUNCTION float fast_exp(float x) {
   return p * low * high;
 }
 KOKKOS_INLINE_FUNCTION double fast_exp(double x) { return exp(x); }
-
 }  // namespace kpipe::math
