@@ -71,6 +71,20 @@ TEST(OrderFreeHash, AnyOneFlippedBitChangesIt) {
   EXPECT_NE(hash_of(swapped), clean);
 }
 
+// The copying form gives the same hash and an exact copy (a checkpoint's snapshot relies on both).
+TEST(OrderFreeHash, HashingWhileCopyingGivesTheSameHashAndTheBytes) {
+  if constexpr (!Kokkos::SpaceAccessibility<HostSpace, MemSpace>::accessible) {
+    GTEST_SKIP() << "order_free_hash_copy copies into host memory: host builds only";
+  } else {
+    const auto values = some_values(10001);
+    const auto view = device_copy(values);
+    std::vector<float> copy(values.size(), -1.0f);
+    EXPECT_EQ(order_free_hash_copy(ExecSpace(), view.data(), copy.data(), std::int64_t(values.size()), 7, 3),
+              hash_of(values, 7, 3));
+    EXPECT_EQ(std::memcmp(copy.data(), values.data(), values.size() * sizeof(float)), 0);
+  }
+}
+
 TEST(OrderFreeHash, PartsKeyedByTheirPlaceAddUpToTheWhole) {
   const auto values = some_values(5000);
   const std::vector<float> head(values.begin(), values.begin() + 1234), tail(values.begin() + 1234, values.end());

@@ -7,7 +7,7 @@
 //
 // Keys place each element in a larger whole: a model's hash is the sum of its parts' hashes when every
 // element's key is its position in the whole model (runtime/replica_check.hpp), on any layout.
-// (kpipe's FNV-1a, core/hash.hpp, hashes a host copy byte after byte: the file format's, not this.)
+// (XXH64, core/hash.hpp, hashes a host copy's bytes in order: the file format's, not this.)
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -52,5 +52,11 @@ template <class E> KOKKOS_INLINE_FUNCTION std::uint64_t element_bits(const E& va
 template <class E>
 std::uint64_t order_free_hash(const ExecSpace& space, const E* data, std::int64_t n, std::uint64_t first_key,
                               std::uint64_t key_step);
+
+// The same hash of `data`, copying it to `copy` in the same pass (one read of the data where there were two: a
+// checkpoint's snapshot). Both in memory that `space` reaches (host builds: any host memory).
+template <class E>
+std::uint64_t order_free_hash_copy(const ExecSpace& space, const E* data, E* copy, std::int64_t n,
+                                   std::uint64_t first_key, std::uint64_t key_step);
 
 }  // namespace kpipe

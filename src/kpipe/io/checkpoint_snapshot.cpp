@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <optional>
+
+#include "kpipe/core/order_free_hash.hpp"
 #include "kpipe/core/precisions.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
 
@@ -27,38 +30,51 @@ Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, c
   s.tokenizer_owner = stage.grid().world_rank == 0;
   s.in_place = memory == nullptr;
   s.nodes = stage.grid().nodes;
-  runtime::ReplicaVerdict verdict = runtime::check_replicas(stage, fmt::format("after step {}", step));
-  s.state_hash = verdict.state_hash;
-  s.corruption = std::move(verdict.corruption);
-  if (s.corruption) return s;  // nothing of it is written
-  std::size_t used = 0;
   // Replica 0's share (replicas hold identical copies), each flat buffer copied whole: one copy per buffer.
-  const auto copy = [&](const std::string& root, const View1<T>& from, bool state, const auto& slots) {
+  // Where the state is host memory, its buffers are hashed for the replicas' comparison as they are copied (one
+  // pass over them, not two); elsewhere the device hashes them where they are.
+  const bool copies = !s.in_place && stage.grid().replica == 0;
+  const bool hashed_as_copied = copies && state_in_host_memory;
+  std::uint64_t mine = 0;  // this rank's share of the state hash, when hashed_as_copied
+  std::size_t used = 0;
+  // key: the state hash's key of the buffer's first element (runtime/replica_check.hpp); none for older versions.
+  const auto copy = [&](const std::string& root, const View1<T>& from, std::optional<std::uint64_t> key,
+                        const auto& slots) {
     const T* values = from.data();
     if (s.in_place && !state_in_host_memory)
       throw std::logic_error("kpipe::io::take_snapshot: in place, but the state is not in host memory");
     if (!s.in_place) {
       const Kokkos::View<T*, HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> to(memory + used, from.extent(0));
-      Kokkos::deep_copy(space, to, from);
+      if (hashed_as_copied && key)
+        mine += order_free_hash_copy(space, from.data(), to.data(), std::int64_t(from.extent(0)), *key,
+                                     runtime::state_key_step);
+      else
+        Kokkos::deep_copy(space, to, from);
       values = to.data();
     }
     for (const auto& slot : slots) s.tensors.push_back({root + slot.path(), slot.spec->shape, values + slot.offset});
-    if (state) s.must_be_finite.emplace_back(values, from.extent(0));
+    if (key) s.must_be_finite.emplace_back(values, from.extent(0));
     used += from.extent(0);
   };
   for (int c = 0; c < stage.chunks() && stage.grid().replica == 0; ++c) {
     const auto& store = stage.chunk(c).params();
-    copy(model_root, store.values(), true, store.slots());
-    copy(moment1_root, store.moment1(), true, store.slots());
-    copy(moment2_root, store.moment2(), true, store.slots());
+    const std::uint64_t key = runtime::state_key(stage, c);
+    copy(model_root, store.values(), key, store.slots());
+    copy(moment1_root, store.moment1(), key + 1, store.slots());
+    copy(moment2_root, store.moment2(), key + 2, store.slots());
     // The older versions the micro-batches in flight read (resume forwards them again); an empty one is read
     // by no micro-batch in flight.
     for (int j = 1; j <= stage.older_versions(c, step); ++j)
       if (const View1<T> older = stage.older_version(c, j); older.extent(0) > 0)
-        copy(older_version_root(j), older, false, store.slots());
+        copy(older_version_root(j), older, std::nullopt, store.slots());
   }
   space.fence();
   s.elements = used;
+  const std::string when = fmt::format("after step {}", step);
+  runtime::ReplicaVerdict verdict = hashed_as_copied ? runtime::check_replicas(stage, when, mine)
+                                                     : runtime::check_replicas(stage, when);
+  s.state_hash = verdict.state_hash;
+  s.corruption = std::move(verdict.corruption);  // then nothing of it is written
   return s;
 }
 

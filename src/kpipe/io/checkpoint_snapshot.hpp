@@ -53,8 +53,9 @@ template <class T> struct Snapshot {
 // memory/plan.cpp, in bytes).
 template <class T, class A> std::size_t snapshot_capacity(const runtime::StageModel<T, A>& stage);
 
-// Compares the replicas' states, then copies the state at step boundary `step` into `memory` (snapshot_capacity
-// elements, host-accessible) with `space`, and waits for the copy: afterwards the training may change the state.
+// Copies the state at step boundary `step` into `memory` (snapshot_capacity elements, host-accessible) with
+// `space` and compares the replicas' states (the verdict is the snapshot's), and waits for both: afterwards the
+// training may change the state.
 // With memory == nullptr (state_in_host_memory only) the snapshot is the state itself, valid until the training
 // changes it: for a write the training waits for. Collective over the world (one bounded allgather: every rank
 // calls it at the same step boundary).

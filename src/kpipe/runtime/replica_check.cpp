@@ -27,20 +27,24 @@ std::string replicas_text(const std::vector<int>& replicas) {
 
 }  // namespace
 
+template <class T, class A> std::uint64_t state_key(const StageModel<T, A>& stage, int chunk) {
+  std::int64_t first_element = 0;
+  for (int l = 0; l < stage.chunk(chunk).params().first_layer(); ++l)
+    first_element += stage.desc().layers[std::size_t(l)].num_params();
+  return state_key_step * std::uint64_t(first_element);
+}
+
 template <class T, class A> std::uint64_t stage_state_hash(StageModel<T, A>& stage) {
   stage.bind_newest();  // asynchronous runs: the newest version, as a checkpoint holds it
-  // Element g of the model (in global layer order) has keys 3g (its weight), 3g + 1 and 3g + 2 (its moments).
-  std::vector<std::int64_t> first_element(stage.desc().layers.size() + 1, 0);
-  for (std::size_t l = 0; l < stage.desc().layers.size(); ++l)
-    first_element[l + 1] = first_element[l] + stage.desc().layers[l].num_params();
   const ExecSpace space;
   std::uint64_t hash = 0;
   for (int c = 0; c < stage.chunks(); ++c) {
     const auto& store = stage.chunk(c).params();
-    const std::uint64_t key = 3 * std::uint64_t(first_element[std::size_t(store.first_layer())]);
+    const std::uint64_t key = state_key(stage, c);
     int k = 0;
     for (const auto* buffer : {&store.values(), &store.moment1(), &store.moment2()})
-      hash += order_free_hash(space, buffer->data(), std::int64_t(buffer->extent(0)), key + std::uint64_t(k++), 3);
+      hash += order_free_hash(space, buffer->data(), std::int64_t(buffer->extent(0)), key + std::uint64_t(k++),
+                              state_key_step);
   }
   return hash;
 }
@@ -86,8 +90,12 @@ ReplicaVerdict judge_replicas(const std::vector<std::uint64_t>& hashes, const co
 }
 
 template <class T, class A> ReplicaVerdict check_replicas(StageModel<T, A>& stage, const std::string& when) {
+  return check_replicas(stage, when, stage_state_hash(stage));
+}
+
+template <class T, class A>
+ReplicaVerdict check_replicas(StageModel<T, A>& stage, const std::string& when, std::uint64_t mine) {
   const auto& grid = stage.grid();
-  const std::uint64_t mine = stage_state_hash(stage);
   const auto all = comm::allgather(std::vector<std::uint64_t>{mine}, grid.world,
                                    {stage.config().pipeline.recv_timeout_s,
                                     fmt::format("the replicas' state hashes {}", when), grid.nodes});
@@ -95,8 +103,10 @@ template <class T, class A> ReplicaVerdict check_replicas(StageModel<T, A>& stag
 }
 
 #define KPIPE_INSTANTIATE(T, A)                                     \
-  template std::uint64_t stage_state_hash(StageModel<T, A>&); \
-  template ReplicaVerdict check_replicas(StageModel<T, A>&, const std::string&);
+  template std::uint64_t stage_state_hash(StageModel<T, A>&);                        \
+  template std::uint64_t state_key(const StageModel<T, A>&, int);                     \
+  template ReplicaVerdict check_replicas(StageModel<T, A>&, const std::string&);      \
+  template ReplicaVerdict check_replicas(StageModel<T, A>&, const std::string&, std::uint64_t);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE
 

@@ -44,6 +44,12 @@ struct ReplicasDisagree : std::runtime_error {
 // the work queued before it (the step's update).
 template <class T, class A> std::uint64_t stage_state_hash(StageModel<T, A>& stage);
 
+// The keys of the state hash: element g of the model (in global layer order) has key 3g for its weight, 3g + 1
+// and 3g + 2 for its moments. state_key gives chunk c's first weight's; within a buffer they step by 3. (A
+// snapshot hashes the buffers it copies with these, io/checkpoint_snapshot.cpp.)
+inline constexpr std::uint64_t state_key_step = 3;
+template <class T, class A> std::uint64_t state_key(const StageModel<T, A>& stage, int chunk);
+
 // The verdict from every world rank's share (hashes[w] for world rank w) on `grid`'s layout; `when` says when in
 // the message ("after step 12", "after loading step-00000012.h5"). No MPI: the same inputs give every rank the
 // same verdict.
@@ -51,7 +57,9 @@ ReplicaVerdict judge_replicas(const std::vector<std::uint64_t>& hashes, const co
                               const std::string& when);
 
 // Collective over the world (one bounded allgather of one number per rank): every rank hashes its share and
-// every rank gets the verdict.
+// every rank gets the verdict. With `mine`, this rank's share is already hashed (stage_state_hash's value).
 template <class T, class A> ReplicaVerdict check_replicas(StageModel<T, A>& stage, const std::string& when);
+template <class T, class A>
+ReplicaVerdict check_replicas(StageModel<T, A>& stage, const std::string& when, std::uint64_t mine);
 
 }  // namespace kpipe::runtime
