@@ -187,7 +187,7 @@ def gemm_share(args, env):
 
 
 def simulate(args, ranks, schedule, chunks, m):
-    cmd = [args.sim_bin, "--stages", str(ranks), "--schedule", schedule, "--chunks", str(chunks),
+    cmd = [args.sim_bin, "schedule", "--pipeline-size", str(ranks), "--schedule", schedule, "--chunks", str(chunks),
            "--microbatches", str(m), "--no-gantt", "--print-schedule"]
     proc, _, _ = run_timed(cmd)
     return [line for line in proc.stdout.splitlines() if re.match(r"^F\d", line)][:ranks]

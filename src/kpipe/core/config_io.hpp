@@ -52,7 +52,7 @@ void validate(const Config& config);
 // Every key, table by table, in a TOML document that load_config_file reads back to an equal Config.
 std::string to_toml(const Config& config);
 
-// A program's own enumerated option (kpipe-sim --schedule, say): the value its text names, or an InputError
+// A program's own enumerated option (kpipe-eval --schedule, say): the value its text names, or an InputError
 // "<option> = <text>: expected one of ...".
 template <class E> E option_value(const std::string& option, const std::string& text) {
   if (const auto value = enum_from_string<E>(text)) return *value;
