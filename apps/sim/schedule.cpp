@@ -23,6 +23,7 @@
 
 #include "common.hpp"
 #include "kpipe/core/files.hpp"
+#include "kpipe/core/plural.hpp"
 #include "kpipe/partition/configured.hpp"
 #include "kpipe/schedule/asynchronous.hpp"
 #include "kpipe/schedule/lower.hpp"
@@ -36,15 +37,13 @@ namespace {
 using namespace schedule;
 
 struct ScheduleOptions {
-  Costs costs;                        // per chunk, without a model; the link is the machine's
+  Costs costs;                            // per chunk, without a model; the link is the machine's
   std::vector<std::string> cost_options;  // the --cost-* (and bytes) options given
   bool split = false, print_schedule = false, lowered = false, no_gantt = false;
   int width = 160;
   std::string svg;
   MachineOptions machine;
 };
-
-std::string plural(int n, const char* one, const char* many) { return fmt::format("{} {}", n, n == 1 ? one : many); }
 
 bool given(const CommandLine& line, const std::string& key) {
   return std::find(line.given.begin(), line.given.end(), key) != line.given.end();
@@ -226,10 +225,10 @@ int schedule_main(int argc, char** argv) {
   else if (replicated)
     name += allreduce ? fmt::format(" x {} replicas (allreduce)", replicas)
                       : fmt::format(" x {} replicas (ordered, groups of {})", replicas, p.dp_reduction_group);
-  std::printf("schedule %s: %s, %s%s, %s\n", name.c_str(), plural(s.ranks, "rank", "ranks").c_str(),
-              plural(s.microbatches, "micro-batch", "micro-batches").c_str(),
-              no_flush ? fmt::format(" per step, {} without a flush", plural(s.steps, "step", "steps")).c_str() : "",
-              plural(s.chunks, "chunk", "chunks").c_str());
+  std::printf("schedule %s: %s, %s%s, %s\n", name.c_str(), quantity(s.ranks, "rank").c_str(),
+              quantity(s.microbatches, "micro-batch").c_str(),
+              no_flush ? fmt::format(" per step, {} without a flush", quantity(s.steps, "step")).c_str() : "",
+              quantity(s.chunks, "chunk").c_str());
   const Costs& c = from_model ? costs.front() : fixed;
   if (from_model)
     std::printf("costs per stage from the model (seconds, above); latency=%g bandwidth=%g activation_bytes=%g\n",
