@@ -165,8 +165,8 @@ def bubble_section(args, out):
     for name, chunks in runs:
         cost = ["--cost-f", "0.5", "--cost-i", "0.5", "--cost-w", "0.5", "--cost-b", "1"] if chunks == 2 else \
                ["--cost-f", "1", "--cost-i", "1", "--cost-w", "1", "--cost-b", "2"]
-        text = subprocess.run([args.sim, "--schedule", name, "--chunks", str(chunks), "--stages", "4",
-                               "--microbatches", "8", "--no-gantt"] + cost, capture_output=True, text=True).stdout
+        text = subprocess.run([args.sim, "schedule", "--schedule", name, "--chunks", str(chunks), "--pipeline-size",
+                               "4", "--microbatches", "8", "--no-gantt"] + cost, capture_output=True, text=True).stdout
         sim4[name] = float(re.search(r"bubble ([\d.]+)%", text).group(1)) / 100
     rows = [dict(schedule=n, measured=statistics.median(got[n]["measured"]),
                  simulated=statistics.median(got[n]["simulated"]), step_seconds=statistics.median(got[n]["steps"]),

@@ -25,8 +25,8 @@ How the figures are computed:
   speedup      tokens/s of the run / tokens/s of one rank with the same m
   bubble       kpipe-train's measured bubble (idle share of each rank's step, mean over ranks) and the
                simulator's with that run's measured per-action costs, from its --metrics file
-  activation   peak activation memory per rank: the schedule (kpipe-sim --print-schedule) is walked, each
-  memory       forward adding the stash bytes of its chunk (sum of stash_elems of the chunk's layers in
+  activation   peak activation memory per rank: the schedule (kpipe-sim schedule --print-schedule) is walked,
+  memory       each forward adding the stash bytes of its chunk (sum of stash_elems of the chunk's layers in
                desc.cpp x sequences per micro-batch x 4 bytes), each B or W removing them; the measured peak
                stash count (kpipe-train, two ranks) is printed beside the predicted one
   CPU time     user + system seconds of the whole run, all ranks (getrusage of the children), beside
@@ -187,7 +187,7 @@ def gemm_share(args, env):
 
 
 def simulate(args, ranks, schedule, chunks, m):
-    cmd = [args.sim_bin, "--stages", str(ranks), "--schedule", schedule, "--chunks", str(chunks),
+    cmd = [args.sim_bin, "schedule", "--pipeline-size", str(ranks), "--schedule", schedule, "--chunks", str(chunks),
            "--microbatches", str(m), "--no-gantt", "--print-schedule"]
     proc, _, _ = run_timed(cmd)
     return [line for line in proc.stdout.splitlines() if re.match(r"^F\d", line)][:ranks]

@@ -16,7 +16,7 @@
 # (dense: fp32 without tensor cores, TF32 and BF16 tensor cores; known for H100/H200 and A100, else
 # GPU_PEAK_TFLOPS="fp32 tf32 bf16"); and kpipe / PyTorch eager;
 #   4. per kernel, for each size: one bf16 run of kpipe-train with the kernel timer (tools/kernel_timer, a Kokkos
-#      Tools library that fences every kernel) beside the work ledger's roofline bounds (kpipe-sim --kernels --gpu
+#      Tools library that fences every kernel) beside the work ledger's roofline bounds (kpipe-sim kernels --gpu
 #      h100|h200, as nvidia-smi names the GPU): measured and predicted microseconds per launch, and every kernel
 #      more than 3x over its bound flagged (vendor products are predicted only: they are no Kokkos kernels).
 # Sizes: bench (the bench preset), wide (d_model 1024, 16 heads, 8 layers, seq_len 256, 32 sequences), long (wide
@@ -246,9 +246,9 @@ kernel_profile() {
   fi
   [ -f "$timer" ] || { echo "gpu-check: $timer is missing: $tag skipped"; return 0; }
   # shellcheck disable=SC2086
-  if ! "${kpipe_env[@]}" "$sim" --kernels --gpu "$ledger_gpu" --format csv ${model_args[$size]} --precision bf16 \
+  if ! "${kpipe_env[@]}" "$sim" kernels --gpu "$ledger_gpu" --format csv ${model_args[$size]} --precision bf16 \
     >"$out/$tag-ledger.csv" 2>"$out/$tag-ledger.log"; then
-    failed=1; echo "gpu-check: kpipe-sim --kernels $size FAILED (log: $out/$tag-ledger.log)"; return 0
+    failed=1; echo "gpu-check: kpipe-sim kernels $size FAILED (log: $out/$tag-ledger.log)"; return 0
   fi
   # Kokkos 4 reads KOKKOS_TOOLS_LIBS, Kokkos 3 KOKKOS_PROFILE_LIBRARY.
   # shellcheck disable=SC2086

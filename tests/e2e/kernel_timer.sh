@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The per-kernel measurement end to end (docs/performance.md, "The work ledger"): kpipe-train with the kernel
 # timer loaded (tools/kernel_timer, a Kokkos Tools library) writes each kernel label's launches and seconds, and
-# every kernel the ledger lists (kpipe-sim --kernels --format csv, the same model) is among them with launches and
+# every kernel the ledger lists (kpipe-sim kernels --format csv, the same model) is among them with launches and
 # time. A bf16 run: its kernels are the same on both kernel paths (the fp32 MLP's differ on a host-path build).
-# kpipe-sim --kernels refuses an unknown GPU with one line naming it, exit code 2.
+# kpipe-sim kernels refuses an unknown GPU with one line naming it, exit code 2.
 # Usage: kernel_timer.sh KPIPE_TRAIN KPIPE_SIM KERNEL_TIMER_LIBRARY
 set -u
 train=$1 sim=$2 timer=$3
@@ -19,7 +19,7 @@ if ! (cd "$work" && KOKKOS_TOOLS_LIBS=$timer KOKKOS_PROFILE_LIBRARY=$timer KPIPE
   --train.eval_batches 1 --train.log_every 1000 --metrics "$work/metrics.jsonl" >"$work/train.log" 2>&1); then
   fail "kpipe-train with the kernel timer"; sed 's/^/     /' "$work/train.log"
 fi
-"$sim" --kernels "${model[@]}" --format csv >"$work/ledger.csv" 2>"$work/sim.err" || fail "kpipe-sim --kernels"
+"$sim" kernels "${model[@]}" --format csv >"$work/ledger.csv" 2>"$work/sim.err" || fail "kpipe-sim kernels"
 if [ -s "$work/times.csv" ] && [ -s "$work/ledger.csv" ]; then
   [ "$(head -1 "$work/times.csv")" = "label,launches,seconds" ] || fail "times.csv header: $(head -1 "$work/times.csv")"
   # Every kernel of the ledger ran, with a positive count and time.
@@ -35,11 +35,11 @@ else
   fail "no times ($work/times.csv) or no ledger"
 fi
 
-"$sim" --kernels --gpu a100 >"$work/out" 2>"$work/err"
+"$sim" kernels --gpu a100 >"$work/out" 2>"$work/err"
 rc=$?
 if [ $rc -eq 2 ] && [ "$(wc -l <"$work/err")" -eq 1 ] && grep -qF -- "--gpu = a100" "$work/err"; then
   echo "ok   unknown GPU refused: $(cat "$work/err")"
 else
-  fail "kpipe-sim --kernels --gpu a100: exit code $rc"; sed 's/^/     /' "$work/err"
+  fail "kpipe-sim kernels --gpu a100: exit code $rc"; sed 's/^/     /' "$work/err"
 fi
 exit $((failures > 0))

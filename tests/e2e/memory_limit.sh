@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The memory limit end to end (docs/user-guide.md, "Memory"): a model that does not fit 9 MiB per rank on one
 # rank, nor on two without recomputation, is refused before any allocation with the predicted figures (exit
-# code 2, one line, on every layout); kpipe-sim --recommend finds a two-rank layout that fits, and the command
+# code 2, one line, on every layout); kpipe-sim recommend finds a two-rank layout that fits, and the command
 # line it prints trains, with every rank's memory as predicted.
 # Usage: memory_limit.sh KPIPE_TRAIN KPIPE_SIM MPIEXEC [MPIEXEC_FLAGS...]
 set -u
@@ -21,6 +21,7 @@ refused() {
   [ "$(grep -c 'kpipe-train' "$work/err")" -eq 1 ] || { echo "FAIL $name: not one line"; ok=0; }
   grep -qF "memory.limit_per_rank = $limit: rank" "$work/err" || { echo "FAIL $name: no limit and rank named"; ok=0; }
   grep -qF "activations" "$work/err" || { echo "FAIL $name: no breakdown"; ok=0; }
+  grep -qF "kpipe-sim recommend finds a layout that fits" "$work/err" || { echo "FAIL $name: no recommender named"; ok=0; }
   grep -q "^step" "$work/err" && { echo "FAIL $name: training started"; ok=0; }
   if [ $ok -eq 1 ]; then echo "ok   $name: $(grep kpipe-train "$work/err")"; else sed 's/^/     /' "$work/err"; failures=$((failures + 1)); fi
 }
@@ -29,7 +30,7 @@ refused one-rank "$train" "${model[@]}" --steps 2 --microbatches 16 --recompute 
 refused two-ranks-without-recomputation "${mpiexec[@]}" -n 2 "$train" "${model[@]}" --steps 2 --pipeline-size 2 \
   --microbatches 16 --schedule 1f1b --memory-limit-per-rank $limit
 
-"$sim" --recommend --ranks 2 --memory-per-rank $limit "${model[@]}" --top 3 >"$work/recommend" 2>&1
+"$sim" recommend --ranks 2 --memory-per-rank $limit "${model[@]}" --top 3 >"$work/recommend" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then echo "FAIL recommend: exit code $rc"; cat "$work/recommend"; failures=$((failures + 1)); fi
 command=$(grep -m1 '^    mpiexec -n 2 kpipe-train' "$work/recommend" | sed 's/^    mpiexec -n 2 kpipe-train //')
@@ -47,7 +48,7 @@ else
   fi
 fi
 # Nothing fits anywhere: the recommender says what it takes.
-"$sim" --recommend --ranks 1 --memory-per-rank 1MiB "${model[@]}" >"$work/none" 2>&1
+"$sim" recommend --ranks 1 --memory-per-rank 1MiB "${model[@]}" >"$work/none" 2>&1
 rc=$?
 if [ $rc -eq 1 ] && grep -qF "nothing fits: the leanest layout on 1 ranks needs" "$work/none"; then
   echo "ok   nothing fits: $(grep 'not even\|it fits' "$work/none")"

@@ -23,9 +23,9 @@ echo "some text to tokenize, long enough for a window or two of the tiny model: 
 "$@" -n 1 "$train" --steps 2 --checkpoint-dir "$dir/ck" --checkpoint-every 2 2>/dev/null || fail "training"
 
 # Times so large that a simulated step overflowed to infinity (an abort on a "deadlock", exit 134).
-expect sim-latency "--latency: 1e308 is not a number from 0 to 1e15" -- "$sim" --latency 1e308
-expect sim-cost "--cost-f: 1e308" -- "$sim" --cost-f 1e308
-expect sim-recommend-latency "--latency: 1e308" -- "$sim" --recommend --ranks 2 --memory-per-rank 1GiB --latency 1e308
+expect sim-latency "--latency: 1e308 is not a number from 0 to 1e15" -- "$sim" schedule --latency 1e308
+expect sim-cost "--cost-f: 1e308" -- "$sim" schedule --cost-f 1e308
+expect sim-recommend-latency "--latency: 1e308" -- "$sim" recommend --ranks 2 --memory-per-rank 1GiB --latency 1e308
 expect eval-pipeline-size-0 "--pipeline-size = 0" -- "$eval_app" "$dir/ck" --data "$dir/text.txt" --pipeline-size 0
 expect eval-max-windows "--max-windows = -1" -- "$eval_app" "$dir/ck" --data "$dir/text.txt" --max-windows -1
 mkdir -p "$dir/old/step-00000004" && touch "$dir/old/step-00000004/checkpoint.h5"  # format 1: a directory

@@ -66,7 +66,7 @@ TEST(Planner, CostsFromFlopsAndFromAProfile) {
   EXPECT_DOUBLE_EQ(costs[0].f, 2 * (0.0001 + 4 * 0.004));  // embedding and 4 blocks, 2 sequences
   EXPECT_DOUBLE_EQ(costs[0].b, costs[0].i + costs[0].w);
   EXPECT_DOUBLE_EQ(costs[0].activation_bytes, 2.0 * 128 * 256 * 4);
-  // From FLOPs at 1 GFLOP/s (kpipe-sim --preset), a range's costs are its layers' GFLOP per micro-batch and its
+  // From FLOPs at 1 GFLOP/s, a range's costs are its layers' GFLOP per micro-batch and its
   // gradient bytes its parameters'.
   const std::vector<partition::LayerRange> ranges{{0, 3}, {3, int(desc.layers.size())}};
   const auto gflop = stage_costs(desc, layers, ranges, 4);
@@ -199,7 +199,7 @@ TEST(RooflineProfile, LayersAddUpToTheWholeModelsLedger) {
   }
 }
 
-// kpipe-sim --gpu and the planner: a configuration priced on a GPU costs its ledger's bounds per stage.
+// kpipe-sim's --gpu and the planner: a configuration priced on a GPU costs its ledger's bounds per stage.
 TEST(RooflineProfile, StageCostsOnAGpuComeFromTheLedger) {
   Config c = bench();
   c.pipeline.pipeline_size = 2;

@@ -4,7 +4,7 @@
 // it asks Kokkos to fence around every kernel (so a GPU kernel's time is its own, not its launch's), adds up
 // each label's launches and seconds, and at finalize writes them as CSV (label,launches,seconds) to the file
 // KPIPE_KERNEL_TIMES names (nothing when it is unset; under mpiexec, rank N > 0 writes to that name + ".N").
-// scripts/gpu-check.sh sets both and prints the figures beside the ledger's bounds (kpipe-sim --kernels).
+// scripts/gpu-check.sh sets both and prints the figures beside the ledger's bounds (kpipe-sim kernels).
 //
 // A tool is configured through the environment by nature (Kokkos loads it before main sees its arguments), and
 // its callbacks are plain C functions, so its state is this file's. It needs no Kokkos to build: the callbacks'

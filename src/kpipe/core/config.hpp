@@ -193,7 +193,7 @@ struct OutputConfig {
   std::string trace_layers = "all"; // indices, ranges, or globs on layer paths ("1,3-4,layers/0*")
   int trace_full = 0;               // 1: also the full tensors of micro-batch 0
   std::string timeline;             // HDF5 file of every action each rank ran, every step; empty: none
-  std::string profile;              // layer profile (planner/profile.hpp) for kpipe-sim --recommend; empty: none
+  std::string profile;              // layer profile (planner/profile.hpp) for kpipe-sim recommend; empty: none
 };
 
 // Checkpoints (io/checkpoint.hpp, docs/checkpoint-format.md).

@@ -306,7 +306,7 @@ std::string to_toml(const Config& config) {
 }
 
 CommandLine parse_command_line(const std::string& program, int argc, const char* const* argv,
-                               const ExtraOptions& extra) {
+                               const ExtraOptions& extra, const BeforeValidation& before_validation) {
   CLI::App app("Every configuration key is an option --table.key; precedence, lowest first: defaults (the tiny "
                "preset) < --preset < --config file < command-line options.",
                program);
@@ -347,7 +347,7 @@ CommandLine parse_command_line(const std::string& program, int argc, const char*
     app.parse(argc, argv);
   } catch (const CLI::Success&) {  // --help
     if (is_rank_zero()) std::cout << app.help() << std::flush;
-    return {Config{}, true, 0, Config{}, {}};
+    return {Config{}, true, 0, Config{}, {}, {}};
   } catch (const CLI::ParseError& error) {
     throw InputError(one_line(error.what()));
   }
@@ -355,6 +355,7 @@ CommandLine parse_command_line(const std::string& program, int argc, const char*
 
   CommandLine line;
   line.preset = preset_name.empty() ? Config{} : preset(preset_name);
+  line.preset_name = preset_name;
   Config config = line.preset;
   if (!config_path.empty()) {
     if (const std::string reason = unreadable_reason(config_path); !reason.empty())
@@ -367,8 +368,9 @@ CommandLine parse_command_line(const std::string& program, int argc, const char*
       if (std::find(line.given.begin(), line.given.end(), table[i].name) == line.given.end())
         line.given.push_back(table[i].name);
     }
-  validate(config);
   line.config = config;
+  if (before_validation) before_validation(line);
+  validate(line.config);
   return line;
 }
 

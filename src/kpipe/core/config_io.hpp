@@ -25,15 +25,20 @@ struct CommandLine {
   int exit_code = 0;
   Config preset;                   // what the defaults and --preset gave, before the file and the options
   std::vector<std::string> given;  // the keys the --config file or an option set ("optim.lr"), each once
+  std::string preset_name;         // --preset's value; empty when none was given
 };
 
 // Lets a program add options of its own (bound to its own variables) before the command line is parsed.
 using ExtraOptions = std::function<void(CLI::App&)>;
 
+// Lets a program complete what it parsed before it is validated (kpipe-sim schedule: a model and a batch that
+// fit the stages and micro-batches, where its costs do not come from the model).
+using BeforeValidation = std::function<void(CommandLine&)>;
+
 // Parses argv of `program`: --preset, --config, every --table.key and its short aliases (--steps, --lr,
 // ...), then validates. With --help it prints the help (on MPI rank 0 only) and sets exit_now.
 CommandLine parse_command_line(const std::string& program, int argc, const char* const* argv,
-                               const ExtraOptions& extra = {});
+                               const ExtraOptions& extra = {}, const BeforeValidation& before_validation = {});
 
 // Applies the keys of a TOML file onto base. Unknown tables and keys, wrong types and unknown enum
 // values are errors; the file is not validated as a whole (validate() does that).
@@ -47,7 +52,7 @@ void validate(const Config& config);
 // Every key, table by table, in a TOML document that load_config_file reads back to an equal Config.
 std::string to_toml(const Config& config);
 
-// A program's own enumerated option (kpipe-sim --schedule, say): the value its text names, or an InputError
+// A program's own enumerated option (kpipe-eval --schedule, say): the value its text names, or an InputError
 // "<option> = <text>: expected one of ...".
 template <class E> E option_value(const std::string& option, const std::string& text) {
   if (const auto value = enum_from_string<E>(text)) return *value;

@@ -120,7 +120,7 @@ const std::vector<Key>& keys() {
       entry("output.timeline", &C::output, &OutputConfig::timeline,
             "HDF5 file of every action each rank ran, every step (empty: none)", "--timeline"),
       entry("output.profile", &C::output, &OutputConfig::profile,
-            "file of measured per-layer times for kpipe-sim --recommend --profile (empty: none)"),
+            "file of measured per-layer times for kpipe-sim recommend --profile (empty: none)"),
       entry("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir,
             "directory of step-<N>.h5 checkpoints and `latest` (empty: none)", "--checkpoint-dir"),
       entry("checkpoint.every", &C::checkpoint, &CheckpointConfig::every,

@@ -60,7 +60,7 @@ const std::vector<ExitCodeRow>& exit_code_table() {
                              "ends the whole job, naming the rank"},
       {1, bits(ProgramName::prepare), "failure: a bug or a system failure (an unwritable stdout, say): one line"},
       {1, bits(ProgramName::train), "stopped by a signal with no `checkpoint.dir` to checkpoint into"},
-      {1, bits(ProgramName::sim), "`--recommend` found no layout that fits"},
+      {1, bits(ProgramName::sim), "`recommend` found no layout that fits"},
       {1, bits(ProgramName::inspect), "`diff`: the checkpoints differ"},
       {2, pipeline_programs | bits(ProgramName::sim),
        "bad input (configuration, data, checkpoint, schedule, world size, a model larger than memory): one line names "

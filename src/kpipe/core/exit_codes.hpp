@@ -22,6 +22,49 @@ enum class ExitCode : int {
 
 constexpr int exit_status(ExitCode code) { return static_cast<int>(code); }
 
+// Every code above, in increasing order: the table's test reads this list. The switch of is_exit_code (no
+// default, and -Wswitch an error there: an enumerator missing from it fails the build) and the static_assert
+// below (every status a process can return, 0 to 255, is listed exactly when it is an enumerator) keep the list
+// complete.
+constexpr ExitCode every_exit_code[] = {ExitCode::ok,
+                                        ExitCode::failure,
+                                        ExitCode::bad_input,
+                                        ExitCode::peer_lost,
+                                        ExitCode::non_finite,
+                                        ExitCode::checkpoint_failed,
+                                        ExitCode::replicas_disagree,
+                                        ExitCode::checkpointed_on_signal,
+                                        ExitCode::checkpointed_on_sigterm};
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic error "-Wswitch"
+constexpr bool is_exit_code(ExitCode code) {
+  switch (code) {
+    case ExitCode::ok:
+    case ExitCode::failure:
+    case ExitCode::bad_input:
+    case ExitCode::peer_lost:
+    case ExitCode::non_finite:
+    case ExitCode::checkpoint_failed:
+    case ExitCode::replicas_disagree:
+    case ExitCode::checkpointed_on_signal:
+    case ExitCode::checkpointed_on_sigterm:
+      return true;
+  }
+  return false;
+}
+#pragma GCC diagnostic pop
+
+constexpr bool every_exit_code_is_listed() {
+  for (int status = 0; status < 256; ++status) {
+    bool listed = false;
+    for (const ExitCode code : every_exit_code) listed = listed || exit_status(code) == status;
+    if (listed != is_exit_code(static_cast<ExitCode>(status))) return false;
+  }
+  return true;
+}
+static_assert(every_exit_code_is_listed(), "every_exit_code lists each ExitCode once, and nothing else");
+
 // The programs, as bits: which of them a row of the table is about.
 enum class ProgramName : unsigned {
   train = 1u << 0,

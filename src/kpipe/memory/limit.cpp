@@ -161,7 +161,7 @@ std::string enforce_limit(Config& config, const Limit& limit, const model::Model
                                          : fmt::format(", and {} other ranks exceed it too", over - 1);
   throw InputError(fmt::format(
       "{}: rank {} needs {} ({}){}; fewer micro-batches in flight (schedule), recomputation (memory.recompute), "
-      "more pipeline stages or a smaller model: kpipe-sim --recommend finds a layout that fits",
+      "more pipeline stages or a smaller model: kpipe-sim recommend finds a layout that fits",
       limit.why, worst.world_rank, format_bytes(worst.total()), describe(worst.bytes), others));
 }
 

@@ -4,8 +4,8 @@
 // named GPU (roofline_profile.hpp), or from the model's FLOPs at an assumed rate; messages cost latency + bytes / bandwidth; the optimizer step a time per parameter.
 // Recomputation costs the forward time of what it recomputes: measured when the profile ran with the same
 // mode, else the block's forward time times the recomputed part's share of the block's forward FLOPs.
-// It is kpipe's one cost model: kpipe-sim --memory and --recommend price configurations with it, and
-// kpipe-sim --preset prices a bare schedule's stages with it (FLOPs at 1 GFLOP/s: costs in GFLOP).
+// It is kpipe's one cost model: kpipe-sim memory, recommend and schedule (where a model is named) price
+// configurations with it.
 #include <array>
 #include <optional>
 #include <vector>

@@ -45,7 +45,7 @@ void write_profile(const std::string& path, const Profile& p) {
   std::ofstream out(path, std::ios::trunc);
   require(bool(out), "output.profile = '{}': cannot open for writing ({})", path, std::strerror(errno));
   out << "# kpipe layer profile (kpipe-train --output.profile): seconds per sequence, means over the calls after\n"
-         "# the first step; [forward, backward_input, backward_weight, recompute]. kpipe-sim --recommend --profile\n"
+         "# the first step; [forward, backward_input, backward_weight, recompute]. kpipe-sim recommend --profile\n"
          "# reads it for any model with these widths.\n";
   out << fmt::format("[model]\nvocab = {}\nseq_len = {}\nd_model = {}\nn_heads = {}\nmlp_ratio = {}\nn_layers = {}\n\n",
                      p.model.vocab, p.model.seq_len, p.model.d_model, p.model.n_heads, p.model.mlp_ratio,

@@ -1,5 +1,5 @@
 #pragma once
-// kpipe-sim --recommend: the layouts of a model on N ranks that fit a per-rank memory budget, fastest first.
+// kpipe-sim recommend: the layouts of a model on N ranks that fit a per-rank memory budget, fastest first.
 // It tries every pipeline size p dividing N (data-parallel d = N / p), every schedule (gpipe, 1f1b, zb-h1,
 // interleaved with 2 to 4 chunks, zb-v), every micro-batch count the batch allows (divisors of train.batch,
 // multiples of d, at most 256), every recomputation mode and both partitions; for each it plans every rank's

@@ -1,6 +1,6 @@
 #pragma once
 // kpipe-train --output.profile: the per-layer times a stage measured (StageModel::profile_layers), averaged
-// per layer kind and per sequence, written by world rank 0 as a planner::Profile for kpipe-sim --recommend.
+// per layer kind and per sequence, written by world rank 0 as a planner::Profile for kpipe-sim recommend.
 #include <string>
 
 #include "kpipe/runtime/stage_model.hpp"

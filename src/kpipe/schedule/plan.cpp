@@ -151,7 +151,7 @@ Plan plan(const Schedule& pipeline, const std::string& source, const Replication
   out.passes.push_back(source);
   Schedule lowered = pipeline;
   if (options.split_backward) {
-    require(!pipeline.asynchronous(), "split_backward: asynchronous schedules run whole backwards (B)");
+    require(!pipeline.asynchronous(), "--split-backward: asynchronous schedules run whole backwards (B)");
     lowered = split_backward(pipeline);
     validate(lowered);
     out.passes.push_back("split_backward");

@@ -6,7 +6,7 @@
 //
 //   generate (pipeline.schedule, .chunks; asynchronous: the lists of a run of Horizon::steps() steps, or of
 //   the rest of a resumed one) or read (pipeline.schedule_file)   -> validate
-//   asked for (kpipe-sim --split-backward): split_backward         -> validate
+//   asked for (kpipe-sim schedule --split-backward): split_backward -> validate
 //   lower (the messages)                                           -> validate
 //   replicate for pipeline.data_parallel: order_reduction (pipeline.dp_reduction = ordered, groups of
 //   pipeline.dp_reduction_group) or allreduce_replicas (allreduce, and every asynchronous run)
@@ -36,9 +36,9 @@ struct PlanOptions {
   // again the micro-batches in flight there (asynchronous.hpp). Synchronous lists are the same every step.
   std::int64_t first_step = 0;
   // Asynchronous lists: the steps they hold; 0: those a run executes from (Horizon::steps(), fewer for a
-  // shorter run). kpipe-sim --steps simulates longer runs through.
+  // shorter run). kpipe-sim schedule --steps simulates longer runs through.
   int steps = 0;
-  // Every B replaced by I then W (generate.hpp's split_backward), as a pass: kpipe-sim --split-backward.
+  // Every B replaced by I then W (generate.hpp's split_backward), as a pass: kpipe-sim schedule --split-backward.
   bool split_backward = false;
 };
 

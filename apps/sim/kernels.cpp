@@ -1,5 +1,7 @@
-#include "sim_kernels.hpp"
-
+// kpipe-sim kernels: the work ledger of one micro-batch on a GPU (model/kernel_ledger.hpp) with each kernel's
+// roofline bound (model/roofline.hpp), as a table or CSV; the micro-batch is the configuration's,
+// train.batch / train.microbatches sequences of its model.
+//   kpipe-sim kernels [--gpu h100|h200] [--format table|csv] [kpipe-train's options]
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,18 +15,17 @@
 #include "kpipe/core/exit_codes.hpp"
 #include "kpipe/model/kernel_ledger.hpp"
 #include "kpipe/model/roofline.hpp"
+#include "common.hpp"
 
-namespace kpipe::apps {
+namespace kpipe::apps::sim {
 namespace {
 
 using model::KernelLedger;
 using model::LedgerEntry;
 
 struct KernelOptions {
-  bool kernels = false;
-  std::string gpu = "h100";
+  std::string gpu = "h100";  // a ledger's bounds need a GPU: the other subcommands' --gpu has no default
   std::string format = "table";
-  int sequences = 0;  // per micro-batch; 0: train.batch / train.microbatches
 };
 
 // The seconds an entry's arithmetic and its bytes take at the GPU's rates, over its launches.
@@ -90,26 +91,24 @@ void print_csv(const KernelLedger& ledger, const model::GpuSpec& gpu) {
                 e.bytes(), model::entry_bound(e, gpu) * 1e6);
 }
 
-int run(int argc, char** argv) {
+}  // namespace
+
+int kernels_main(int argc, char** argv) {
   KernelOptions o;
-  const auto command = parse_command_line("kpipe-sim", argc, argv, [&](CLI::App& app) {
-    app.add_flag("--kernels", o.kernels, "print every kernel of a micro-batch on a GPU with its roofline bound")
-        ->group("[kpipe-sim]");
-    app.add_option("--gpu", o.gpu, "with --kernels: the GPU of the bounds, h100 or h200")
-        ->group("[kpipe-sim]")->capture_default_str();
-    app.add_option("--format", o.format, "with --kernels: table or csv")->group("[kpipe-sim]")->capture_default_str();
-    app.add_option("--sequences", o.sequences,
-                   "with --kernels: sequences per micro-batch (default: train.batch / train.microbatches)")
-        ->group("[kpipe-sim]");
-  });
+  const auto command = parse_subcommand(
+      argc, argv, "kpipe-sim kernels: every kernel of one micro-batch on a GPU, with its roofline bound",
+      [&](CLI::App& app) {
+        app.add_option("--gpu", o.gpu, fmt::format("the GPU of the bounds: {}", fmt::join(model::gpu_names(), ", ")))
+            ->group("[kpipe-sim kernels]")->capture_default_str();
+        app.add_option("--format", o.format, "table or csv")->group("[kpipe-sim kernels]")->capture_default_str();
+      });
   if (command.exit_now) return command.exit_code;
   const auto gpu = model::gpu_spec(o.gpu);
   require(gpu.has_value(), "--gpu = {}: expected one of {}", o.gpu, fmt::join(model::gpu_names(), ", "));
   require(o.format == "table" || o.format == "csv", "--format = {}: expected one of table, csv", o.format);
   const Config& config = command.config;
-  const int sequences = o.sequences != 0 ? o.sequences : config.train.batch / config.train.microbatches;
-  require(sequences > 0, "--sequences = {}: expected a positive number of sequences per micro-batch", sequences);
-  const KernelLedger ledger = model::kernel_ledger(config.model, sequences, config.train.precision);
+  const KernelLedger ledger =
+      model::kernel_ledger(config.model, config.train.batch / config.train.microbatches, config.train.precision);
   if (o.format == "csv") {
     print_csv(ledger, *gpu);
   } else {
@@ -118,15 +117,4 @@ int run(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-
-int sim_kernels_main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const InputError& e) {
-    std::fprintf(stderr, "kpipe-sim: error: %s\n", e.what());
-    return exit_status(ExitCode::bad_input);
-  }
-}
-
-}  // namespace kpipe::apps
+}  // namespace kpipe::apps::sim
