@@ -20,10 +20,11 @@ std::uint64_t hash_elements(const char* label, const ExecSpace& space, const E* 
       label, range(space, (n + block - 1) / block),
       KOKKOS_LAMBDA(std::int64_t b, std::uint64_t & s) {
         const std::int64_t begin = b * block, end = begin + block < n ? begin + block : n;
+        [[maybe_unused]] E* const to = copy;  // captured outside the if constexpr (nvcc's extended lambdas)
         std::uint64_t part = 0;
         for (std::int64_t i = begin; i < end; ++i) {
           const E value = data[i];
-          if constexpr (copying) copy[i] = value;
+          if constexpr (copying) to[i] = value;
           part += mix_element(first_key + std::uint64_t(i) * key_step, element_bits(value));
         }
         s += part;
