@@ -4,7 +4,8 @@
 // directory and reads them back with dd (the disk's own speeds, measured beside the checkpoint's), then writes
 // the checkpoint while the caller waits (save_checkpoint), then beside it (io::CheckpointSaver: the copy into
 // the snapshot buffer, then the write on a thread of its own), then reads it back. Write times include fsync
-// and publication (rename, `latest`); read time includes verifying every byte read against the manifest. Both
+// and publication (rename, `latest`), not the pruning of older files, which runs beside what follows; read time
+// includes verifying every byte read against the manifest and the loaded state's hash. Both
 // reads come from the disk: the files' pages are dropped from the page cache first (posix_fadvise).
 // MODEL: bench (the bench preset, 81 MB) or gigabyte (d_model 1024, 7 layers: 1.06 GB).
 //   mpiexec -n 2 build/benchmarks/kpipe_bench_checkpoint [REPEAT] [DIR] [MODEL]
@@ -125,6 +126,9 @@ int main(int argc, char** argv) {
         bytes = std::int64_t(fs::file_size(first.path));
       }
       for (int i = 0; i < repeat; ++i) {
+        // Each write's pruning of an older file runs beside what follows (CheckpointDir::start_pruning): done
+        // before anything is timed, as a checkpoint interval leaves it done.
+        checkpoints.wait_for_pruning();
         MPI_Barrier(MPI_COMM_WORLD);
         if (rank == 0) {
           const Disk dd = dd_seconds(dir, long(bytes >> 20));
@@ -137,6 +141,8 @@ int main(int argc, char** argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         waiting.push_back(now() - t);
         fail(saved);
+        checkpoints.wait_for_pruning();
+        MPI_Barrier(MPI_COMM_WORLD);
         t = now();
         saver.start(2 * i + 2);
         const double snapshot = now() - t;

@@ -12,8 +12,12 @@
 
 namespace kpipe::test {
 
+// Waits for the pruning the save started (beside, CheckpointDir::start_pruning): the tests look at the
+// directory as the save leaves it.
 template <class T, class A> io::SaveResult save(runtime::Trainer<T, A>& trainer, io::CheckpointDir& dir) {
-  return io::save_checkpoint(trainer.stage(), trainer.next_step(), trainer.corpus().tokenizer, dir);
+  io::SaveResult result = io::save_checkpoint(trainer.stage(), trainer.next_step(), trainer.corpus().tokenizer, dir);
+  dir.wait_for_pruning();
+  return result;
 }
 
 // Loads into the trainer's stage and resumes the trainer at the checkpoint's step.

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kpipe/core/config.hpp"
@@ -79,6 +80,15 @@ class CheckpointDir {
   // A line for the log (world rank 0): the file system could not lock the directory ("" otherwise).
   std::string warning() const;
 
+  // Pruning (checkpoint.keep) runs beside whatever follows, on world rank 0: removing a large file takes the
+  // file system long (a 1 GB checkpoint's: 0.4 s here), and nothing needs it done but the next write, which
+  // starts by waiting for it (it removes stale temporaries too, so never one being written), and the
+  // directory's end. start_pruning: world rank 0, once `latest` names the newest. take_pruning_warning: waits
+  // for it; what failed in the prunes since the last call, or "" (a failed prune is a warning, never an error).
+  void start_pruning();
+  void wait_for_pruning();
+  std::string take_pruning_warning();
+
  private:
   CheckpointConfig config_;
   MPI_Comm world_;
@@ -86,6 +96,8 @@ class CheckpointDir {
   double timeout_s_;
   std::string run_id_;
   std::unique_ptr<DirectoryLock> lock_;  // world rank 0 only
+  std::thread pruning_;
+  std::string pruning_warning_;  // the pruning thread's, read once it is joined
 };
 
 // The outcome of a save, the same on every rank.
@@ -96,7 +108,7 @@ struct SaveResult {
   bool skipped = false;
   std::string path;     // the checkpoint file (published when ok)
   std::string message;  // why not (which rank, which file, the errno text)
-  std::string warning;  // ok, but something after publication failed (pruning)
+  std::string warning;  // ok, but an earlier checkpoint's pruning (which runs beside) failed
   std::optional<runtime::SilentCorruption> corruption;  // not written: the replicas' states differ
 };
 

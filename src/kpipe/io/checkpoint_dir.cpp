@@ -11,10 +11,12 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <utility>
 
 #include "kpipe/comm/agree.hpp"
 #include "kpipe/comm/bounded.hpp"
 #include "kpipe/core/hash.hpp"
+#include "kpipe/core/program_name.hpp"
 #include "kpipe/io/checkpoint_common.hpp"
 #include "kpipe/io/checkpoint_lock.hpp"
 
@@ -70,7 +72,30 @@ CheckpointDir::CheckpointDir(const CheckpointConfig& config, MPI_Comm world, dou
 }
 
 CheckpointDir::~CheckpointDir() {
+  if (const std::string failed = take_pruning_warning(); !failed.empty())
+    fmt::print(stderr, "{}: warning: {}\n", program_name(), failed);
   if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+void CheckpointDir::start_pruning() {
+  wait_for_pruning();  // one at a time
+  pruning_ = std::thread([this] {
+    try {
+      prune_checkpoints(config_.dir, run_id_, config_.keep, locked());
+    } catch (const std::exception& e) {
+      pruning_warning_ += fmt::format("{}pruning old checkpoints failed: {}", pruning_warning_.empty() ? "" : "; ",
+                                      e.what());
+    }
+  });
+}
+
+void CheckpointDir::wait_for_pruning() {
+  if (pruning_.joinable()) pruning_.join();
+}
+
+std::string CheckpointDir::take_pruning_warning() {
+  wait_for_pruning();
+  return std::exchange(pruning_warning_, {});
 }
 
 bool CheckpointDir::locked() const { return lock_ && lock_->held(); }

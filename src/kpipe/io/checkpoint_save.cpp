@@ -95,8 +95,8 @@ std::string other_runs_checkpoint(const std::string& name, const std::string& pa
 }
 
 // Once every rank's bytes are on storage, rank 0 publishes the file, then `latest`, then prunes. Returns the
-// failure (agreed by all ranks) and sets `warning` (pruning only) on every rank.
-comm::Failure publish(const CheckpointDir& dir, const std::string& tmp, const SaveResult& result,
+// failure (agreed by all ranks) and sets `warning` (an earlier prune's failure) on every rank.
+comm::Failure publish(CheckpointDir& dir, const std::string& tmp, const SaveResult& result,
                       const std::string& name, std::uint64_t manifest_hash, const comm::Bound& bound,
                       std::string& warning) {
   comm::Failure failed;
@@ -117,11 +117,8 @@ comm::Failure publish(const CheckpointDir& dir, const std::string& tmp, const Sa
       }
     }
     if (!failed) {
-      try {
-        prune_checkpoints(dir.path(), dir.run_id(), dir.config().keep, dir.locked());
-      } catch (const std::exception& e) {
-        warning = fmt::format("pruning old checkpoints failed: {}", e.what());
-      }
+      warning = dir.take_pruning_warning();
+      dir.start_pruning();
     }
   }
   auto agreed = comm::first_failure(dir.comm(), failed, bound);
@@ -131,7 +128,8 @@ comm::Failure publish(const CheckpointDir& dir, const std::string& tmp, const Sa
 
 }  // namespace
 
-template <class T> SaveResult detail::write_snapshot(const Snapshot<T>& snapshot, const CheckpointDir& dir) {
+template <class T> SaveResult detail::write_snapshot(const Snapshot<T>& snapshot, CheckpointDir& dir) {
+  dir.wait_for_pruning();  // the last one, which may remove stale temporaries: never this write's
   const std::string name = checkpoint_file_name(snapshot.step);
   SaveResult result;
   result.path = (fs::path(dir.path()) / name).string();
@@ -188,7 +186,7 @@ SaveResult save_checkpoint(runtime::StageModel<T, A>& stage, std::int64_t step, 
                                       CheckpointDir&);
 KPIPE_TRAINING_PRECISIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE
-#define KPIPE_INSTANTIATE(T) template SaveResult detail::write_snapshot(const Snapshot<T>&, const CheckpointDir&);
+#define KPIPE_INSTANTIATE(T) template SaveResult detail::write_snapshot(const Snapshot<T>&, CheckpointDir&);
 KPIPE_TRAINING_ACCUMULATIONS(KPIPE_INSTANTIATE)
 #undef KPIPE_INSTANTIATE
 

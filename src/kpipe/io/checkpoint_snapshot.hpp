@@ -71,6 +71,6 @@ template <class T, class A> std::unique_ptr<T[]> waiting_snapshot_memory(const r
 // Writes a snapshot as a checkpoint of dir and publishes it (save_checkpoint's whole promise). Collective over
 // dir.comm(); calls no Kokkos, so that it can run on a thread of its own while the training runs; its HDF5
 // calls hold h5::exclusive().
-template <class T> SaveResult write_snapshot(const Snapshot<T>& snapshot, const CheckpointDir& dir);
+template <class T> SaveResult write_snapshot(const Snapshot<T>& snapshot, CheckpointDir& dir);
 
 }  // namespace kpipe::io::detail
