@@ -293,7 +293,8 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 
 // ---- writing --------------------------------------------------------------------------------------------
 
-CheckpointWriter::CheckpointWriter(MPI_Comm comm, double timeout_s) : comm_(comm), timeout_s_(timeout_s) {}
+CheckpointWriter::CheckpointWriter(MPI_Comm comm, double timeout_s, std::shared_ptr<const std::vector<std::string>> nodes)
+    : comm_(comm), timeout_s_(timeout_s), nodes_(std::move(nodes)) {}
 
 void CheckpointWriter::add(const std::string& name, ElementType type, const std::vector<std::int64_t>& shape,
                            const void* data) {
@@ -331,7 +332,7 @@ WriteStatus CheckpointWriter::write(const std::string& path) {
   MPI_Comm_rank(comm_, &rank);
   MPI_Comm_size(comm_, &size);
   MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-  const comm::Bound bound{timeout_s_, fmt::format("writing checkpoint file '{}'", path)};
+  const comm::Bound bound{timeout_s_, fmt::format("writing checkpoint file '{}'", path), nodes_};
 
   // 1. Everyone's declarations, in rank order: the file's layout (each rank's datasets side by side). Their
   // hashes are not known yet (each rank hashes its bytes as it writes them): the layout, whose sizes do not

@@ -79,8 +79,9 @@ struct WriteStatus {
 
 class CheckpointWriter {
  public:
-  // Collective operations run over comm, each bounded by timeout_s (pipeline.recv_timeout_s).
-  CheckpointWriter(MPI_Comm comm, double timeout_s);
+  // Collective operations run over comm, each bounded by timeout_s (pipeline.recv_timeout_s); `nodes` (of every
+  // world rank, ProcessGrid::nodes) lets a timeout name the node of each rank it names.
+  CheckpointWriter(MPI_Comm comm, double timeout_s, std::shared_ptr<const std::vector<std::string>> nodes = nullptr);
 
   // This rank's share, hashed when written. Data must stay valid until write() returns; names are absolute
   // and unique over all ranks (a name given twice is a std::logic_error on every rank).
@@ -103,6 +104,7 @@ class CheckpointWriter {
 
   MPI_Comm comm_;
   double timeout_s_;
+  std::shared_ptr<const std::vector<std::string>> nodes_;
   std::vector<Local> local_;
   Attributes attributes_;
 };

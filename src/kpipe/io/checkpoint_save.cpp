@@ -149,7 +149,7 @@ template <class T> SaveResult detail::write_snapshot(const Snapshot<T>& snapshot
     return result;
   }
 
-  CheckpointWriter writer(dir.comm(), dir.timeout_s());
+  CheckpointWriter writer(dir.comm(), dir.timeout_s(), snapshot.nodes);
   for (const auto& t : snapshot.tensors) writer.add_tensor(t.name, t.shape, t.values);
   const bool root = rank_in(dir.comm()) == 0;
   const std::string created = comm::bcast(root ? utc_now() : std::string(), 0, dir.comm(), bound);
