@@ -80,7 +80,7 @@ Snapshot<T> take_snapshot(runtime::StageModel<T, A>& stage, std::int64_t step, c
 
 template <class T, class A> std::unique_ptr<T[]> waiting_snapshot_memory(const runtime::StageModel<T, A>& stage) {
   if constexpr (state_in_host_memory) return nullptr;
-  return std::unique_ptr<T[]>(new T[snapshot_capacity(stage)]);
+  return host_buffer_for_overwrite<T>(snapshot_capacity(stage));
 }
 
 #define KPIPE_INSTANTIATE(T, A)                                                                                       \
