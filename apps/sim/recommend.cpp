@@ -21,10 +21,6 @@ struct SearchOptions {
   MachineOptions machine;
 };
 
-// This subcommand's own options (not the configuration's, which go on to the recommended command lines).
-const std::vector<std::string> search_options = {"--ranks",   "--memory-per-rank", "--top",      "--profile",
-                                                 "--gpu",     "--flops-per-second", "--latency", "--bandwidth"};
-
 // The keys a recommendation sets (with their short spellings): the user's own values for them are dropped.
 const std::vector<std::string> layout_options = {
     "--pipeline.pipeline_size", "--pipeline-size", "--pipeline.data_parallel", "--data-parallel",
@@ -33,12 +29,13 @@ const std::vector<std::string> layout_options = {
     "--pipeline.partition",     "--memory.limit_per_rank", "--memory-limit-per-rank", "--pipeline.schedule_file",
     "--schedule-file"};
 
-// The user's configuration options, to repeat on every recommended kpipe-train command line.
-std::vector<std::string> model_arguments(int argc, char** argv) {
+// The user's configuration options, to repeat on every recommended kpipe-train command line: argv less this
+// subcommand's own options (`own`) and the layout's.
+std::vector<std::string> model_arguments(int argc, char** argv, const std::vector<std::string>& own) {
   std::vector<std::string> kept;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i], name = a.substr(0, a.find('='));
-    if (std::find(search_options.begin(), search_options.end(), name) != search_options.end() ||
+    if (std::find(own.begin(), own.end(), name) != own.end() ||
         std::find(layout_options.begin(), layout_options.end(), name) != layout_options.end()) {
       if (name == a) ++i;  // its value follows
       continue;
@@ -52,6 +49,7 @@ std::vector<std::string> model_arguments(int argc, char** argv) {
 
 int recommend_main(int argc, char** argv) {
   SearchOptions o;
+  std::vector<std::string> own;  // this subcommand's options (its group's and the machine's), as spelled
   const auto command = parse_subcommand(
       argc, argv, "kpipe-sim recommend: the fastest layouts of the model on --ranks ranks that fit --memory-per-rank",
       [&](CLI::App& app) {
@@ -60,6 +58,8 @@ int recommend_main(int argc, char** argv) {
             ->group("[kpipe-sim recommend]");
         app.add_option("--top", o.top, "layouts to print")->group("[kpipe-sim recommend]")->capture_default_str();
         add_machine_options(app, o.machine, "kpipe-sim recommend");
+        for (const CLI::Option* option : app.get_options())
+          if (option->get_group().rfind("[kpipe-sim recommend", 0) == 0) own.push_back(option->get_name());
       });
   if (command.exit_now) return command.exit_code;
   const Config& config = command.config;
@@ -72,7 +72,7 @@ int recommend_main(int argc, char** argv) {
   search.memory_per_rank = *budget;
   search.top = o.top;
   search.machine = machine_of(o.machine);
-  const auto model_args = model_arguments(argc, argv);
+  const auto model_args = model_arguments(argc, argv, own);
   const auto r = planner::recommend(config, search);
   const auto desc = model::describe(config.model);
   std::printf("model: %lld parameters, %d layers, d_model %d, seq_len %d, batch %d; costs: %s\n",
